@@ -1,0 +1,350 @@
+// Package kernel is the vocabulary the rest of kcheck shares: a kernel
+// contract (name, stage, tensors, parameters), the declared precision a
+// kernel computes at, and the reference side of each output check (the exact
+// float64 value, the value a correct kernel of the declared precision gives,
+// and the coordinates that name an element in the kernel's own terms).
+//
+// Each kernel family registers itself from its own file (nvfp4.go, kv.go,
+// mla.go...), so adding a kernel adds one file and touches no switch.
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// The stage names of spec section 7.
+const (
+	StageQuant   = "quant"
+	StageCache   = "cache"
+	StageAttn    = "attn"
+	StageCombine = "combine"
+)
+
+// Params are a kernel's parameters as the evidence file's metadata states
+// them (strings, spec section 1).
+type Params map[string]string
+
+// String returns the parameter or def when absent.
+func (p Params) String(name, def string) string {
+	if v, ok := p[name]; ok && v != "" {
+		return v
+	}
+	return def
+}
+
+// Enum returns the parameter, def when absent, or an error when it is not one of allowed.
+func (p Params) Enum(name, def string, allowed ...string) (string, error) {
+	v := p.String(name, def)
+	for _, a := range allowed {
+		if v == a {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("parameter %s = %q: want one of %s", name, v, strings.Join(allowed, ", "))
+}
+
+// Float parses a float parameter (Go's FormatFloat form, or +inf/-inf).
+// ok is false when the parameter is absent.
+func (p Params) Float(name string) (v float64, ok bool, err error) {
+	s, present := p[name]
+	if !present || s == "" {
+		return 0, false, nil
+	}
+	switch strings.ToLower(s) {
+	case "+inf", "inf":
+		return math.Inf(1), true, nil
+	case "-inf":
+		return math.Inf(-1), true, nil
+	}
+	v, err = strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, true, fmt.Errorf("parameter %s = %q is not a number", name, s)
+	}
+	return v, true, nil
+}
+
+// RequiredFloat parses a float parameter that has no default.
+func (p Params) RequiredFloat(name string) (float64, error) {
+	v, ok, err := p.Float(name)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, fmt.Errorf("parameter %s is missing (it has no default)", name)
+	}
+	return v, nil
+}
+
+// Int parses an integer parameter, def when absent.
+func (p Params) Int(name string, def int) (int, error) {
+	s, ok := p[name]
+	if !ok || s == "" {
+		return def, nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("parameter %s = %q is not an integer", name, s)
+	}
+	return v, nil
+}
+
+// Bool parses a boolean parameter (true/false), def when absent.
+func (p Params) Bool(name string, def bool) (bool, error) {
+	s, ok := p[name]
+	if !ok || s == "" {
+		return def, nil
+	}
+	switch s {
+	case "true", "1":
+		return true, nil
+	case "false", "0":
+		return false, nil
+	}
+	return false, fmt.Errorf("parameter %s = %q: want true or false", name, s)
+}
+
+// Precision is what a kernel declares it rounds where (spec 1.1). The
+// EXPECTED reference emulates it; the EXACT reference ignores it.
+type Precision struct {
+	// Acc is the dtype of every reduction's accumulator (acc_dtype, F32).
+	Acc tensor.DType
+	// P is the dtype the softmax numerators are rounded to before the PV
+	// product (p_dtype, BF16).
+	P tensor.DType
+	// KVDequant is what an FP8 cache entry is dequantized to before the
+	// products (kv_dequant_dtype, BF16).
+	KVDequant tensor.DType
+	// FP8Saturate: conversions to FP8 saturate (fp8_saturate, true).
+	FP8Saturate bool
+}
+
+// DefaultPrecision is what the engines' kernels do: fp32 accumulation, bf16
+// P, bf16 dequantized KV, saturating FP8 stores.
+func DefaultPrecision() Precision {
+	return Precision{Acc: tensor.F32, P: tensor.BF16, KVDequant: tensor.BF16, FP8Saturate: true}
+}
+
+var precisionDTypes = map[string]tensor.DType{
+	"f64": tensor.F64, "f32": tensor.F32, "bf16": tensor.BF16, "f16": tensor.F16, "fp16": tensor.F16,
+	"F64": tensor.F64, "F32": tensor.F32, "BF16": tensor.BF16, "F16": tensor.F16,
+}
+
+// PrecisionFrom reads acc_dtype, p_dtype, kv_dequant_dtype and fp8_saturate
+// from params over the defaults.
+func PrecisionFrom(p Params) (Precision, error) {
+	pr := DefaultPrecision()
+	for _, f := range []struct {
+		key string
+		dst *tensor.DType
+	}{{"acc_dtype", &pr.Acc}, {"p_dtype", &pr.P}, {"kv_dequant_dtype", &pr.KVDequant}} {
+		s, ok := p[f.key]
+		if !ok || s == "" {
+			continue
+		}
+		d, known := precisionDTypes[s]
+		if !known {
+			return pr, fmt.Errorf("parameter %s = %q: want f64, f32, bf16 or f16", f.key, s)
+		}
+		*f.dst = d
+	}
+	sat, err := p.Bool("fp8_saturate", true)
+	if err != nil {
+		return pr, err
+	}
+	pr.FP8Saturate = sat
+	return pr, nil
+}
+
+// Inputs are a kernel invocation's input tensors and parameters.
+type Inputs struct {
+	Tensors map[string]*tensor.Tensor
+	Params  Params
+}
+
+// Mode says how an output is compared.
+type Mode int
+
+const (
+	// Numeric outputs are judged three-way against Exact and Expected.
+	Numeric Mode = iota
+	// Bitwise outputs (quantized codes, cache bytes) must equal Expected,
+	// except where Equivalent says a different value is also correct.
+	Bitwise
+)
+
+// Output is the reference side of one output tensor.
+type Output struct {
+	Name  string
+	Shape []int
+	// DType is the dtype Expected is rounded to (the actual output's).
+	DType tensor.DType
+	// Exact is the float64 reference; Expected is what a correct kernel of
+	// the declared precision produces (Expected == Exact is allowed).
+	Exact, Expected []float64
+	Mode            Mode
+	// Equivalent, when set, reports whether an actual value that differs
+	// from Expected at flat index i is still correct (a rounding tie, a
+	// reordered top-k tie, an unwritten padding byte...).
+	Equivalent func(i int, actual float64) bool
+	// Reduction is the length of the longest reduction behind one element
+	// (K for a GEMM, tokens for attention), for the gamma_n bounds.
+	Reduction int
+	// Coords names the element's coordinates in the kernel's terms.
+	Coords Coords
+}
+
+// Coords names an output element's position the way the kernel thinks of
+// it. Axes names the dimensions of the output's shape; Derived, when set,
+// adds coordinates the shape does not show (page, token mod page size,
+// split, 16-element block, 128-row tile...) for signatures.
+type Coords struct {
+	Axes    []string
+	Derived func(idx []int) []Coord
+}
+
+// Coord is one named coordinate.
+type Coord struct {
+	Name  string
+	Value int
+}
+
+// Name returns every coordinate of idx: the axes, then the derived ones.
+func (c Coords) Name(idx []int) []Coord {
+	out := make([]Coord, 0, len(idx)+4)
+	for d, v := range idx {
+		name := fmt.Sprintf("dim%d", d)
+		if d < len(c.Axes) {
+			name = c.Axes[d]
+		}
+		out = append(out, Coord{name, v})
+	}
+	if c.Derived != nil {
+		out = append(out, c.Derived(idx)...)
+	}
+	return out
+}
+
+// TensorSpec is one tensor of a contract.
+type TensorSpec struct {
+	Name     string
+	DTypes   []tensor.DType // accepted dtypes
+	Optional bool
+}
+
+// Kernel is one contract of spec section 3.
+type Kernel struct {
+	Name    string
+	Stage   string
+	Summary string
+	Inputs  []TensorSpec
+	Outputs []TensorSpec
+	// Reference validates the inputs (naming the tensor and index of any
+	// inconsistency), then returns the reference side of every output.
+	// outDTypes gives the dtype of each output as the kernel under test
+	// stored it (from the capture); an output it does not name gets the
+	// contract's default dtype. Expected is rounded to that dtype, so
+	// Produce can store it without a second rounding.
+	Reference func(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error)
+}
+
+// Produce runs k's reference at precision prec and stores each output's
+// Expected values in its dtype: what a correct kernel of that precision
+// writes. It is the reference backend and the fixture generator.
+func Produce(k *Kernel, in Inputs, prec Precision, outDTypes map[string]tensor.DType) (map[string]*tensor.Tensor, error) {
+	outs, err := k.Reference(in, prec, outDTypes)
+	if err != nil {
+		return nil, err
+	}
+	res := make(map[string]*tensor.Tensor, len(outs))
+	for _, o := range outs {
+		res[o.Name] = tensor.FromFloat64s(o.DType, o.Shape, o.Expected)
+	}
+	return res, nil
+}
+
+var registry = map[string]*Kernel{}
+
+// Register adds k; registering a name twice is a programming error.
+func Register(k *Kernel) {
+	if _, dup := registry[k.Name]; dup {
+		panic("kernel: " + k.Name + " registered twice")
+	}
+	registry[k.Name] = k
+}
+
+// Lookup returns the kernel named name.
+func Lookup(name string) (*Kernel, error) {
+	k, ok := registry[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown kernel %q (known: %s)", name, strings.Join(Names(), ", "))
+	}
+	return k, nil
+}
+
+// Names lists the registered kernels, sorted.
+func Names() []string {
+	var n []string
+	for k := range registry {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return n
+}
+
+// Need returns the named input, or an error naming it when it is missing or
+// of a dtype the contract does not accept.
+func Need(in Inputs, name string, dtypes ...tensor.DType) (*tensor.Tensor, error) {
+	t, ok := in.Tensors[name]
+	if !ok {
+		return nil, fmt.Errorf("tensor %s is missing (the contract needs it)", name)
+	}
+	return t, CheckDType(name, t, dtypes...)
+}
+
+// CheckDType returns an error naming the tensor when its dtype is not one of dtypes.
+func CheckDType(name string, t *tensor.Tensor, dtypes ...tensor.DType) error {
+	if len(dtypes) == 0 {
+		return nil
+	}
+	for _, d := range dtypes {
+		if t.DType == d {
+			return nil
+		}
+	}
+	ds := make([]string, len(dtypes))
+	for i, d := range dtypes {
+		ds[i] = string(d)
+	}
+	return fmt.Errorf("tensor %s has dtype %s; the contract wants %s", name, t.DType, strings.Join(ds, " or "))
+}
+
+// CheckShape returns an error naming the tensor when its shape is not want
+// (-1 in want matches any size).
+func CheckShape(name string, t *tensor.Tensor, want ...int) error {
+	ok := len(t.Shape) == len(want)
+	for i := 0; ok && i < len(want); i++ {
+		ok = want[i] < 0 || want[i] == t.Shape[i]
+	}
+	if !ok {
+		return fmt.Errorf("tensor %s has shape %v; the contract wants %v", name, t.Shape, fmtShape(want))
+	}
+	return nil
+}
+
+func fmtShape(s []int) string {
+	parts := make([]string, len(s))
+	for i, v := range s {
+		if v < 0 {
+			parts[i] = "*"
+		} else {
+			parts[i] = strconv.Itoa(v)
+		}
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
