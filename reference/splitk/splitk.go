@@ -1,0 +1,270 @@
+// Package splitk is the reference for the flash-decoding split-K reduction
+// (spec 3.8, `splitk_combine`): attention over one row's tokens is computed
+// in S independent splits, each giving a partial output o_s (already
+// normalized by its own softmax sum) and its log-sum-exp lse_s; the combine
+// turns them into the row's output and lse:
+//
+//	m = max_s lse_s,  w_s = exp(lse_s - m),  out = Σ w_s·o_s / Σ w_s,  lse = m + log Σ w_s
+//
+// (exp2/log2 when the lse is in base 2, as FlashInfer stores it). An empty
+// split carries lse = -inf and weighs exactly 0; a row whose splits are all
+// empty saw no token: its out is 0 and its lse is the file's lse_empty.
+//
+// Two answers are given, as everywhere in kcheck: the exact one (float64)
+// and the expected one, what a correct fp32 combine kernel writes (FlashMLA's
+// and vLLM's combine: exponentials as exp2 of log2e-scaled fp32 values, the
+// weights normalized by the global lse before the weighted sum, fp32
+// accumulation, output rounded to its dtype).
+package splitk
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// Base is the base of a log-sum-exp.
+type Base int
+
+const (
+	// BaseE is the natural log (FlashMLA, vLLM): lse = log Σ exp(score).
+	BaseE Base = iota
+	// Base2 is log2 (FlashInfer): lse2 = log2 Σ 2^(score·log2 e) = lse·log2 e.
+	Base2
+)
+
+// String is the metadata spelling of b (`e` or `2`).
+func (b Base) String() string {
+	if b == Base2 {
+		return "2"
+	}
+	return "e"
+}
+
+// ParseBase reads the `lse_base` parameter ("" means the default, e).
+func ParseBase(s string) (Base, error) {
+	switch s {
+	case "", "e":
+		return BaseE, nil
+	case "2":
+		return Base2, nil
+	}
+	return BaseE, fmt.Errorf("parameter lse_base = %q: want e or 2", s)
+}
+
+// ParseEmpty reads the `lse_empty` parameter ("" means the default, -inf):
+// the lse of a row that sees no token.
+func ParseEmpty(s string) (float64, error) {
+	switch s {
+	case "", "-inf":
+		return math.Inf(-1), nil
+	case "+inf", "inf":
+		return math.Inf(1), nil
+	}
+	return 0, fmt.Errorf("parameter lse_empty = %q: want -inf or +inf", s)
+}
+
+// Convention is how a file writes its lse values.
+type Convention struct {
+	Base Base
+	// Empty is the lse of a row with no token: -inf (default) or +inf (FlashMLA).
+	Empty float64
+}
+
+// DefaultConvention is base e with -inf for empty rows.
+func DefaultConvention() Convention { return Convention{Base: BaseE, Empty: math.Inf(-1)} }
+
+// log2e as fp32, the constant kernels multiply by before exp2f.
+const log2eF32 = float32(math.Log2E)
+
+// LSEError reports a partial lse the combine cannot weigh: NaN, or +inf (a
+// split's lse is finite, or -inf when the split is empty; +inf is the
+// lse_empty convention of a final lse leaking into a partial).
+type LSEError struct {
+	Split int
+	Value float64
+}
+
+func (e *LSEError) Error() string {
+	return fmt.Sprintf("split %d has lse %v (a partial lse must be finite, or -inf for an empty split)", e.Split, e.Value)
+}
+
+func checkLSE(lse []float64) (m float64, err error) {
+	m = math.Inf(-1)
+	for s, v := range lse {
+		if math.IsNaN(v) || math.IsInf(v, 1) {
+			return 0, &LSEError{Split: s, Value: v}
+		}
+		if v > m {
+			m = v
+		}
+	}
+	return m, nil
+}
+
+// CombineRowExact combines one row in float64: o holds the S partial outputs
+// of length l one after another, lse their S lse values. It writes the row's
+// output into out[:l] and returns its lse. Empty splits (lse -inf) are
+// skipped, so whatever their o holds (0 by contract, garbage in a faulty
+// kernel) cannot reach the result.
+func CombineRowExact(o, lse []float64, l int, c Convention, out []float64) (float64, error) {
+	if len(o) != len(lse)*l {
+		return 0, fmt.Errorf("splitk: %d partial values for %d splits of %d", len(o), len(lse), l)
+	}
+	m, err := checkLSE(lse)
+	if err != nil {
+		return 0, err
+	}
+	out = out[:l]
+	for i := range out {
+		out[i] = 0
+	}
+	if math.IsInf(m, -1) {
+		return c.Empty, nil
+	}
+	exp, log := math.Exp, math.Log
+	if c.Base == Base2 {
+		exp, log = math.Exp2, math.Log2
+	}
+	sum := 0.0
+	for s, v := range lse {
+		if math.IsInf(v, -1) {
+			continue
+		}
+		w := exp(v - m)
+		sum += w
+		os := o[s*l : (s+1)*l]
+		for i, x := range os {
+			out[i] += w * x
+		}
+	}
+	for i := range out {
+		out[i] /= sum
+	}
+	return m + log(sum), nil
+}
+
+// CombineRowExpected combines one row as a correct fp32 combine kernel does
+// (FlashMLA's combine, vLLM's merge_attn_states), in this fixed order:
+//
+//	m      = max_s lse_s                          (exact in fp32)
+//	w_s    = exp2f(fp32((lse_s - m)·log2e))        (base 2: exp2f(lse_s - m))
+//	sum    = Σ_s w_s                               (fp32, s ascending)
+//	g      = m + logf(sum)                         (base 2: log2f)
+//	c_s    = exp2f(fp32((lse_s - g)·log2e))        (base 2: exp2f(lse_s - g))
+//	out[i] = Σ_s c_s·o_s[i]                        (fp32 fused multiply-add, s ascending)
+//
+// then out is rounded to outDType and the lse to lseDType. The inputs are
+// taken as fp32 values (the partials are F32 tensors).
+func CombineRowExpected(o, lse []float64, l int, c Convention, outDType, lseDType tensor.DType, out []float64) (float64, error) {
+	if len(o) != len(lse)*l {
+		return 0, fmt.Errorf("splitk: %d partial values for %d splits of %d", len(o), len(lse), l)
+	}
+	m, err := checkLSE(lse)
+	if err != nil {
+		return 0, err
+	}
+	out = out[:l]
+	for i := range out {
+		out[i] = 0
+	}
+	if math.IsInf(m, -1) {
+		return RoundTo(lseDType, c.Empty), nil
+	}
+	m32 := float32(m)
+	weight := func(v, ref float32) float32 {
+		d := v - ref
+		if c.Base == BaseE {
+			d *= log2eF32
+		}
+		return Exp2F32(d)
+	}
+	var sum float32
+	for _, v := range lse {
+		if math.IsInf(v, -1) {
+			continue
+		}
+		sum += weight(float32(v), m32)
+	}
+	var g float32
+	if c.Base == BaseE {
+		g = m32 + float32(math.Log(float64(sum)))
+	} else {
+		g = m32 + float32(math.Log2(float64(sum)))
+	}
+	for s, v := range lse {
+		if math.IsInf(v, -1) {
+			continue
+		}
+		cs := float64(weight(float32(v), g))
+		os := o[s*l : (s+1)*l]
+		for i, x := range os {
+			// cs·x is exact in float64 (two 24-bit significands), so
+			// one rounding to float32 is the fp32 fused multiply-add.
+			out[i] = float64(float32(out[i] + cs*float64(float32(x))))
+		}
+	}
+	for i := range out {
+		out[i] = RoundTo(outDType, out[i])
+	}
+	return RoundTo(lseDType, float64(g)), nil
+}
+
+// Exp2F32 is exp2f on an fp32 argument: the correctly rounded fp32 value of
+// 2^x. Kernels use ex2.approx (within 2 ulp of it); the three-way verdict
+// treats that difference as noise (spec 1.1).
+func Exp2F32(x float32) float32 { return float32(math.Exp2(float64(x))) }
+
+// RoundTo rounds v to dtype d the way a kernel storing an fp32 value does
+// (F32: to float32; BF16/F16: through float32, nearest even; F64 and any
+// other dtype: unchanged).
+func RoundTo(d tensor.DType, v float64) float64 {
+	switch d {
+	case tensor.F32:
+		return float64(float32(v))
+	case tensor.BF16:
+		return formats.RoundBF16(v)
+	case tensor.F16:
+		return formats.RoundFP16(v)
+	}
+	return v
+}
+
+// Result is a combine's output: Out [N, L] and LSE [N].
+type Result struct {
+	Out, LSE []float64
+}
+
+// Combine combines every row of partialOut [N, S, L] and partialLSE [N, S]
+// (flat, row-major), giving the exact and the expected results. An invalid
+// lse is reported with its contract name, partial_lse[n,s].
+func Combine(partialOut, partialLSE []float64, n, s, l int, c Convention, outDType, lseDType tensor.DType) (exact, expected Result, err error) {
+	if len(partialLSE) != n*s {
+		return exact, expected, fmt.Errorf("partial_lse has %d values; [N=%d, S=%d] needs %d", len(partialLSE), n, s, n*s)
+	}
+	if len(partialOut) != n*s*l {
+		return exact, expected, fmt.Errorf("partial_out has %d values; [N=%d, S=%d, L=%d] needs %d", len(partialOut), n, s, l, n*s*l)
+	}
+	exact = Result{Out: make([]float64, n*l), LSE: make([]float64, n)}
+	expected = Result{Out: make([]float64, n*l), LSE: make([]float64, n)}
+	for r := 0; r < n; r++ {
+		o := partialOut[r*s*l : (r+1)*s*l]
+		lse := partialLSE[r*s : (r+1)*s]
+		if exact.LSE[r], err = CombineRowExact(o, lse, l, c, exact.Out[r*l:]); err != nil {
+			return exact, expected, rowError(r, err)
+		}
+		if expected.LSE[r], err = CombineRowExpected(o, lse, l, c, outDType, lseDType, expected.Out[r*l:]); err != nil {
+			return exact, expected, rowError(r, err)
+		}
+	}
+	return exact, expected, nil
+}
+
+func rowError(r int, err error) error {
+	if e, ok := err.(*LSEError); ok {
+		return fmt.Errorf("partial_lse[%d,%d] = %v: a partial lse must be finite, or -inf for an empty split", r, e.Split, e.Value)
+	}
+	return fmt.Errorf("row %d: %w", r, err)
+}
