@@ -201,7 +201,7 @@ func accOf(stored, input float64, neg bool) Accuracy {
 
 func (f *Minifloat) nanCode() uint8 {
 	if f.IEEENaN {
-		return uint8(f.maxExpField())<<f.MantBits | 1<<f.MantBits - 1
+		return uint8(f.maxExpField())<<f.MantBits | (1<<f.MantBits - 1) // all-ones exponent and mantissa
 	}
 	return uint8(1<<(f.ExpBits+f.MantBits) - 1)
 }
