@@ -168,5 +168,3 @@ func checkOutDType(d tensor.DType) error {
 	}
 	return fmt.Errorf("output dtype %s: want BF16, F16 or F32", d)
 }
-
-
