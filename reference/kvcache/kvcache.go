@@ -1,0 +1,339 @@
+// Package kvcache is the reference for MLA's paged latent cache: where a token
+// lives (block = slot / P, offset = slot % P), how its D = L + R values are
+// stored in each kv_cache_dtype (spec 3.4), how a writer fills it and how a
+// reader dequantizes it (spec 3.5).
+//
+// Three layouts, as the engines store them:
+//
+//	bf16        BF16 [NB, P, D], each row [kv_c (L) | k_pe (R)]
+//	fp8_e4m3    U8 or F8_E4M3 [NB, P, D], written e4m3_sat(x / k_scale), read e4m3 * k_scale
+//	fp8_ds_mla  U8 [NB, P, 656] (DeepSeek-V3.2, L = 512, R = 64):
+//	            [0,512) kv_c as E4M3, [512,528) four F32 tile scales (one per
+//	            128 latent values), [528,656) k_pe as 64 BF16, not quantized
+//
+// The row accessor (Cache.Row) is the inner loop of attention over long
+// contexts, so it decodes through tables built once and allocates nothing.
+package kvcache
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// Kind is a kv_cache_dtype value.
+type Kind string
+
+// The kv_cache_dtype values of spec 3.4.
+const (
+	BF16     Kind = "bf16"
+	FP8E4M3  Kind = "fp8_e4m3"
+	FP8DSMLA Kind = "fp8_ds_mla"
+)
+
+// Kinds lists the kv_cache_dtype values, for parameter validation.
+var Kinds = []string{string(BF16), string(FP8E4M3), string(FP8DSMLA)}
+
+// ScaleConvention is how an fp8_ds_mla writer derives a tile scale from the
+// tile's amax (the ds_mla_scale parameter). Readers multiply by the stored F32
+// either way; only the writer's bytes differ.
+type ScaleConvention string
+
+const (
+	// ScaleAmax is vLLM's concat_and_cache_ds_mla_kernel: the fp32 quotient
+	// amax / 448.f, then fmaxf(s, FLT_MIN).
+	ScaleAmax ScaleConvention = "amax"
+	// ScalePow2 is FlashMLA's tests/quant.py: the fp32 quotient amax / 448,
+	// clamped below at 1e-4, then 2^ceil(log2 s).
+	ScalePow2 ScaleConvention = "pow2"
+)
+
+// ScaleConventions lists the ds_mla_scale values.
+var ScaleConventions = []string{string(ScaleAmax), string(ScalePow2)}
+
+// The fixed fp8_ds_mla entry: 656 bytes a token.
+const (
+	DSLatent     = 512                    // L
+	DSRope       = 64                     // R
+	DSTile       = 128                    // latent values per tile scale
+	DSTiles      = DSLatent / DSTile      // 4
+	DSScaleOff   = DSLatent               // byte offset of the four F32 scales
+	DSRopeOff    = DSScaleOff + 4*DSTiles // byte offset of k_pe (528)
+	DSEntryBytes = DSRopeOff + 2*DSRope   // 656
+)
+
+// e4m3Max is the largest finite E4M3FN value, the divisor of amax in both tile
+// scale conventions.
+const e4m3Max = 448
+
+// Layout is how one cache stores its tokens.
+type Layout struct {
+	Kind     Kind
+	L, R     int // latent and rope dims (fp8_ds_mla: 512 and 64)
+	PageSize int // P, tokens per block
+	// DSScale is the fp8_ds_mla tile-scale convention of the writer.
+	DSScale ScaleConvention
+	// Saturate: fp8 writes clamp to ±448 (__NV_SATFINITE); when false they
+	// give NaN beyond 464, as PyTorch's .to(float8_e4m3fn) and __NV_NOSAT do.
+	Saturate bool
+}
+
+// NewLayout returns a validated layout with saturating fp8 writes and the
+// amax tile-scale convention; callers set DSScale and Saturate after.
+func NewLayout(kind Kind, l, r, pageSize int) (Layout, error) {
+	lay := Layout{Kind: kind, L: l, R: r, PageSize: pageSize, DSScale: ScaleAmax, Saturate: true}
+	return lay, lay.Validate()
+}
+
+// Validate reports a layout that no engine stores.
+func (l Layout) Validate() error {
+	switch l.Kind {
+	case BF16, FP8E4M3:
+	case FP8DSMLA:
+		if l.L != DSLatent || l.R != DSRope {
+			return fmt.Errorf("kv_cache_dtype fp8_ds_mla stores L = %d and R = %d only; got L = %d, R = %d", DSLatent, DSRope, l.L, l.R)
+		}
+		if l.DSScale != ScaleAmax && l.DSScale != ScalePow2 {
+			return fmt.Errorf("parameter ds_mla_scale = %q: want amax or pow2", l.DSScale)
+		}
+	default:
+		return fmt.Errorf("parameter kv_cache_dtype = %q: want bf16, fp8_e4m3 or fp8_ds_mla", l.Kind)
+	}
+	if l.L < 0 || l.R < 0 || l.L+l.R == 0 {
+		return fmt.Errorf("latent dim %d and rope dim %d: want L, R >= 0 and L+R > 0", l.L, l.R)
+	}
+	if l.PageSize <= 0 {
+		return fmt.Errorf("parameter page_size = %d: want a positive page size", l.PageSize)
+	}
+	return nil
+}
+
+// D is the number of values a token holds (L + R).
+func (l Layout) D() int { return l.L + l.R }
+
+// EntrySize is the cache tensor's last dimension: D elements, or 656 bytes
+// for fp8_ds_mla.
+func (l Layout) EntrySize() int {
+	if l.Kind == FP8DSMLA {
+		return DSEntryBytes
+	}
+	return l.D()
+}
+
+// CacheDTypes are the dtypes a cache of this layout may be stored as.
+func (l Layout) CacheDTypes() []tensor.DType {
+	switch l.Kind {
+	case BF16:
+		return []tensor.DType{tensor.BF16}
+	case FP8E4M3:
+		return []tensor.DType{tensor.U8, tensor.F8E4M3}
+	}
+	return []tensor.DType{tensor.U8}
+}
+
+// NeedsKScale reports whether the layout has a per-tensor k_scale.
+func (l Layout) NeedsKScale() bool { return l.Kind == FP8E4M3 }
+
+// Part names which region of a token's entry column col is in.
+type Part int
+
+// The regions of an entry (also the "part" signature coordinate).
+const (
+	PartLatent Part = 0
+	PartScale  Part = 1
+	PartRope   Part = 2
+)
+
+// PartOf returns the region of entry column col (an element index along the
+// cache's last dimension; a byte index for fp8_ds_mla) and, for fp8_ds_mla's
+// latent and scale columns, the 128-value tile it belongs to (-1 otherwise).
+func (l Layout) PartOf(col int) (Part, int) {
+	if l.Kind == FP8DSMLA {
+		switch {
+		case col < DSScaleOff:
+			return PartLatent, col / DSTile
+		case col < DSRopeOff:
+			return PartScale, (col - DSScaleOff) / 4
+		}
+		return PartRope, -1
+	}
+	if col < l.L {
+		return PartLatent, -1
+	}
+	return PartRope, -1
+}
+
+// checkCache reports a cache tensor whose dtype or shape the layout does not
+// allow, naming it by name.
+func (l Layout) checkCache(name string, t *tensor.Tensor) error {
+	if err := t.Check(); err != nil {
+		return fmt.Errorf("tensor %s: %v", name, err)
+	}
+	ok := false
+	for _, d := range l.CacheDTypes() {
+		ok = ok || t.DType == d
+	}
+	if !ok {
+		return fmt.Errorf("tensor %s has dtype %s; kv_cache_dtype %s stores %v", name, t.DType, l.Kind, l.CacheDTypes())
+	}
+	if len(t.Shape) != 3 || t.Shape[1] != l.PageSize || t.Shape[2] != l.EntrySize() {
+		return fmt.Errorf("tensor %s has shape %v; kv_cache_dtype %s with page_size %d wants [NB, %d, %d]",
+			name, t.Shape, l.Kind, l.PageSize, l.PageSize, l.EntrySize())
+	}
+	return nil
+}
+
+// CheckKScale reports a k_scale that cannot be divided by.
+func CheckKScale(k float64) error {
+	if !(k > 0) || math.IsInf(k, 0) {
+		return fmt.Errorf("tensor k_scale = %v: want a positive finite scale", k)
+	}
+	return nil
+}
+
+// Cache is a read-only view of a paged latent cache.
+type Cache struct {
+	Layout Layout
+	NB     int // number of blocks
+	KScale float64
+	data   []byte
+	// lut[q][code] is the dequantized value of an fp8_e4m3 code at
+	// precision q (see deqIndex); for fp8_ds_mla only lut[exact] is used, as
+	// the plain E4M3 decode table.
+	lut [4][256]float64
+}
+
+// The dequantization precisions a reader may emulate, indexed as lut is.
+const (
+	deqExact = iota // float64: e4m3 * scale, exact (a 4-bit by 24-bit product)
+	deqF32          // the product rounded to fp32 (vLLM's gather)
+	deqBF16         // the fp32 product rounded to bf16 (FlashMLA)
+	deqF16          // the fp32 product rounded to fp16
+)
+
+func deqIndex(d tensor.DType) int {
+	switch d {
+	case tensor.F64:
+		return deqExact
+	case tensor.F32:
+		return deqF32
+	case tensor.BF16:
+		return deqBF16
+	case tensor.F16:
+		return deqF16
+	}
+	panic(fmt.Sprintf("kvcache: dequantization to %q is not a precision (want F64, F32, BF16 or F16)", d))
+}
+
+// New checks that t is a cache of layout l and returns a view of it. kScale
+// is the per-tensor scale of fp8_e4m3 and is ignored otherwise.
+func New(t *tensor.Tensor, l Layout, kScale float64) (*Cache, error) {
+	return newCache("cache", t, l, kScale)
+}
+
+func newCache(name string, t *tensor.Tensor, l Layout, kScale float64) (*Cache, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	if err := l.checkCache(name, t); err != nil {
+		return nil, err
+	}
+	c := &Cache{Layout: l, NB: t.Shape[0], KScale: kScale, data: t.Data}
+	if l.Kind == FP8E4M3 {
+		if err := CheckKScale(kScale); err != nil {
+			return nil, err
+		}
+	}
+	ks32 := float32(kScale)
+	for code := 0; code < 256; code++ {
+		v := formats.E4M3FN.Decode(uint8(code))
+		if l.Kind != FP8E4M3 {
+			c.lut[deqExact][code] = v
+			continue
+		}
+		c.lut[deqExact][code] = v * float64(ks32)
+		p := float32(v) * ks32
+		c.lut[deqF32][code] = float64(p)
+		c.lut[deqBF16][code] = float64(formats.BF16Decode(formats.BF16Encode(p)))
+		c.lut[deqF16][code] = float64(formats.FP16Decode(formats.FP16Encode(p)))
+	}
+	return c, nil
+}
+
+// Slots is the number of token entries (NB * P).
+func (c *Cache) Slots() int { return c.NB * c.Layout.PageSize }
+
+// D is the number of values Row decodes.
+func (c *Cache) D() int { return c.Layout.D() }
+
+// Row decodes the token at (block, offset) into dst[:D]. deq is the precision
+// the reader dequantizes an fp8 value to: F64 for the exact value e4m3·scale,
+// F32 for the fp32 product (vLLM's gather), BF16 for the fp32 product rounded
+// to bf16 (FlashMLA, kv_dequant_dtype), F16 likewise. BF16 entries (the bf16
+// layout, fp8_ds_mla's rope part) are exact at every precision.
+//
+// Row does not check its arguments beyond what slice indexing does: callers
+// validate the block table first (Pages), as a kernel trusts its inputs.
+func (c *Cache) Row(block, offset int, dst []float64, deq tensor.DType) {
+	c.RowSlot(block*c.Layout.PageSize+offset, dst, deq)
+}
+
+// RowSlot is Row for slot = block*P + offset (sparse attention's indices).
+func (c *Cache) RowSlot(slot int, dst []float64, deq tensor.DType) {
+	l := &c.Layout
+	d := l.L + l.R
+	dst = dst[:d]
+	switch l.Kind {
+	case BF16:
+		b := c.data[2*d*slot : 2*d*(slot+1)]
+		for j := range dst {
+			dst[j] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*j:])) << 16))
+		}
+	case FP8E4M3:
+		lut := &c.lut[deqIndex(deq)]
+		b := c.data[d*slot : d*(slot+1)]
+		for j := range dst {
+			dst[j] = lut[b[j]]
+		}
+	case FP8DSMLA:
+		q := deqIndex(deq)
+		b := c.data[DSEntryBytes*slot : DSEntryBytes*(slot+1)]
+		dec := &c.lut[deqExact]
+		for tile := 0; tile < DSTiles; tile++ {
+			s := math.Float32frombits(binary.LittleEndian.Uint32(b[DSScaleOff+4*tile:]))
+			lat := b[tile*DSTile : (tile+1)*DSTile]
+			out := dst[tile*DSTile : (tile+1)*DSTile]
+			switch q {
+			case deqExact:
+				s64 := float64(s)
+				for j, code := range lat {
+					out[j] = dec[code] * s64
+				}
+			case deqF32:
+				for j, code := range lat {
+					out[j] = float64(float32(dec[code]) * s)
+				}
+			case deqBF16:
+				for j, code := range lat {
+					out[j] = float64(formats.BF16Decode(formats.BF16Encode(float32(dec[code]) * s)))
+				}
+			default:
+				for j, code := range lat {
+					out[j] = float64(formats.FP16Decode(formats.FP16Encode(float32(dec[code]) * s)))
+				}
+			}
+		}
+		rope := b[DSRopeOff:]
+		for j := 0; j < DSRope; j++ {
+			dst[DSLatent+j] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(rope[2*j:])) << 16))
+		}
+	}
+}
+
+// TileScale returns the stored F32 scale of fp8_ds_mla tile (0..3) of a slot.
+func (c *Cache) TileScale(slot, tile int) float32 {
+	return math.Float32frombits(binary.LittleEndian.Uint32(c.data[DSEntryBytes*slot+DSScaleOff+4*tile:]))
+}

@@ -1,0 +1,367 @@
+package kvcache
+
+import (
+	"encoding/binary"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+func bf16(shape []int, vals ...float64) *tensor.Tensor {
+	return tensor.FromFloat64s(tensor.BF16, shape, vals)
+}
+
+func mustLayout(t *testing.T, k Kind, l, r, p int) Layout {
+	t.Helper()
+	lay, err := NewLayout(k, l, r, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lay
+}
+
+// TestWriteBF16ByHand: 2 blocks of P = 4 tokens, L = 2, R = 1 (D = 3). The
+// cache starts filled with bf16 -7 (0xC0E0: sign 1, exponent 129, mantissa
+// .75 -> 0xC0E0) so that an unwritten entry is visible.
+func TestWriteBF16ByHand(t *testing.T) {
+	lay := mustLayout(t, BF16, 2, 1, 4)
+	before := tensor.New(tensor.BF16, 2, 4, 3)
+	for i := 0; i < before.Len(); i++ {
+		binary.LittleEndian.PutUint16(before.Data[2*i:], 0xC0E0)
+	}
+	keep := before.Clone()
+	// token 0 -> slot 5 (block 1, offset 1); token 1 skipped; token 2 -> slot 2 (block 0, offset 2)
+	kvc := bf16([]int{3, 2}, 1, -2, 3, 0.25, 0.5, -0.375)
+	kpe := bf16([]int{3, 1}, 0.5, -1, 65504)
+	w, err := Write(before, kvc, kpe, []int64{5, -1, 2}, lay, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const u = 0xC0E0 // untouched
+	want := []uint16{
+		// block 0
+		u, u, u, // offset 0
+		u, u, u, // offset 1
+		// offset 2 = token 2: 0.5 = 2^-1 -> 0x3F00; -0.375 = -1.5*2^-2 -> 0xBEC0;
+		// 65504 = 1.1111111111 (binary) * 2^15: bf16 keeps 7 fraction bits and the
+		// dropped 111 is above half an ulp, so it rounds up to 2^16 = 0x4780
+		0x3F00, 0xBEC0, 0x4780,
+		u, u, u, // offset 3
+		// block 1
+		u, u, u,
+		0x3F80, 0xC000, 0x3F00, // offset 1 = token 0: 1.0 -> 0x3F80; -2 -> 0xC000; 0.5 -> 0x3F00
+		u, u, u,
+		u, u, u,
+	}
+	for i, wv := range want {
+		if got := binary.LittleEndian.Uint16(w.After.Data[2*i:]); got != wv {
+			t.Errorf("element %d: got %#04x, want %#04x", i, got, wv)
+		}
+	}
+	if string(w.Exact.Data) != string(w.After.Data) {
+		t.Error("bf16 write: Exact and After differ (a copy has no arithmetic)")
+	}
+	if string(before.Data) != string(keep.Data) {
+		t.Error("Write modified cache_before")
+	}
+	wantTok := []int32{-1, -1, 2, -1, -1, 0, -1, -1}
+	for s, tok := range w.TokenAt {
+		if tok != wantTok[s] {
+			t.Errorf("TokenAt[%d] = %d, want %d", s, tok, wantTok[s])
+		}
+	}
+}
+
+// TestWriteFP8ByHand: per-tensor fp8_e4m3, L = 3, R = 2, k_scale = 0.5, so
+// each code is e4m3(2x). E4M3FN: 1 sign, 4 exponent (bias 7), 3 mantissa.
+func TestWriteFP8ByHand(t *testing.T) {
+	cases := []struct {
+		x        float64
+		sat, nos uint8
+		why      string
+	}{
+		{1, 0x40, 0x40, "2 = 1.0*2^1: exp 8 -> 0 1000 000"},
+		{-3, 0xCC, 0xCC, "-6 = -1.5*2^2: exp 9, mant 100 -> 1 1001 100"},
+		{1.0625, 0x40, 0x40, "2.125 is the midpoint of 2 (mant 000) and 2.25 (001): even -> 2"},
+		{1.1875, 0x42, 0x42, "2.375 is the midpoint of 2.25 (001) and 2.5 (010): even -> 2.5 = 0 1000 010"},
+		{0.0078125, 0x08, 0x08, "2^-6, the smallest normal: exp 1, mant 0"},
+		{300, 0x7E, 0x7F, "600 > 448: saturates to 448 = 0 1111 110, or NaN (0x7F) when not saturating"},
+		{232, 0x7E, 0x7E, "464 is the midpoint of 448 and 480: ties to 448 either way"},
+		{-0.0009765625, 0x81, 0x81, "-2^-9, the smallest subnormal: 1 0000 001"},
+		{0x1p-11, 0x00, 0x00, "2^-10 is half the smallest subnormal 2^-9: tie to even -> +0"},
+	}
+	for _, sat := range []bool{true, false} {
+		lay := mustLayout(t, FP8E4M3, 3, 2, 2)
+		lay.Saturate = sat
+		// one block, two slots; 9 values split over two tokens of 5 (pad with 0)
+		vals := make([]float64, 10)
+		for i, c := range cases {
+			vals[i] = c.x
+		}
+		kvc := bf16([]int{2, 3}, vals[0], vals[1], vals[2], vals[5], vals[6], vals[7])
+		kpe := bf16([]int{2, 2}, vals[3], vals[4], vals[8], vals[9])
+		before := tensor.New(tensor.U8, 1, 2, 5)
+		w, err := Write(before, kvc, kpe, []int64{0, 1}, lay, 0.5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range cases {
+			want := c.sat
+			if !sat {
+				want = c.nos
+			}
+			if got := w.After.Data[i]; got != want {
+				t.Errorf("saturate=%v x=%v: got %#02x, want %#02x (%s)", sat, c.x, got, want, c.why)
+			}
+			if got := w.Exact.Data[i]; got != want {
+				t.Errorf("saturate=%v x=%v: exact got %#02x, want %#02x", sat, c.x, got, want)
+			}
+		}
+	}
+}
+
+// TestDSMLAEntryByHand builds one token's 656 bytes from values whose codes
+// and scales are worked out in the comments, for both scale conventions.
+func TestDSMLAEntryByHand(t *testing.T) {
+	kv := make([]float64, 512)
+	kv[0], kv[1], kv[2] = 448, -224, 1 // tile 0: amax 448
+	kv[128], kv[129] = 100, -50        // tile 1: amax 100
+	kv[256] = 896                      // tile 2: amax 896
+	// tile 3: all zero
+	pe := make([]float64, 64)
+	pe[0], pe[1] = 1, -2
+
+	want := map[ScaleConvention]map[int]byte{}
+	put := func(m map[int]byte, off int, b ...byte) {
+		for i, v := range b {
+			m[off+i] = v
+		}
+	}
+	// amax convention: s = fp32(amax/448), at least FLT_MIN.
+	am := map[int]byte{}
+	// tile 0: s = 1.0 (0x3F800000, little-endian 00 00 80 3F);
+	// 448 -> 0 1111 110 = 0x7E; -224 = -1.75*2^7 -> 1 1110 110 = 0xF6; 1 -> 0 0111 000 = 0x38
+	put(am, 0, 0x7E, 0xF6, 0x38)
+	put(am, 512, 0x00, 0x00, 0x80, 0x3F)
+	// tile 1: s = fp32(100/448) = 0.22321428358554840 = 0x3E649249 (Python
+	// struct.pack('<f', 100/448)); 100/s = 448.0000043 -> 448 = 0x7E;
+	// -50/s = -224.0000021 -> 0xF6
+	put(am, 128, 0x7E, 0xF6)
+	put(am, 516, 0x49, 0x92, 0x64, 0x3E)
+	// tile 2: s = 2.0 (0x40000000); 896/2 = 448 -> 0x7E
+	put(am, 256, 0x7E)
+	put(am, 520, 0x00, 0x00, 0x00, 0x40)
+	// tile 3: amax 0 -> FLT_MIN = 2^-126 = 0x00800000; codes 0
+	put(am, 524, 0x00, 0x00, 0x80, 0x00)
+	want[ScaleAmax] = am
+
+	// pow2 convention: s = 2^ceil(log2(max(amax/448, 1e-4))).
+	p2 := map[int]byte{}
+	put(p2, 0, 0x7E, 0xF6, 0x38) // tile 0: 448/448 = 1 = 2^0 -> s = 1, codes as above
+	put(p2, 512, 0x00, 0x00, 0x80, 0x3F)
+	// tile 1: 100/448 = 0.223 = 2^-2.16 -> s = 2^-2 = 0.25 (0x3E800000);
+	// 100/0.25 = 400 = 12.5 * 32 (the 256..512 binade steps by 32): tie
+	// between 384 (mant 100) and 416 (101) -> even 384 = 0 1111 100 = 0x7C;
+	// -50/0.25 = -200 = -12.5 * 16: tie -> -192 = 1 1110 100 = 0xF4
+	put(p2, 128, 0x7C, 0xF4)
+	put(p2, 516, 0x00, 0x00, 0x80, 0x3E)
+	// tile 2: 896/448 = 2 -> s = 2 (0x40000000); 448 -> 0x7E
+	put(p2, 256, 0x7E)
+	put(p2, 520, 0x00, 0x00, 0x00, 0x40)
+	// tile 3: max(0, 1e-4) = 2^-13.29 -> s = 2^-13: exponent 127-13 = 114 =
+	// 0b01110010 -> bits 0 01110010 0... = 0x39000000
+	put(p2, 524, 0x00, 0x00, 0x00, 0x39)
+	want[ScalePow2] = p2
+
+	for conv, m := range want {
+		// rope: bf16 1.0 = 0x3F80 (80 3F), -2 = 0xC000 (00 C0)
+		put(m, 528, 0x80, 0x3F, 0x00, 0xC0)
+		lay := mustLayout(t, FP8DSMLA, 512, 64, 2)
+		lay.DSScale = conv
+		before := tensor.New(tensor.U8, 1, 2, 656)
+		for i := range before.Data {
+			before.Data[i] = 0xAB
+		}
+		w, err := Write(before, bf16([]int{1, 512}, kv...), bf16([]int{1, 64}, pe...), []int64{1}, lay, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 656; i++ {
+			if got := w.After.Data[i]; got != 0xAB {
+				t.Fatalf("%s: slot 0 byte %d = %#02x, was 0xAB and no token is there", conv, i, got)
+			}
+			wb := m[i] // zero where not listed
+			if got := w.After.Data[656+i]; got != wb {
+				t.Errorf("%s: byte %d = %#02x, want %#02x", conv, i, got, wb)
+			}
+			if got := w.Exact.Data[656+i]; got != wb {
+				t.Errorf("%s: exact byte %d = %#02x, want %#02x", conv, i, got, wb)
+			}
+		}
+	}
+}
+
+func TestWriteInputErrors(t *testing.T) {
+	lay := mustLayout(t, BF16, 2, 1, 4)
+	kvc := bf16([]int{2, 2}, 1, 2, 3, 4)
+	kpe := bf16([]int{2, 1}, 1, 2)
+	cache := tensor.New(tensor.BF16, 2, 4, 3)
+	fp8 := mustLayout(t, FP8E4M3, 2, 1, 4)
+	ds := mustLayout(t, FP8DSMLA, 512, 64, 4)
+	cases := []struct {
+		name   string
+		before *tensor.Tensor
+		kvc    *tensor.Tensor
+		slots  []int64
+		lay    Layout
+		kScale float64
+		want   string
+	}{
+		{"slot past the cache", cache, kvc, []int64{3, 8}, lay, 0, "slot_mapping[1] = 8 is outside the cache (NB*P = 2*4 = 8)"},
+		{"two tokens one slot", cache, kvc, []int64{6, 6}, lay, 0, "slot_mapping[1] = 6 repeats slot_mapping[0]"},
+		{"more slots than tokens", cache, kvc, []int64{0, 1, 2}, lay, 0, "tensor slot_mapping has 3 tokens but kv_c has only 2 rows"},
+		{"wrong cache dtype", cache, kvc, []int64{0}, fp8, 1, "tensor cache_before has dtype BF16; kv_cache_dtype fp8_e4m3 stores [U8 F8_E4M3]"},
+		{"wrong page size", tensor.New(tensor.BF16, 2, 2, 3), kvc, []int64{0}, lay, 0, "tensor cache_before has shape [2 2 3]; kv_cache_dtype bf16 with page_size 4 wants [NB, 4, 3]"},
+		{"wrong latent width", cache, bf16([]int{1, 3}, 1, 2, 3), []int64{0}, lay, 0, "tensor kv_c has shape [1 3]; want [T, 2] (L = 2)"},
+		{"zero k_scale", tensor.New(tensor.U8, 2, 4, 3), kvc, []int64{0}, fp8, 0, "tensor k_scale = 0: want a positive finite scale"},
+		{"ds_mla entry", tensor.New(tensor.U8, 2, 4, 576), kvc, []int64{0}, ds, 0, "tensor cache_before has shape [2 4 576]; kv_cache_dtype fp8_ds_mla with page_size 4 wants [NB, 4, 656]"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pe := kpe
+			if c.kvc.Shape[0] != 2 {
+				pe = bf16([]int{c.kvc.Shape[0], 1}, make([]float64, c.kvc.Shape[0])...)
+			}
+			_, err := Write(c.before, c.kvc, pe, c.slots, c.lay, c.kScale)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+	if _, err := NewLayout(FP8DSMLA, 8, 2, 4); err == nil || !strings.Contains(err.Error(), "L = 8, R = 2") {
+		t.Errorf("fp8_ds_mla with L = 8: got %v", err)
+	}
+}
+
+// TestNegativeSlotsLeaveBytes: only the entries of non-negative slots change,
+// whatever the cache held (random bytes, NaN poison).
+func TestNegativeSlotsLeaveBytes(t *testing.T) {
+	for _, kind := range []Kind{BF16, FP8E4M3, FP8DSMLA} {
+		l, r := 4, 2
+		if kind == FP8DSMLA {
+			l, r = 512, 64
+		}
+		lay := mustLayout(t, kind, l, r, 4)
+		e := lay.EntrySize()
+		dt := lay.CacheDTypes()[0]
+		before := tensor.New(dt, 3, 4, e)
+		rng := uint32(12345)
+		for i := range before.Data {
+			rng = rng*1664525 + 1013904223
+			before.Data[i] = byte(rng >> 24)
+		}
+		n := 5
+		kv := make([]float64, n*l)
+		pe := make([]float64, n*r)
+		for i := range kv {
+			kv[i] = float64(i%13) - 6
+		}
+		for i := range pe {
+			pe[i] = float64(i%7) * 0.5
+		}
+		slots := []int64{-1, 7, -1, 0, 11}
+		w, err := Write(before, bf16([]int{n, l}, kv...), bf16([]int{n, r}, pe...), slots, lay, 0.25)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eb := e * dt.Size()
+		for s := 0; s < 12; s++ {
+			written := s == 7 || s == 0 || s == 11
+			same := string(w.After.Data[s*eb:(s+1)*eb]) == string(before.Data[s*eb:(s+1)*eb])
+			if !written && !same {
+				t.Errorf("%s: slot %d changed but no token has it", kind, s)
+			}
+			if written && same {
+				t.Errorf("%s: slot %d unchanged but token written there", kind, s)
+			}
+		}
+	}
+}
+
+// TestEquivalent: what a correct writer may also leave, and what it may not.
+func TestEquivalent(t *testing.T) {
+	// fp8_e4m3: x = 1.0625 with k_scale 0.5 is the tie 2.125 between 0x40
+	// and 0x41; x = 1 (q = 2) is not near any midpoint.
+	lay := mustLayout(t, FP8E4M3, 2, 1, 2)
+	before := tensor.New(tensor.U8, 1, 2, 3)
+	before.Data[5] = 0x33
+	w, err := Write(before, bf16([]int{1, 2}, 1.0625, 1), bf16([]int{1, 1}, 0), []int64{0}, lay, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(name string, i int, actual float64, want bool) {
+		t.Helper()
+		if got := w.Equivalent(i, actual); got != want {
+			t.Errorf("%s: Equivalent(%d, %v) = %v, want %v", name, i, actual, got, want)
+		}
+	}
+	check("tie rounded up", 0, 0x41, true)
+	check("tie off by two codes", 0, 0x42, false)
+	check("no tie, next code", 1, 0x41, false)
+	check("-0 for +0", 2, 0x80, true)
+	check("stray write in an unwritten slot", 5, 0x34, false)
+
+	// fp8_ds_mla amax: a scale one fp32 ulp off is fine, a pow2 scale is not.
+	ds := mustLayout(t, FP8DSMLA, 512, 64, 1)
+	kv := make([]float64, 512)
+	kv[0] = 100 // tile 0 amax 100: s = 0x3E649249
+	dsBefore := tensor.New(tensor.U8, 1, 1, 656)
+	w, err = Write(dsBefore, bf16([]int{1, 512}, kv...), bf16([]int{1, 64}, make([]float64, 64)...), []int64{0}, ds, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("scale low byte +1 ulp", 512, 0x4A, true)
+	check("scale low byte of pow2 0.25 (0x3E800000)", 512, 0x00, false)
+	check("scale high byte of pow2 0.25", 514, 0x80, false)
+	check("rope byte changed", 528, 1, false)
+
+	// pow2: amax 448*2^-3 = 56: the quotient is exactly 2^-3, so fp32 log2
+	// may land on either side: 2^-3 and 2^-2 are both correct.
+	ds.DSScale = ScalePow2
+	kv[0] = 56
+	w, err = Write(dsBefore, bf16([]int{1, 512}, kv...), bf16([]int{1, 64}, make([]float64, 64)...), []int64{0}, ds, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := math.Float32frombits(binary.LittleEndian.Uint32(w.After.Data[512:])); got != 0.125 {
+		t.Fatalf("pow2 scale for amax 56 = %v, want 0.125", got)
+	}
+	// 0.25 = 0x3E800000: byte 2 is 0x80 (0.125 = 0x3E000000 has 0x00)
+	check("pow2 neighbour at an exact power of two", 514, 0x80, true)
+	// with s = 0.25, 56/0.25 = 224 -> 0x76 instead of 448 -> 0x7E
+	check("code under the neighbour scale", 0, 0x76, true)
+	check("code under no correct scale", 0, 0x6E, false)
+}
+
+func TestTileScaleConventions(t *testing.T) {
+	for _, c := range []struct {
+		amax         float64
+		wantA, wantP float32
+		why          string
+	}{
+		{448, 1, 1, "448/448 = 1 = 2^0"},
+		{100, math.Float32frombits(0x3E649249), 0.25, "fp32(100/448); 2^ceil(-2.16) = 2^-2"},
+		{449, math.Float32frombits(0x3F804925), 2, "fp32(449/448) = 1.00223214... = 0x3F804925 (Python struct); just over 2^0 -> 2^1"},
+		{0, 0x1p-126, 0x1p-13, "FLT_MIN; 2^ceil(log2 1e-4) = 2^ceil(-13.29) = 2^-13"},
+		{0.01, math.Float32frombits(0x37BB3EE7), 0x1p-13, "fp32(0.01/448) = 0x37BB3EE7 (Python struct), below the 1e-4 clamp in pow2 only"},
+	} {
+		if got := TileScale(c.amax, ScaleAmax); got != c.wantA {
+			t.Errorf("amax convention, amax %v: %v (%#08x), want %v (%s)", c.amax, got, math.Float32bits(got), c.wantA, c.why)
+		}
+		if got := TileScale(c.amax, ScalePow2); got != c.wantP {
+			t.Errorf("pow2 convention, amax %v: %v, want %v (%s)", c.amax, got, c.wantP, c.why)
+		}
+	}
+}
