@@ -231,10 +231,12 @@ func deqIndex(d tensor.DType) int {
 // New checks that t is a cache of layout l and returns a view of it. kScale
 // is the per-tensor scale of fp8_e4m3 and is ignored otherwise.
 func New(t *tensor.Tensor, l Layout, kScale float64) (*Cache, error) {
-	return newCache("cache", t, l, kScale)
+	return NewNamed("cache", t, l, kScale)
 }
 
-func newCache(name string, t *tensor.Tensor, l Layout, kScale float64) (*Cache, error) {
+// NewNamed is New for a cache tensor the contract calls name (k_cache,
+// kv_cache...), so that errors name it.
+func NewNamed(name string, t *tensor.Tensor, l Layout, kScale float64) (*Cache, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,188 @@
+// Package dsa is the reference for DeepSeek Sparse Attention's lightning
+// indexer (spec 3.9): for each request b and each cached token t < seq_len,
+//
+//	score[b, t] = Σ_h w[b, h] · relu(q[b, h] · k_t)
+//
+// over a paged BF16 key cache [NB, P, Dk] (Dk = 128), -inf past seq_len, and
+// the top-k tokens by score. The top-k set is what matters downstream (the
+// sparse attention reads those tokens), and a correct fp32 kernel may order
+// nearly equal scores differently, so a top-k entry is judged by its score,
+// not by its position.
+package dsa
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/kcheck-dev/kcheck/reference/kvcache"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// Input is one indexer invocation.
+type Input struct {
+	Q       *tensor.Tensor // [B, Hi, Dk], any float dtype (the contract's is BF16)
+	KCache  *tensor.Tensor // BF16 [NB, P, Dk]
+	Weights *tensor.Tensor // [B, Hi], any float dtype (F32)
+	Pages   *kvcache.Pages // block_table and seq_lens, validated against KCache
+}
+
+// Scores holds the indexer scores of every request, row-major [B, MaxSeq].
+type Scores struct {
+	B, MaxSeq int
+	SeqLens   []int
+	// Exact accumulates in float64; Expected is a correct fp32 kernel: each
+	// dot product q_h·k_t summed in fp32 in index order (the bf16 products
+	// are exact in fp32), relu, times w_h rounded to fp32, summed over heads
+	// in fp32. Both are -inf past seq_len.
+	Exact, Expected []float64
+	// Bound[i] bounds |fp32 evaluation - exact| for any summation order:
+	// γ_n · Σ_h |w_h| Σ_d |q_hd k_td| with n = Dk + Hi + 1 roundings on the
+	// longest path (Higham, Accuracy and Stability, 3.1), u = 2^-24. 0 past
+	// seq_len.
+	Bound []float64
+
+	kthK   int
+	kthTok []int // per request, the token of the k-th largest exact score (k = kthK), -1 when seq_len <= k
+}
+
+// Compute returns the scores of in over MaxSeq = maxSeq columns (every
+// seq_len must fit; 0 means max(seq_lens)). Errors name the tensor.
+func Compute(in Input, maxSeq int) (*Scores, error) {
+	q, w, p := in.Q, in.Weights, in.Pages
+	if err := q.Check(); err != nil {
+		return nil, fmt.Errorf("tensor q: %v", err)
+	}
+	if err := w.Check(); err != nil {
+		return nil, fmt.Errorf("tensor weights: %v", err)
+	}
+	if len(q.Shape) != 3 || !q.DType.IsFloat() {
+		return nil, fmt.Errorf("tensor q has shape %v and dtype %s; want BF16 [B, Hi, Dk]", q.Shape, q.DType)
+	}
+	b, hi, dk := q.Shape[0], q.Shape[1], q.Shape[2]
+	if len(w.Shape) != 2 || w.Shape[0] != b || w.Shape[1] != hi || !w.DType.IsFloat() {
+		return nil, fmt.Errorf("tensor weights has shape %v and dtype %s; want F32 [%d, %d] (q is [B, Hi, Dk] = %v)", w.Shape, w.DType, b, hi, q.Shape)
+	}
+	if p.B() != b {
+		return nil, fmt.Errorf("tensor seq_lens has %d entries but q has %d requests", p.B(), b)
+	}
+	lay := kvcache.Layout{Kind: kvcache.BF16, L: dk, PageSize: p.PageSize, Saturate: true}
+	kc, err := kvcache.NewNamed("k_cache", in.KCache, lay, 0)
+	if err != nil {
+		return nil, err
+	}
+	longest := 0
+	for i, n := range p.SeqLens {
+		if n > longest {
+			longest = n
+		}
+		if maxSeq > 0 && n > maxSeq {
+			return nil, fmt.Errorf("seq_lens[%d] = %d exceeds the scores tensor's %d columns", i, n, maxSeq)
+		}
+	}
+	if maxSeq <= 0 {
+		maxSeq = longest
+	}
+	s := &Scores{B: b, MaxSeq: maxSeq, SeqLens: p.SeqLens,
+		Exact: make([]float64, b*maxSeq), Expected: make([]float64, b*maxSeq), Bound: make([]float64, b*maxSeq)}
+	n := float64(dk + hi + 1)
+	gamma := n * 0x1p-24 / (1 - n*0x1p-24)
+	qv := make([]float64, hi*dk)
+	wv := make([]float64, hi)
+	kv := make([]float64, dk)
+	for r := 0; r < b; r++ {
+		q.RowInto(qv, r*hi*dk, hi*dk)
+		w.RowInto(wv, r*hi, hi)
+		for t := 0; t < maxSeq; t++ {
+			i := r*maxSeq + t
+			if t >= p.SeqLens[r] {
+				s.Exact[i], s.Expected[i] = math.Inf(-1), math.Inf(-1)
+				continue
+			}
+			blk, off := p.Locate(r, t)
+			kc.Row(blk, off, kv, tensor.F64)
+			var exact, mag float64
+			var acc32 float32
+			for h := 0; h < hi; h++ {
+				qh := qv[h*dk : (h+1)*dk]
+				var d64, a64 float64
+				var d32 float32
+				for j, k := range kv {
+					d64 += qh[j] * k
+					a64 += math.Abs(qh[j] * k)
+					d32 = float32(d32 + float32(qh[j]*k)) // conversions forbid FMA fusion
+				}
+				exact += wv[h] * math.Max(d64, 0)
+				mag += math.Abs(wv[h]) * a64
+				acc32 = float32(acc32 + float32(float32(wv[h])*max(d32, 0)))
+			}
+			s.Exact[i], s.Expected[i], s.Bound[i] = exact, float64(acc32), gamma*mag
+		}
+	}
+	return s, nil
+}
+
+// TopK returns the top k tokens of every request ([B, k] row-major, -1
+// padded) by the exact scores and by the expected ones, and remembers the
+// k-th exact score of each request for TopKAccepts.
+func (s *Scores) TopK(k int) (exact, expected []int32) {
+	exact = make([]int32, 0, s.B*k)
+	expected = make([]int32, 0, s.B*k)
+	s.kthK, s.kthTok = k, make([]int, s.B)
+	for b := 0; b < s.B; b++ {
+		lo, n := b*s.MaxSeq, s.SeqLens[b]
+		ex := TopK(s.Exact[lo:lo+n], n, k)
+		exact = append(exact, ex...)
+		expected = append(expected, TopK(s.Expected[lo:lo+n], n, k)...)
+		s.kthTok[b] = -1
+		if k > 0 && n > k {
+			s.kthTok[b] = int(ex[k-1])
+		}
+	}
+	return exact, expected
+}
+
+// TopK returns the indices of the k largest values of row[:seqLen], largest
+// first, equal values by lower index, -1 padded to k. NaN scores rank last
+// and are never chosen.
+func TopK(row []float64, seqLen, k int) []int32 {
+	idx := make([]int32, 0, seqLen)
+	for t := 0; t < seqLen && t < len(row); t++ {
+		if !math.IsNaN(row[t]) {
+			idx = append(idx, int32(t))
+		}
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return row[idx[a]] > row[idx[b]] })
+	out := make([]int32, k)
+	for j := range out {
+		out[j] = -1
+		if j < len(idx) {
+			out[j] = idx[j]
+		}
+	}
+	return out
+}
+
+// TopKAccepts reports whether actual is a correct entry of request b's top-k
+// (k entries), in any position: -1 when seq_len < k (there must be padding),
+// or a token t < seq_len whose exact score is not below the k-th largest by
+// more than the two scores' fp32 error bounds (a tie within the noise is not
+// a fault). It cannot see the other entries: a token listed twice passes here
+// and must be caught by a set check.
+func (s *Scores) TopKAccepts(b, k int, actual int64) bool {
+	n := s.SeqLens[b]
+	if actual == -1 {
+		return n < k
+	}
+	if actual < 0 || actual >= int64(n) || k <= 0 {
+		return false
+	}
+	if n <= k {
+		return true
+	}
+	if s.kthK != k || s.kthTok == nil {
+		s.TopK(k)
+	}
+	lo, kth, a := b*s.MaxSeq, s.kthTok[b], int(actual)
+	return s.Exact[lo+a]+s.Bound[lo+a] >= s.Exact[lo+kth]-s.Bound[lo+kth]
+}
