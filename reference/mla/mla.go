@@ -1,0 +1,712 @@
+// Package mla is the reference for absorbed multi-head latent attention
+// decode over a paged latent cache (spec 3.6 `mla_decode`, 3.7
+// `mla_decode_sparse`), FlashMLA's layout: every query head attends the same
+// cache rows k_j = [c_kv (L) | k_pe (R)] (D = L + R), with the latent query
+// q = [q_nope·W_UK (L) | q_pe (R)] already absorbed, and the values are the
+// first L columns of the same rows:
+//
+//	score_j = softmax_scale · q·k_j,  p = softmax(score),  out = Σ_j p_j·k_j[:L],  lse = log Σ_j exp(score_j)
+//
+// Two answers are computed in one pass over the cache. Exact is float64
+// throughout (q and the cache as stored, fp8 entries dequantized exactly,
+// e4m3·scale), online softmax over blocks of 64 tokens. Expected is what a
+// correct kernel of the declared Precision writes, with FlashMLA's
+// (FlashAttention-2's) arithmetic in this fixed order:
+//
+//  1. each cache row dequantized to Precision.KVDequant (the fp32 product
+//     e4m3·scale rounded to bf16); q as stored;
+//  2. scores s = q·k accumulated in Precision.Acc over k-blocks of 16 (a
+//     tensor-core MMA's k: the 16 products summed in float64, the block sum
+//     added to the accumulator with one rounding);
+//  3. online softmax over blocks of 64 tokens, in fp32 whatever Acc says
+//     (the softmax statistics are not MMA accumulators): running raw max m;
+//     p = exp2f(fma(s, scale·log2e, -fp32(m·scale·log2e))); on a new max the
+//     running sum and output are rescaled by exp2f(fp32(m_old - m_new)·scale·log2e);
+//     the running sum adds the unrounded p;
+//  4. P rounded to Precision.P before the PV product;
+//  5. PV accumulated in Acc one token at a time, in token order, so that
+//     Acc = BF16 is the precision fault it is in a real kernel;
+//  6. out = fp32(acc·fp32(1/sum)) rounded to the output dtype;
+//     lse = fp32(m·scale + logf(sum)) (base 2: m·scale·log2e + log2f(sum)).
+//
+// Empty rows (no token visible) have out 0 and lse = lse_empty; empty split-K
+// partials have out 0 and lse -inf whatever lse_empty says.
+//
+// Cost and determinism: the cache is read through kvcache.Cache one row at a
+// time, each row decoded once per unit of work and used for every head and
+// query position of the unit, so memory stays bounded by a few chunks of
+// rows however long the context. Units (request × head group, × split for
+// partials, × query position for sparse) run in parallel; every output
+// element is computed by exactly one unit in a fixed token order, so the
+// results are bit-identical whatever GOMAXPROCS or Config.Workers is.
+package mla
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/kvcache"
+	"github.com/kcheck-dev/kcheck/reference/splitk"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// Block is the number of tokens of one online-softmax step (FlashMLA's
+// block_size_n). Both answers step by it; changing it changes Expected's
+// rounding, not its correctness.
+const Block = 64
+
+// MMAK is the k-depth of one emulated tensor-core MMA in the Expected score
+// accumulation.
+const MMAK = 16
+
+// Config holds a decode's parameters.
+type Config struct {
+	// SoftmaxScale multiplies q·k (spec 3.6: no default).
+	SoftmaxScale float64
+	// Causal masks bottom-right: query i of s_q sees tokens < seq_len - s_q + 1 + i.
+	// (Dense decode only: the sparse indices already say what a query sees.)
+	Causal bool
+	// LSE is the lse base and the empty-row lse of the final lse.
+	LSE splitk.Convention
+	// Workers bounds the goroutines (0: GOMAXPROCS). It never changes results.
+	Workers int
+}
+
+// Precision is the declared precision the Expected answer emulates, and the
+// dtypes the outputs are stored in.
+type Precision struct {
+	Acc, P, KVDequant      tensor.DType // F64, F32, BF16 or F16
+	Out, LSE               tensor.DType // final outputs' dtypes
+	PartialOut, PartialLSE tensor.DType // split-K partials' dtypes
+}
+
+// DefaultPrecision is the engines': fp32 accumulation, bf16 P and dequantized
+// KV, bf16 out, fp32 lse and partials.
+func DefaultPrecision() Precision {
+	return Precision{Acc: tensor.F32, P: tensor.BF16, KVDequant: tensor.BF16,
+		Out: tensor.BF16, LSE: tensor.F32, PartialOut: tensor.F32, PartialLSE: tensor.F32}
+}
+
+// Query is q [B, SQ, H, D], values as stored.
+type Query struct {
+	B, SQ, H, D int
+	Data        []float64
+}
+
+// Dense is a paged decode's input: every query of request b attends tokens
+// [0, seq_lens[b]) (causally masked when Config.Causal) through the block table.
+type Dense struct {
+	Q     Query
+	Cache *kvcache.Cache
+	Pages *kvcache.Pages
+}
+
+// Sparse is a DSA decode's input: query (b, i) attends the cache slots
+// Indices[b, i, :] (block*P + offset); -1 or a slot outside the cache is not
+// attended. A slot listed twice is attended twice, as a kernel would.
+type Sparse struct {
+	Q       Query
+	Cache   *kvcache.Cache
+	TopK    int
+	Indices []int64 // [B, SQ, TopK]
+}
+
+// Outputs are a decode's outputs: Out [B, SQ, H, L] and LSE [B, H, SQ] (the
+// lse axes are ordered as FlashMLA stores them).
+type Outputs struct {
+	Out, LSE []float64
+}
+
+// Partials are split-K intermediates: Out [B, SQ, H, S, L] (each split
+// normalized by its own sum) and LSE [B, SQ, H, S], over the token ranges
+// Bounds [B, S+1].
+type Partials struct {
+	S        int
+	Bounds   []int
+	Out, LSE []float64
+}
+
+// Visible is the number of tokens query i of sq sees in a request of seqLen
+// tokens: seqLen, or with the bottom-right causal mask seqLen - sq + 1 + i
+// (clamped to [0, seqLen]).
+func Visible(seqLen, sq, i int, causal bool) int {
+	if !causal {
+		return seqLen
+	}
+	return max(0, min(seqLen, seqLen-sq+1+i))
+}
+
+// DefaultBounds is the split of spec 3.6 when split_bounds is absent:
+// ceil(seq_len/S) tokens a split, the last one shorter, trailing splits empty.
+// The result is [B, S+1].
+func DefaultBounds(seqLens []int, s int) []int {
+	out := make([]int, len(seqLens)*(s+1))
+	for b, n := range seqLens {
+		per := 0
+		if s > 0 {
+			per = (n + s - 1) / s
+		}
+		for k := 0; k <= s; k++ {
+			out[b*(s+1)+k] = min(k*per, n)
+		}
+	}
+	return out
+}
+
+// CheckBounds reports split bounds [B, S+1] that are not monotone or do not
+// cover [0, seq_len], naming split_bounds and the index.
+func CheckBounds(bounds, seqLens []int, s int) error {
+	if s < 1 {
+		return fmt.Errorf("split count S = %d: want at least 1", s)
+	}
+	if len(bounds) != len(seqLens)*(s+1) {
+		return fmt.Errorf("tensor split_bounds has %d entries; [B=%d, S+1=%d] needs %d", len(bounds), len(seqLens), s+1, len(seqLens)*(s+1))
+	}
+	for b, n := range seqLens {
+		row := bounds[b*(s+1) : (b+1)*(s+1)]
+		if row[0] != 0 {
+			return fmt.Errorf("split_bounds[%d,0] = %d: the first split must start at token 0", b, row[0])
+		}
+		for k := 1; k <= s; k++ {
+			if row[k] < row[k-1] {
+				return fmt.Errorf("split_bounds[%d,%d] = %d is below split_bounds[%d,%d] = %d: bounds must not decrease", b, k, row[k], b, k-1, row[k-1])
+			}
+		}
+		if row[s] != n {
+			return fmt.Errorf("split_bounds[%d,%d] = %d but seq_lens[%d] = %d: the splits must cover [0, seq_len]", b, s, row[s], b, n)
+		}
+	}
+	return nil
+}
+
+// rmode is a rounding of the Expected arithmetic.
+type rmode uint8
+
+const (
+	r64 rmode = iota
+	r32
+	rBF16
+	rF16
+)
+
+func modeOf(what string, d tensor.DType) (rmode, error) {
+	switch d {
+	case tensor.F64:
+		return r64, nil
+	case tensor.F32:
+		return r32, nil
+	case tensor.BF16:
+		return rBF16, nil
+	case tensor.F16:
+		return rF16, nil
+	}
+	return 0, fmt.Errorf("%s = %q: want F64, F32, BF16 or F16", what, d)
+}
+
+func (m rmode) round(x float64) float64 {
+	switch m {
+	case r32:
+		return float64(float32(x))
+	case rBF16:
+		return formats.RoundBF16(x)
+	case rF16:
+		return formats.RoundFP16(x)
+	}
+	return x
+}
+
+// exp2f is the correctly rounded fp32 2^x (kernels' ex2.approx is within 2
+// ulp of it; spec 1.1 calls that difference noise).
+func exp2f(x float64) float64 { return float64(float32(math.Exp2(float64(float32(x))))) }
+
+// check validates what every decode shares.
+func (q *Query) check(c *kvcache.Cache, cfg *Config, prec *Precision) error {
+	if c == nil {
+		return fmt.Errorf("mla: no cache")
+	}
+	if q.B < 0 || q.SQ < 0 || q.H < 0 {
+		return fmt.Errorf("tensor q has shape [%d, %d, %d, %d]: negative dimension", q.B, q.SQ, q.H, q.D)
+	}
+	if q.D != c.D() {
+		return fmt.Errorf("tensor q has D = %d but the cache rows hold D = L + R = %d + %d = %d", q.D, c.Layout.L, c.Layout.R, c.D())
+	}
+	if len(q.Data) != q.B*q.SQ*q.H*q.D {
+		return fmt.Errorf("tensor q has %d values; [%d, %d, %d, %d] needs %d", len(q.Data), q.B, q.SQ, q.H, q.D, q.B*q.SQ*q.H*q.D)
+	}
+	if math.IsNaN(cfg.SoftmaxScale) || math.IsInf(cfg.SoftmaxScale, 0) {
+		return fmt.Errorf("parameter softmax_scale = %v: want a finite number", cfg.SoftmaxScale)
+	}
+	if c.Layout.L < 1 {
+		return fmt.Errorf("latent dim L = %d: the output needs at least one latent column", c.Layout.L)
+	}
+	for _, f := range []struct {
+		name string
+		d    tensor.DType
+	}{{"acc_dtype", prec.Acc}, {"p_dtype", prec.P}, {"kv_dequant_dtype", prec.KVDequant}} {
+		if _, err := modeOf(f.name, f.d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkPages re-checks the used block table entries against this cache (the
+// Pages may have been validated against another NB).
+func checkPages(p *kvcache.Pages, c *kvcache.Cache, b int) error {
+	if p == nil {
+		return fmt.Errorf("mla: no block table")
+	}
+	if p.B() != b {
+		return fmt.Errorf("tensor block_table has %d rows but q has B = %d requests", p.B(), b)
+	}
+	if p.PageSize != c.Layout.PageSize {
+		return fmt.Errorf("block table pages of %d tokens but cache pages of %d", p.PageSize, c.Layout.PageSize)
+	}
+	for r, n := range p.SeqLens {
+		if n < 0 || n > p.MaxBlocks*p.PageSize {
+			return fmt.Errorf("seq_lens[%d] = %d exceeds the block table's capacity %d*%d = %d", r, n, p.MaxBlocks, p.PageSize, p.MaxBlocks*p.PageSize)
+		}
+		for j := 0; j*p.PageSize < n; j++ {
+			if blk := p.Table[r*p.MaxBlocks+j]; blk < 0 || int(blk) >= c.NB {
+				return fmt.Errorf("block_table[%d,%d] = %d is outside the cache (NB = %d)", r, j, blk, c.NB)
+			}
+		}
+	}
+	return nil
+}
+
+// Decode runs dense paged decode and returns the exact and expected outputs.
+func Decode(p *Dense, cfg Config, prec Precision) (exact, expected *Outputs, err error) {
+	q := &p.Q
+	if err := q.check(p.Cache, &cfg, &prec); err != nil {
+		return nil, nil, err
+	}
+	if err := checkPages(p.Pages, p.Cache, q.B); err != nil {
+		return nil, nil, err
+	}
+	e := newEngine(p.Cache, q, cfg, prec, cfg.LSE.Empty, prec.Out, prec.LSE, q.B*q.SQ*q.H)
+	L := p.Cache.Layout.L
+	g := headGroup(q.H, q.B, e.workers)
+	for b := 0; b < q.B; b++ {
+		b := b
+		n := p.Pages.SeqLens[b]
+		tok := func(t int) (int, int) { return p.Pages.Locate(b, t) }
+		for h0 := 0; h0 < q.H; h0 += g {
+			u := unit{token: tok}
+			for i := 0; i < q.SQ; i++ {
+				for h := h0; h < min(h0+g, q.H); h++ {
+					r := (b*q.SQ+i)*q.H + h
+					u.rows = append(u.rows, rowSpec{q: r * q.D, limit: Visible(n, q.SQ, i, cfg.Causal),
+						out: r * L, lse: (b*q.H+h)*q.SQ + i})
+				}
+			}
+			e.units = append(e.units, u)
+		}
+	}
+	e.run()
+	return &Outputs{Out: e.ex.out, LSE: e.ex.lse}, &Outputs{Out: e.xp.out, LSE: e.xp.lse}, nil
+}
+
+// DecodePartials computes the split-K partials of a dense decode over S
+// splits; bounds [B, S+1] gives each split's token range (nil: DefaultBounds).
+// Query i sees the part of split k below its causal limit; a split it sees
+// nothing of is empty (out 0, lse -inf).
+func DecodePartials(p *Dense, cfg Config, prec Precision, s int, bounds []int) (exact, expected *Partials, err error) {
+	q := &p.Q
+	if err := q.check(p.Cache, &cfg, &prec); err != nil {
+		return nil, nil, err
+	}
+	if err := checkPages(p.Pages, p.Cache, q.B); err != nil {
+		return nil, nil, err
+	}
+	if s < 1 {
+		return nil, nil, fmt.Errorf("split count S = %d: want at least 1", s)
+	}
+	if bounds == nil {
+		bounds = DefaultBounds(p.Pages.SeqLens, s)
+	}
+	if err := CheckBounds(bounds, p.Pages.SeqLens, s); err != nil {
+		return nil, nil, err
+	}
+	e := newEngine(p.Cache, q, cfg, prec, math.Inf(-1), prec.PartialOut, prec.PartialLSE, q.B*q.SQ*q.H*s)
+	L := p.Cache.Layout.L
+	g := headGroup(q.H, q.B*s, e.workers)
+	for b := 0; b < q.B; b++ {
+		n := p.Pages.SeqLens[b]
+		for k := 0; k < s; k++ {
+			b, lo, hi := b, bounds[b*(s+1)+k], bounds[b*(s+1)+k+1]
+			tok := func(t int) (int, int) { return p.Pages.Locate(b, lo+t) }
+			for h0 := 0; h0 < q.H; h0 += g {
+				u := unit{token: tok}
+				for i := 0; i < q.SQ; i++ {
+					lim := max(0, min(hi, Visible(n, q.SQ, i, cfg.Causal))-lo)
+					for h := h0; h < min(h0+g, q.H); h++ {
+						r := (b*q.SQ+i)*q.H + h
+						u.rows = append(u.rows, rowSpec{q: r * q.D, limit: lim, out: (r*s + k) * L, lse: r*s + k})
+					}
+				}
+				e.units = append(e.units, u)
+			}
+		}
+	}
+	e.run()
+	bc := append([]int(nil), bounds...)
+	return &Partials{S: s, Bounds: bc, Out: e.ex.out, LSE: e.ex.lse},
+		&Partials{S: s, Bounds: bc, Out: e.xp.out, LSE: e.xp.lse}, nil
+}
+
+// ValidSlots returns the slots query (b, i) of a sparse decode attends, in
+// index order: the entries of Indices[b, i, :] that are >= 0 and < NB*P.
+func (p *Sparse) ValidSlots(b, i int) []int {
+	n := int64(p.Cache.Slots())
+	row := p.Indices[(b*p.Q.SQ+i)*p.TopK : (b*p.Q.SQ+i+1)*p.TopK]
+	var out []int
+	for _, v := range row {
+		if v >= 0 && v < n {
+			out = append(out, int(v))
+		}
+	}
+	return out
+}
+
+// DecodeSparse runs the DSA sparse decode (spec 3.7).
+func DecodeSparse(p *Sparse, cfg Config, prec Precision) (exact, expected *Outputs, err error) {
+	q := &p.Q
+	if err := q.check(p.Cache, &cfg, &prec); err != nil {
+		return nil, nil, err
+	}
+	if p.TopK < 0 || len(p.Indices) != q.B*q.SQ*p.TopK {
+		return nil, nil, fmt.Errorf("tensor indices has %d entries; [B=%d, s_q=%d, topk=%d] needs %d", len(p.Indices), q.B, q.SQ, p.TopK, q.B*q.SQ*p.TopK)
+	}
+	e := newEngine(p.Cache, q, cfg, prec, cfg.LSE.Empty, prec.Out, prec.LSE, q.B*q.SQ*q.H)
+	L, P := p.Cache.Layout.L, p.Cache.Layout.PageSize
+	g := headGroup(q.H, q.B*q.SQ, e.workers)
+	for b := 0; b < q.B; b++ {
+		for i := 0; i < q.SQ; i++ {
+			slots := p.ValidSlots(b, i)
+			tok := func(t int) (int, int) { return slots[t] / P, slots[t] % P }
+			for h0 := 0; h0 < q.H; h0 += g {
+				u := unit{token: tok}
+				for h := h0; h < min(h0+g, q.H); h++ {
+					r := (b*q.SQ+i)*q.H + h
+					u.rows = append(u.rows, rowSpec{q: r * q.D, limit: len(slots), out: r * L, lse: (b*q.H+h)*q.SQ + i})
+				}
+				e.units = append(e.units, u)
+			}
+		}
+	}
+	e.run()
+	return &Outputs{Out: e.ex.out, LSE: e.ex.lse}, &Outputs{Out: e.xp.out, LSE: e.xp.lse}, nil
+}
+
+// headGroup chooses how many heads one unit handles: enough units to keep
+// the workers busy (about 4 a worker), and otherwise as many heads as
+// possible so each decoded cache row serves many heads. Results do not
+// depend on it.
+func headGroup(h, others, workers int) int {
+	if h == 0 {
+		return 1
+	}
+	want := 4 * workers
+	groups := 1
+	if others < want {
+		groups = min(h, (want+others-1)/max(others, 1))
+	}
+	return (h + groups - 1) / groups
+}
+
+// rowSpec is one output row: a (query, head) pair of one unit.
+type rowSpec struct {
+	q     int // offset of its query vector in Query.Data
+	limit int // it attends tokens [0, limit) of its unit's token list
+	out   int // offset of its output vector
+	lse   int // index of its lse
+}
+
+// unit is a piece of work: one token list (decoded once) and the rows that
+// attend a prefix of it.
+type unit struct {
+	token func(t int) (block, offset int)
+	rows  []rowSpec
+}
+
+type sink struct{ out, lse []float64 }
+
+type engine struct {
+	cache        *kvcache.Cache
+	q            *Query
+	cfg          Config
+	prec         Precision
+	acc, pm      rmode
+	deqSame      bool // the dequantized row equals the exact one
+	empty        float64
+	outDT, lseDT tensor.DType
+	ex, xp       sink
+	units        []unit
+	workers      int
+	// fp32 constants of the Expected softmax
+	scale32, scaleLog2 float64
+}
+
+func newEngine(c *kvcache.Cache, q *Query, cfg Config, prec Precision, empty float64, outDT, lseDT tensor.DType, rows int) *engine {
+	acc, _ := modeOf("", prec.Acc)
+	pm, _ := modeOf("", prec.P)
+	L := c.Layout.L
+	w := cfg.Workers
+	if w <= 0 {
+		w = runtime.GOMAXPROCS(0)
+	}
+	return &engine{
+		cache: c, q: q, cfg: cfg, prec: prec, acc: acc, pm: pm,
+		deqSame: c.Layout.Kind == kvcache.BF16 || prec.KVDequant == tensor.F64,
+		empty:   empty, outDT: outDT, lseDT: lseDT,
+		ex:      sink{make([]float64, rows*L), make([]float64, rows)},
+		xp:      sink{make([]float64, rows*L), make([]float64, rows)},
+		workers: w,
+		scale32: float64(float32(cfg.SoftmaxScale)),
+		// host-side double product, cast once (FlashMLA's scale_softmax_log2)
+		scaleLog2: float64(float32(cfg.SoftmaxScale * math.Log2E)),
+	}
+}
+
+func (e *engine) run() {
+	w := min(e.workers, len(e.units))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for k := 0; k < w; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wk := &worker{e: e}
+			for {
+				u := int(next.Add(1) - 1)
+				if u >= len(e.units) {
+					return
+				}
+				wk.do(&e.units[u])
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// state is one row's online softmax: running max m (of scaled scores for
+// Exact, raw fp32 scores for Expected), running sum and output accumulator.
+type state struct {
+	m, sum float64
+	acc    []float64
+}
+
+type worker struct {
+	e        *engine
+	kx, kr   []float64 // a block of cache rows: exact, and as the Expected kernel holds them
+	s        []float64 // scores of one row over one block
+	ex, xp   []state
+	accSpace []float64
+}
+
+func (w *worker) do(u *unit) {
+	e := w.e
+	D, L := e.q.D, e.cache.Layout.L
+	if w.kx == nil {
+		w.kx = make([]float64, Block*D)
+		w.kr = make([]float64, Block*D)
+		w.s = make([]float64, Block)
+	}
+	n := len(u.rows)
+	if cap(w.ex) < n {
+		w.ex, w.xp = make([]state, n), make([]state, n)
+		w.accSpace = make([]float64, 2*n*L)
+	}
+	w.ex, w.xp = w.ex[:n], w.xp[:n]
+	maxLim := 0
+	for r := range u.rows {
+		a := w.accSpace[2*r*L : (2*r+2)*L]
+		clear(a)
+		w.ex[r] = state{m: math.Inf(-1), acc: a[:L]}
+		w.xp[r] = state{m: math.Inf(-1), acc: a[L:]}
+		maxLim = max(maxLim, u.rows[r].limit)
+	}
+	for c0 := 0; c0 < maxLim; c0 += Block {
+		c1 := min(c0+Block, maxLim)
+		for t := c0; t < c1; t++ {
+			blk, off := u.token(t)
+			x := w.kx[(t-c0)*D : (t-c0+1)*D]
+			e.cache.Row(blk, off, x, tensor.F64)
+			if e.deqSame {
+				copy(w.kr[(t-c0)*D:], x)
+			} else {
+				e.cache.Row(blk, off, w.kr[(t-c0)*D:(t-c0+1)*D], e.prec.KVDequant)
+			}
+		}
+		for r, rs := range u.rows {
+			nj := min(c1, rs.limit) - c0
+			if nj <= 0 {
+				continue
+			}
+			q := e.q.Data[rs.q : rs.q+D]
+			w.stepExact(&w.ex[r], q, nj)
+			w.stepExpected(&w.xp[r], q, nj)
+		}
+	}
+	for r, rs := range u.rows {
+		w.finish(rs, &w.ex[r], &w.xp[r])
+	}
+}
+
+// dot64 is q·k in float64 with four partial sums (order fixed).
+func dot64(q, k []float64) float64 {
+	k = k[:len(q)]
+	var s0, s1, s2, s3 float64
+	d := 0
+	for ; d+4 <= len(q); d += 4 {
+		s0 += float64(q[d] * k[d])
+		s1 += float64(q[d+1] * k[d+1])
+		s2 += float64(q[d+2] * k[d+2])
+		s3 += float64(q[d+3] * k[d+3])
+	}
+	for ; d < len(q); d++ {
+		s0 += float64(q[d] * k[d])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// dotAcc is q·k as the Expected kernel accumulates it: k-blocks of MMAK
+// products summed in float64, each block added to an accumulator rounded to
+// mode m.
+func dotAcc(q, k []float64, m rmode) float64 {
+	k = k[:len(q)]
+	acc := 0.0
+	for d0 := 0; d0 < len(q); d0 += MMAK {
+		d1 := min(d0+MMAK, len(q))
+		var s0, s1 float64
+		d := d0
+		for ; d+2 <= d1; d += 2 {
+			s0 += float64(q[d] * k[d])
+			s1 += float64(q[d+1] * k[d+1])
+		}
+		if d < d1 {
+			s0 += float64(q[d] * k[d])
+		}
+		acc = m.round(acc + (s0 + s1))
+	}
+	return acc
+}
+
+func (w *worker) stepExact(st *state, q []float64, nj int) {
+	e := w.e
+	D, L := e.q.D, e.cache.Layout.L
+	s := w.s[:nj]
+	bm := math.Inf(-1)
+	for j := range s {
+		s[j] = e.cfg.SoftmaxScale * dot64(q, w.kx[j*D:(j+1)*D])
+		if s[j] > bm {
+			bm = s[j]
+		}
+	}
+	if bm > st.m {
+		if st.sum != 0 {
+			a := math.Exp(st.m - bm)
+			st.sum *= a
+			for l := range st.acc {
+				st.acc[l] *= a
+			}
+		}
+		st.m = bm
+	}
+	for j := range s {
+		p := math.Exp(s[j] - st.m)
+		st.sum += p
+		v := w.kx[j*D : j*D+L]
+		for l, x := range v {
+			st.acc[l] += float64(p * x)
+		}
+	}
+}
+
+func (w *worker) stepExpected(st *state, q []float64, nj int) {
+	e := w.e
+	D, L := e.q.D, e.cache.Layout.L
+	m := e.acc
+	s := w.s[:nj]
+	bm := st.m
+	for j := range s {
+		s[j] = dotAcc(q, w.kr[j*D:(j+1)*D], m)
+		if s[j] > bm {
+			bm = s[j]
+		}
+	}
+	if bm > st.m {
+		if !math.IsInf(st.m, -1) {
+			a := exp2f(float64(float32(st.m-bm)) * e.scaleLog2)
+			st.sum = float64(float32(st.sum * a))
+			for l := range st.acc {
+				st.acc[l] = m.round(st.acc[l] * a)
+			}
+		}
+		st.m = bm
+	}
+	maxScaled := float64(float32(st.m * e.scaleLog2))
+	for j := range s {
+		// s·scaleLog2 is exact in float64 (two 24-bit significands):
+		// one rounding to fp32 of the difference is the fp32 fma.
+		p := exp2f(s[j]*e.scaleLog2 - maxScaled)
+		st.sum = float64(float32(st.sum + p))
+		pr := e.pm.round(p)
+		v := w.kr[j*D : j*D+L]
+		switch m {
+		case r32:
+			for l, x := range v {
+				st.acc[l] = float64(float32(st.acc[l] + pr*x))
+			}
+		case r64:
+			for l, x := range v {
+				st.acc[l] += float64(pr * x)
+			}
+		default:
+			for l, x := range v {
+				st.acc[l] = m.round(st.acc[l] + pr*x)
+			}
+		}
+	}
+}
+
+// finish normalizes a row and stores both answers.
+func (w *worker) finish(rs rowSpec, ex, xp *state) {
+	e := w.e
+	L := e.cache.Layout.L
+	exOut, xpOut := e.ex.out[rs.out:rs.out+L], e.xp.out[rs.out:rs.out+L]
+	if rs.limit <= 0 {
+		clear(exOut)
+		clear(xpOut)
+		e.ex.lse[rs.lse] = e.empty
+		e.xp.lse[rs.lse] = splitk.RoundTo(e.lseDT, e.empty)
+		return
+	}
+	for l, a := range ex.acc {
+		exOut[l] = a / ex.sum
+	}
+	lse := ex.m + math.Log(ex.sum)
+	if e.cfg.LSE.Base == splitk.Base2 {
+		lse *= math.Log2E
+	}
+	e.ex.lse[rs.lse] = lse
+
+	inv := float64(float32(1 / xp.sum))
+	for l, a := range xp.acc {
+		xpOut[l] = splitk.RoundTo(e.outDT, float64(float32(a*inv)))
+	}
+	// max·scale is exact in float64; adding the fp32 log and rounding once
+	// is the fp32 fma.
+	var xl float64
+	if e.cfg.LSE.Base == splitk.Base2 {
+		xl = float64(float32(xp.m*e.scaleLog2 + float64(float32(math.Log2(xp.sum)))))
+	} else {
+		xl = float64(float32(xp.m*e.scale32 + float64(float32(math.Log(xp.sum)))))
+	}
+	e.xp.lse[rs.lse] = splitk.RoundTo(e.lseDT, xl)
+}
