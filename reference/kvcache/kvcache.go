@@ -7,7 +7,7 @@
 //
 //	bf16        BF16 [NB, P, D], each row [kv_c (L) | k_pe (R)]
 //	fp8_e4m3    U8 or F8_E4M3 [NB, P, D], written e4m3_sat(x / k_scale), read e4m3 * k_scale
-//	fp8_ds_mla  U8 [NB, P, 656] (DeepSeek-V3.2, L = 512, R = 64):
+//	fp8_ds_mla  U8 (or F8_E4M3) [NB, P, 656] (DeepSeek-V3.2, L = 512, R = 64):
 //	            [0,512) kv_c as E4M3, [512,528) four F32 tile scales (one per
 //	            128 latent values), [528,656) k_pe as 64 BF16, not quantized
 //
@@ -128,10 +128,10 @@ func (l Layout) CacheDTypes() []tensor.DType {
 	switch l.Kind {
 	case BF16:
 		return []tensor.DType{tensor.BF16}
-	case FP8E4M3:
-		return []tensor.DType{tensor.U8, tensor.F8E4M3}
 	}
-	return []tensor.DType{tensor.U8}
+	// fp8_ds_mla is bytes; FlashMLA's tests allocate it as float8_e4m3fn,
+	// so a capture may carry that dtype over the same bytes.
+	return []tensor.DType{tensor.U8, tensor.F8E4M3}
 }
 
 // NeedsKScale reports whether the layout has a per-tensor k_scale.
