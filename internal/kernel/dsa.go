@@ -1,0 +1,141 @@
+package kernel
+
+import (
+	"fmt"
+
+	"github.com/kcheck-dev/kcheck/reference/dsa"
+	"github.com/kcheck-dev/kcheck/reference/kvcache"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// dsa_indexer (spec 3.9): the contract tensors adapted to reference/dsa.
+
+func init() {
+	Register(&Kernel{
+		Name:    "dsa_indexer",
+		Stage:   StageAttn,
+		Summary: "DeepSeek Sparse Attention lightning indexer scores and top-k",
+		Inputs: []TensorSpec{
+			{Name: "q", DTypes: []tensor.DType{tensor.BF16}},
+			{Name: "k_cache", DTypes: []tensor.DType{tensor.BF16}},
+			{Name: "weights", DTypes: []tensor.DType{tensor.F32}},
+			{Name: "block_table", DTypes: indexDTypes},
+			{Name: "seq_lens", DTypes: indexDTypes},
+		},
+		Outputs: []TensorSpec{
+			{Name: "scores", DTypes: []tensor.DType{tensor.F32}},
+			{Name: "topk_indices", DTypes: []tensor.DType{tensor.I32}},
+		},
+		Reference: dsaIndexer,
+	})
+}
+
+// outWidth is an output's second dimension: the parameter when given, else
+// the captured output's own (when the inputs carry it), else def.
+func outWidth(in Inputs, param, output string, def int) (int, error) {
+	v, err := in.Params.Int(param, -1)
+	if err != nil || v >= 0 {
+		return v, err
+	}
+	if t, ok := in.Tensors[output]; ok && len(t.Shape) == 2 {
+		return t.Shape[1], nil
+	}
+	return def, nil
+}
+
+func dsaIndexer(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+	q, err := Need(in, "q", tensor.BF16)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := Need(in, "k_cache", tensor.BF16)
+	if err != nil {
+		return nil, err
+	}
+	w, err := Need(in, "weights", tensor.F32)
+	if err != nil {
+		return nil, err
+	}
+	bt, err := Need(in, "block_table", indexDTypes...)
+	if err != nil {
+		return nil, err
+	}
+	sl, err := Need(in, "seq_lens", indexDTypes...)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckShape("k_cache", kc, -1, -1, -1); err != nil {
+		return nil, err
+	}
+	ps, err := in.Params.Int("page_size", kc.Shape[1])
+	if err != nil {
+		return nil, err
+	}
+	if ps != kc.Shape[1] {
+		return nil, fmt.Errorf("parameter page_size = %d but tensor k_cache holds %d tokens a block (shape %v)", ps, kc.Shape[1], kc.Shape)
+	}
+	pages, err := kvcache.NewPages(bt, sl, ps, kc.Shape[0])
+	if err != nil {
+		return nil, err
+	}
+	maxSeq, err := outWidth(in, "max_seq", "scores", 0)
+	if err != nil {
+		return nil, err
+	}
+	topk, err := outWidth(in, "topk", "topk_indices", -1)
+	if err != nil {
+		return nil, err
+	}
+	if topk <= 0 {
+		return nil, fmt.Errorf("parameter topk is missing or not positive (%d), and no topk_indices tensor gives it", topk)
+	}
+	s, err := dsa.Compute(dsa.Input{Q: q, KCache: kc, Weights: w, Pages: pages}, maxSeq)
+	if err != nil {
+		return nil, err
+	}
+	exTop, epTop := s.TopK(topk)
+	hi, dk := q.Shape[1], q.Shape[2]
+	pos := func(idx []int) []Coord {
+		b, t := idx[0], idx[1]
+		blk := -1
+		if t < pages.SeqLens[b] {
+			blk, _ = pages.Locate(b, t)
+		}
+		return []Coord{{"page", t / ps}, {"page_offset", t % ps}, {"block", blk}}
+	}
+	return []Output{
+		{
+			Name:      "scores",
+			Shape:     []int{s.B, s.MaxSeq},
+			DType:     tensor.F32,
+			Exact:     s.Exact,
+			Expected:  s.Expected,
+			Mode:      Numeric,
+			Reduction: dk + hi + 1,
+			Coords:    Coords{Axes: []string{"request", "token"}, Derived: pos},
+		},
+		{
+			Name:     "topk_indices",
+			Shape:    []int{s.B, topk},
+			DType:    tensor.I32,
+			Exact:    int32s(exTop),
+			Expected: int32s(epTop),
+			Mode:     Bitwise,
+			// A top-k entry is judged by its score, not its position: any
+			// token whose score ties the k-th within the fp32 noise is right.
+			Equivalent: func(i int, actual float64) bool {
+				return s.TopKAccepts(i/topk, topk, int64(actual))
+			},
+			Reduction: dk + hi + 1,
+			Coords:    Coords{Axes: []string{"request", "rank"}},
+		},
+	}, nil
+}
+
+func int32s(v []int32) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}

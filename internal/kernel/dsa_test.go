@@ -1,0 +1,82 @@
+package kernel
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// dsaInputs is the 2-head example of reference/dsa's hand test with a fourth
+// token k3 = (0, 0.5) at block 0 offset 1, so that
+//
+//	t0 = 0.5*2 = 1, t1 = 2*3 = 6, t2 = 0.5*1 + 2*2 = 4.5,
+//	t3: q0·k3 = -0.5 -> 0, q1·k3 = 1.5: 2*1.5 = 3
+func dsaInputs() Inputs {
+	return Inputs{Tensors: map[string]*tensor.Tensor{
+		"q":           tensor.FromFloat64s(tensor.BF16, []int{1, 2, 2}, []float64{2, -1, -1, 3}),
+		"k_cache":     tensor.FromFloat64s(tensor.BF16, []int{2, 2, 2}, []float64{1, 1, 0, 0.5, 1, 0, 0, 1}),
+		"weights":     tensor.FromFloat64s(tensor.F32, []int{1, 2}, []float64{0.5, 2}),
+		"block_table": tensor.FromInt64s(tensor.I32, []int{1, 3}, []int64{1, 0, -1}),
+		"seq_lens":    tensor.FromInt64s(tensor.I32, []int{1}, []int64{4}),
+	}, Params: Params{"topk": "2", "max_seq": "6"}}
+}
+
+func TestDSAIndexer(t *testing.T) {
+	k, err := Lookup("dsa_indexer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, err := k.Reference(dsaInputs(), DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, top := outs[0], outs[1]
+	want := []float64{1, 6, 4.5, 3, math.Inf(-1), math.Inf(-1)}
+	for i, w := range want {
+		if sc.Expected[i] != w || sc.Exact[i] != w {
+			t.Errorf("scores[0,%d] = %v / %v, want %v", i, sc.Expected[i], sc.Exact[i], w)
+		}
+	}
+	if top.Expected[0] != 1 || top.Expected[1] != 2 || top.Mode != Bitwise || top.DType != tensor.I32 {
+		t.Errorf("topk %v (%v %s), want [1 2] Bitwise I32", top.Expected, top.Mode, top.DType)
+	}
+	// order is free: [2 1] is the same set; 3 (score 3 < 4.5) is not in it.
+	for _, c := range []struct {
+		i      int
+		actual float64
+		want   bool
+	}{{0, 2, true}, {1, 1, true}, {1, 3, false}, {1, -1, false}, {0, 4, false}} {
+		if got := top.Equivalent(c.i, c.actual); got != c.want {
+			t.Errorf("topk[0,%d] = %v: Equivalent %v, want %v", c.i, c.actual, got, c.want)
+		}
+	}
+	// token 3 is block 0 offset 1 of page 1
+	cs := sc.Coords.Name([]int{0, 3})
+	if cs[2] != (Coord{"page", 1}) || cs[3] != (Coord{"page_offset", 1}) || cs[4] != (Coord{"block", 0}) {
+		t.Errorf("coords of token 3: %v", cs)
+	}
+
+	// topk and max_seq from the captured outputs when the parameters are absent
+	in := dsaInputs()
+	in.Params = Params{}
+	in.Tensors["scores"] = tensor.New(tensor.F32, 1, 5)
+	in.Tensors["topk_indices"] = tensor.New(tensor.I32, 1, 3)
+	outs, err = k.Reference(in, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outs[0].Shape[1] != 5 || outs[1].Shape[1] != 3 {
+		t.Errorf("shapes %v %v, want [1 5] [1 3]", outs[0].Shape, outs[1].Shape)
+	}
+	delete(in.Tensors, "topk_indices")
+	if _, err := k.Reference(in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "parameter topk is missing") {
+		t.Errorf("no topk: %v", err)
+	}
+	in = dsaInputs()
+	in.Tensors["block_table"] = tensor.FromInt64s(tensor.I32, []int{1, 3}, []int64{1, 7, -1})
+	if _, err := k.Reference(in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "block_table[0,1] = 7 is outside the cache (NB = 2)") {
+		t.Errorf("block outside: %v", err)
+	}
+}

@@ -1,0 +1,255 @@
+package kernel
+
+import (
+	"fmt"
+
+	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/kvcache"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// kv_cache_write and kv_cache_gather (spec 3.4, 3.5): the contract tensors
+// and parameters adapted to reference/kvcache.
+
+var (
+	cacheDTypes = []tensor.DType{tensor.BF16, tensor.U8, tensor.F8E4M3}
+	indexDTypes = []tensor.DType{tensor.I32, tensor.I64}
+)
+
+func init() {
+	Register(&Kernel{
+		Name:    "kv_cache_write",
+		Stage:   StageCache,
+		Summary: "paged MLA latent cache write (vLLM concat_and_cache_mla, DeepSeek-V3.2 fp8_ds_mla)",
+		Inputs: []TensorSpec{
+			{Name: "kv_c", DTypes: []tensor.DType{tensor.BF16}},
+			{Name: "k_pe", DTypes: []tensor.DType{tensor.BF16}},
+			{Name: "slot_mapping", DTypes: indexDTypes},
+			{Name: "cache_before", DTypes: cacheDTypes},
+			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
+		},
+		Outputs:   []TensorSpec{{Name: "cache_after", DTypes: cacheDTypes}},
+		Reference: kvCacheWrite,
+	})
+	Register(&Kernel{
+		Name:    "kv_cache_gather",
+		Stage:   StageCache,
+		Summary: "paged latent cache lookup and dequantization (vLLM gather_and_maybe_dequant_cache)",
+		Inputs: []TensorSpec{
+			{Name: "cache", DTypes: cacheDTypes},
+			{Name: "block_table", DTypes: indexDTypes},
+			{Name: "seq_lens", DTypes: indexDTypes},
+			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
+		},
+		Outputs:   []TensorSpec{{Name: "gathered", DTypes: []tensor.DType{tensor.BF16, tensor.F32}}},
+		Reference: kvCacheGather,
+	})
+}
+
+// cacheLayout reads kv_cache_dtype, page_size and ds_mla_scale for a cache
+// tensor; page_size defaults to the cache's second dimension. l and r are the
+// latent and rope widths (fp8_ds_mla's are fixed).
+func cacheLayout(p Params, prec Precision, name string, cache *tensor.Tensor, l, r int) (kvcache.Layout, error) {
+	kind, err := p.Enum("kv_cache_dtype", string(kvcache.BF16), kvcache.Kinds...)
+	if err != nil {
+		return kvcache.Layout{}, err
+	}
+	conv, err := p.Enum("ds_mla_scale", string(kvcache.ScaleAmax), kvcache.ScaleConventions...)
+	if err != nil {
+		return kvcache.Layout{}, err
+	}
+	if len(cache.Shape) != 3 {
+		return kvcache.Layout{}, fmt.Errorf("tensor %s has shape %v; the contract wants [NB, P, entry]", name, cache.Shape)
+	}
+	ps, err := p.Int("page_size", cache.Shape[1])
+	if err != nil {
+		return kvcache.Layout{}, err
+	}
+	if kvcache.Kind(kind) == kvcache.FP8DSMLA {
+		l, r = kvcache.DSLatent, kvcache.DSRope
+	}
+	lay := kvcache.Layout{Kind: kvcache.Kind(kind), L: l, R: r, PageSize: ps,
+		DSScale: kvcache.ScaleConvention(conv), Saturate: prec.FP8Saturate}
+	return lay, lay.Validate()
+}
+
+// kScale returns k_scale when the layout has one (an error naming it when it
+// is missing or unusable), else 0.
+func kScale(in Inputs, lay kvcache.Layout) (float64, error) {
+	if !lay.NeedsKScale() {
+		return 0, nil
+	}
+	t, err := Need(in, "k_scale", tensor.F32)
+	if err != nil {
+		return 0, fmt.Errorf("%v (kv_cache_dtype %s divides by it)", err, lay.Kind)
+	}
+	v, err := t.Scalar()
+	if err != nil {
+		return 0, fmt.Errorf("tensor k_scale: %v", err)
+	}
+	return v, kvcache.CheckKScale(v)
+}
+
+// asDType views t's bytes as dtype d (U8 and F8_E4M3 caches are the same
+// bytes), when the layout allows d.
+func asDType(name string, t *tensor.Tensor, d tensor.DType, lay kvcache.Layout) (*tensor.Tensor, error) {
+	if d == "" || d == t.DType {
+		return t, nil
+	}
+	for _, ok := range lay.CacheDTypes() {
+		if ok == d && d.Size() == t.DType.Size() {
+			return &tensor.Tensor{DType: d, Shape: t.Shape, Data: t.Data}, nil
+		}
+	}
+	return nil, fmt.Errorf("tensor %s has dtype %s but the cache it is written over is %s (kv_cache_dtype %s)", name, d, t.DType, lay.Kind)
+}
+
+func kvCacheWrite(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+	kvc, err := Need(in, "kv_c", tensor.BF16)
+	if err != nil {
+		return nil, err
+	}
+	kpe, err := Need(in, "k_pe", tensor.BF16)
+	if err != nil {
+		return nil, err
+	}
+	sm, err := Need(in, "slot_mapping", indexDTypes...)
+	if err != nil {
+		return nil, err
+	}
+	before, err := Need(in, "cache_before", cacheDTypes...)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckShape("kv_c", kvc, -1, -1); err != nil {
+		return nil, err
+	}
+	if err := CheckShape("k_pe", kpe, -1, -1); err != nil {
+		return nil, err
+	}
+	if err := CheckShape("slot_mapping", sm, -1); err != nil {
+		return nil, err
+	}
+	lay, err := cacheLayout(in.Params, prec, "cache_before", before, kvc.Shape[1], kpe.Shape[1])
+	if err != nil {
+		return nil, err
+	}
+	ks, err := kScale(in, lay)
+	if err != nil {
+		return nil, err
+	}
+	if before, err = asDType("cache_after", before, outDTypes["cache_after"], lay); err != nil {
+		return nil, err
+	}
+	slots := make([]int64, sm.Len())
+	for i := range slots {
+		slots[i] = sm.Int64At(i)
+	}
+	w, err := kvcache.Write(before, kvc, kpe, slots, lay, ks)
+	if err != nil {
+		return nil, err
+	}
+	derived := func(idx []int) []Coord {
+		part, tile := lay.PartOf(idx[2])
+		c := []Coord{{"part", int(part)}, {"token", int(w.TokenAt[idx[0]*lay.PageSize+idx[1]])}}
+		if lay.Kind == kvcache.FP8DSMLA {
+			c = append(c, Coord{"tile128", tile})
+		}
+		return c
+	}
+	return []Output{{
+		Name:       "cache_after",
+		Shape:      append([]int(nil), before.Shape...),
+		DType:      before.DType,
+		Exact:      w.Exact.Float64s(),
+		Expected:   w.After.Float64s(),
+		Mode:       Bitwise,
+		Equivalent: w.Equivalent,
+		Reduction:  1,
+		Coords:     Coords{Axes: []string{"block", "page_offset", "column"}, Derived: derived},
+	}}, nil
+}
+
+func kvCacheGather(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+	ct, err := Need(in, "cache", cacheDTypes...)
+	if err != nil {
+		return nil, err
+	}
+	bt, err := Need(in, "block_table", indexDTypes...)
+	if err != nil {
+		return nil, err
+	}
+	sl, err := Need(in, "seq_lens", indexDTypes...)
+	if err != nil {
+		return nil, err
+	}
+	if len(ct.Shape) != 3 {
+		return nil, fmt.Errorf("tensor cache has shape %v; the contract wants [NB, P, entry]", ct.Shape)
+	}
+	// Only fp8_ds_mla fixes L and R; the others read D = L + R values the
+	// same way whatever the split, which only names the "part" coordinate:
+	// take DeepSeek's R = 64 where the entry is wide enough.
+	d := ct.Shape[2]
+	r := 0
+	if d > 64 {
+		r = 64
+	}
+	lay, err := cacheLayout(in.Params, prec, "cache", ct, d-r, r)
+	if err != nil {
+		return nil, err
+	}
+	ks, err := kScale(in, lay)
+	if err != nil {
+		return nil, err
+	}
+	c, err := kvcache.New(ct, lay, ks)
+	if err != nil {
+		return nil, err
+	}
+	pages, err := kvcache.NewPages(bt, sl, lay.PageSize, c.NB)
+	if err != nil {
+		return nil, err
+	}
+	out := outDTypes["gathered"]
+	if out == "" {
+		out = tensor.BF16
+	}
+	if out != tensor.BF16 && out != tensor.F32 {
+		return nil, fmt.Errorf("tensor gathered has dtype %s; the contract wants BF16 or F32", out)
+	}
+	exact, err := kvcache.Gather(c, pages, tensor.F64)
+	if err != nil {
+		return nil, err
+	}
+	// vLLM dequantizes to fp32 (e4m3 * scale) and stores in the output dtype.
+	expected, err := kvcache.Gather(c, pages, tensor.F32)
+	if err != nil {
+		return nil, err
+	}
+	if out == tensor.BF16 {
+		for i, v := range expected {
+			expected[i] = formats.RoundBF16(v)
+		}
+	}
+	dd := lay.D()
+	derived := func(idx []int) []Coord {
+		b, t := pages.Request(idx[0])
+		blk, off := pages.Locate(b, t)
+		part := kvcache.PartLatent // a value index here, not an entry column
+		if idx[1] >= lay.L {
+			part = kvcache.PartRope
+		}
+		return []Coord{{"request", b}, {"token", t}, {"page", t / lay.PageSize}, {"page_offset", off},
+			{"block", blk}, {"part", int(part)}}
+	}
+	return []Output{{
+		Name:      "gathered",
+		Shape:     []int{pages.Total(), dd},
+		DType:     out,
+		Exact:     exact,
+		Expected:  expected,
+		Mode:      Numeric,
+		Reduction: 1,
+		Coords:    Coords{Axes: []string{"row", "dim"}, Derived: derived},
+	}}, nil
+}

@@ -1,0 +1,202 @@
+package kernel
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// bitwiseFaults counts the elements of actual that differ from o.Expected
+// and that o.Equivalent does not excuse, as a Bitwise check does.
+func bitwiseFaults(o Output, actual *tensor.Tensor) []int {
+	var bad []int
+	for i, want := range o.Expected {
+		got := actual.Float64At(i)
+		if got == want || (math.IsNaN(got) && math.IsNaN(want)) {
+			continue
+		}
+		if o.Equivalent == nil || !o.Equivalent(i, got) {
+			bad = append(bad, i)
+		}
+	}
+	return bad
+}
+
+func writeInputs(kind, conv string, before *tensor.Tensor, kv []float64, l int, slots []int64, ks float64) Inputs {
+	n := len(slots)
+	in := Inputs{
+		Tensors: map[string]*tensor.Tensor{
+			"kv_c":         tensor.FromFloat64s(tensor.BF16, []int{n, l}, kv),
+			"k_pe":         tensor.FromFloat64s(tensor.BF16, []int{n, 64}, make([]float64, n*64)),
+			"slot_mapping": tensor.FromInt64s(tensor.I64, []int{n}, slots),
+			"cache_before": before,
+			"k_scale":      tensor.FromFloat64s(tensor.F32, []int{}, []float64{ks}),
+		},
+		Params: Params{"kv_cache_dtype": kind, "ds_mla_scale": conv},
+	}
+	return in
+}
+
+// TestKVCacheWriteDSMLA: a fp8_ds_mla write through the contract, checked by
+// the Bitwise rule: the correct bytes pass, a stray write fails, the other
+// tile-scale convention fails.
+func TestKVCacheWriteDSMLA(t *testing.T) {
+	k, err := Lookup("kv_cache_write")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := make([]float64, 2*512)
+	for i := range kv {
+		kv[i] = float64(i%29-14) * 0.37 // tile amaxes 5.18 (not a power of two times 448)
+	}
+	before := tensor.New(tensor.U8, 3, 2, 656)
+	in := writeInputs("fp8_ds_mla", "amax", before, kv, 512, []int64{3, -1}, 0)
+	outs, err := k.Reference(in, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := outs[0]
+	if o.Mode != Bitwise || o.DType != tensor.U8 || len(o.Expected) != 3*2*656 {
+		t.Fatalf("cache_after: mode %v dtype %s %d elements", o.Mode, o.DType, len(o.Expected))
+	}
+	good := tensor.FromFloat64s(tensor.U8, o.Shape, o.Expected)
+	if bad := bitwiseFaults(o, good); len(bad) != 0 {
+		t.Errorf("the expected bytes fail at %v", bad)
+	}
+	// slot 3 = block 1, offset 1; byte 600 is rope, byte 515 is tile 0's scale MSB
+	c := o.Coords.Name([]int{1, 1, 515})
+	want := []Coord{{"block", 1}, {"page_offset", 1}, {"column", 515}, {"part", 1}, {"token", 0}, {"tile128", 0}}
+	if len(c) != len(want) {
+		t.Fatalf("coords %v, want %v", c, want)
+	}
+	for i := range want {
+		if c[i] != want[i] {
+			t.Errorf("coords %v, want %v", c, want)
+			break
+		}
+	}
+	if c := o.Coords.Name([]int{2, 0, 600}); c[3] != (Coord{"part", 2}) || c[4] != (Coord{"token", -1}) {
+		t.Errorf("rope column of an empty slot: %v", c)
+	}
+
+	stray := good.Clone()
+	stray.Data[5*656+10] ^= 1 // slot 5: no token there
+	if bad := bitwiseFaults(o, stray); len(bad) != 1 || bad[0] != 5*656+10 {
+		t.Errorf("stray write: faults at %v, want [%d]", bad, 5*656+10)
+	}
+
+	// the same write in the pow2 convention, checked as amax: a fault
+	inP := writeInputs("fp8_ds_mla", "pow2", before, kv, 512, []int64{3, -1}, 0)
+	po, err := k.Reference(inP, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pow2 := tensor.FromFloat64s(tensor.U8, po[0].Shape, po[0].Expected)
+	if bad := bitwiseFaults(o, pow2); len(bad) == 0 {
+		t.Error("a pow2-convention cache passes a check that declares amax")
+	}
+}
+
+// TestKVCacheWriteDTypes: an F8_E4M3-typed cache_after over U8 bytes, and a
+// non-saturating writer.
+func TestKVCacheWriteDTypes(t *testing.T) {
+	k, _ := Lookup("kv_cache_write")
+	// L = 2 plus the 64-wide rope of writeInputs; k_scale 0.5: 300 -> 600
+	before := tensor.New(tensor.U8, 1, 2, 66)
+	in := writeInputs("fp8_e4m3", "", before, []float64{300, 1}, 2, []int64{1}, 0.5)
+	for _, c := range []struct {
+		sat  string
+		out  tensor.DType
+		want float64
+	}{{"true", tensor.U8, 0x7E}, {"false", tensor.U8, 0x7F}, {"true", tensor.F8E4M3, 448}} {
+		in.Params["fp8_saturate"] = c.sat
+		prec, err := PrecisionFrom(in.Params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs, err := k.Reference(in, prec, map[string]tensor.DType{"cache_after": c.out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := outs[0].Expected[66]; got != c.want || outs[0].DType != c.out {
+			t.Errorf("saturate=%s as %s: %v (%s), want %v", c.sat, c.out, got, outs[0].DType, c.want)
+		}
+	}
+}
+
+func TestKVCacheInputErrors(t *testing.T) {
+	k, _ := Lookup("kv_cache_write")
+	g, _ := Lookup("kv_cache_gather")
+	base := func() Inputs {
+		return writeInputs("fp8_e4m3", "", tensor.New(tensor.U8, 2, 4, 66), []float64{1, 2}, 2, []int64{9}, 1)
+	}
+	gather := func(table, lens []int64, rows int) Inputs {
+		return Inputs{Tensors: map[string]*tensor.Tensor{
+			"cache":       tensor.New(tensor.BF16, 4, 16, 576),
+			"block_table": tensor.FromInt64s(tensor.I32, []int{rows, len(table) / rows}, table),
+			"seq_lens":    tensor.FromInt64s(tensor.I32, []int{rows}, lens),
+		}, Params: Params{"kv_cache_dtype": "bf16"}}
+	}
+	for _, c := range []struct {
+		name string
+		k    *Kernel
+		in   Inputs
+		edit func(Inputs)
+		want string
+	}{
+		{"slot outside", k, base(), nil, "slot_mapping[0] = 9 is outside the cache (NB*P = 2*4 = 8)"},
+		{"no k_scale", k, base(), func(in Inputs) { delete(in.Tensors, "k_scale") }, "tensor k_scale is missing"},
+		{"bad kind", k, base(), func(in Inputs) { in.Params["kv_cache_dtype"] = "fp8" }, "parameter kv_cache_dtype = \"fp8\""},
+		{"page size", k, base(), func(in Inputs) { in.Params["page_size"] = "64" }, "tensor cache_before has shape [2 4 66]; kv_cache_dtype fp8_e4m3 with page_size 64"},
+		{"slot dtype", k, base(), func(in Inputs) { in.Tensors["slot_mapping"] = tensor.New(tensor.F32, 1) }, "tensor slot_mapping has dtype F32"},
+		{"block outside", g, gather([]int64{0, 9412}, []int64{20}, 1), nil, "block_table[0,1] = 9412 is outside the cache (NB = 4)"},
+		{"capacity", g, gather([]int64{0, 1, 2, 3}, []int64{1, 40}, 2), nil, "seq_lens[1] = 40 exceeds the block table's capacity 2*16 = 32"},
+	} {
+		if c.edit != nil {
+			c.edit(c.in)
+		}
+		_, err := c.k.Reference(c.in, DefaultPrecision(), nil)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestKVCacheGather: fp8_e4m3 with k_scale 0.1 gathered to bf16: code 0x38
+// (1.0) gives fp32 0.1 = 0x3DCCCCCD, stored as bf16 0x3DCD = 0.10009765625
+// (Expected), while Exact is 0.100000001490116... Coordinates name the
+// request, token and page of each row.
+func TestKVCacheGather(t *testing.T) {
+	g, _ := Lookup("kv_cache_gather")
+	cache := tensor.New(tensor.U8, 3, 2, 4)
+	for i := range cache.Data {
+		cache.Data[i] = 0x38
+	}
+	in := Inputs{Tensors: map[string]*tensor.Tensor{
+		"cache":       cache,
+		"block_table": tensor.FromInt64s(tensor.I32, []int{2, 2}, []int64{2, -1, 1, 0}),
+		"seq_lens":    tensor.FromInt64s(tensor.I32, []int{2}, []int64{1, 3}),
+		"k_scale":     tensor.FromFloat64s(tensor.F32, []int{1}, []float64{0.1}),
+	}, Params: Params{"kv_cache_dtype": "fp8_e4m3", "page_size": "2"}}
+	outs, err := g.Reference(in, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := outs[0]
+	if o.DType != tensor.BF16 || o.Shape[0] != 4 || o.Shape[1] != 4 {
+		t.Fatalf("gathered %s %v, want BF16 [4 4]", o.DType, o.Shape)
+	}
+	if o.Expected[0] != 0.10009765625 || o.Exact[0] != 0.100000001490116119384765625 {
+		t.Errorf("row 0: expected %v exact %v", o.Expected[0], o.Exact[0])
+	}
+	// row 3 = request 1 token 2: page 1 of its table = block 0, offset 0
+	c := o.Coords.Name([]int{3, 1})
+	want := []Coord{{"row", 3}, {"dim", 1}, {"request", 1}, {"token", 2}, {"page", 1}, {"page_offset", 0}, {"block", 0}, {"part", 0}}
+	for i := range want {
+		if i >= len(c) || c[i] != want[i] {
+			t.Fatalf("coords %v, want %v", c, want)
+		}
+	}
+}
