@@ -1,0 +1,291 @@
+package cases
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Case is one runnable configuration of one kernel. Zero fields take the
+// kernel's defaults; Params go into the capture's metadata as they are.
+type Case struct {
+	Name   string `json:"name"`
+	Kernel string `json:"kernel"`
+	Doc    string `json:"doc,omitempty"`
+	Preset string `json:"preset,omitempty"`
+	TP     int    `json:"tp,omitempty"`
+	// Heads overrides the preset's heads (a shrunk case).
+	Heads int `json:"heads,omitempty"`
+	// Latent and Rope override the preset's L and R (small hand-checkable
+	// cases; the fp8_ds_mla layout needs 512 and 64).
+	Latent       int               `json:"latent,omitempty"`
+	Rope         int               `json:"rope,omitempty"`
+	Batch        int               `json:"batch,omitempty"`
+	SQ           int               `json:"s_q,omitempty"`
+	SeqLens      []int             `json:"seq_lens,omitempty"`
+	PageSize     int               `json:"page_size,omitempty"`
+	KVCacheDType string            `json:"kv_cache_dtype,omitempty"`
+	Splits       int               `json:"splits,omitempty"`
+	M            int               `json:"m,omitempty"`
+	N            int               `json:"n,omitempty"`
+	K            int               `json:"k,omitempty"`
+	TopK         int               `json:"topk,omitempty"`
+	Seed         uint64            `json:"seed,omitempty"`
+	Params       map[string]string `json:"params,omitempty"`
+	Tags         []string          `json:"tags,omitempty"`
+}
+
+// HasTag reports whether c carries tag (for example "long").
+func (c Case) HasTag(tag string) bool {
+	for _, t := range c.Tags {
+		if t == tag {
+			return true
+		}
+	}
+	return false
+}
+
+// Family expands into cases: every combination of Matrix's values applied
+// to Base. Matrix keys are Case JSON field names, plus "context", whose
+// values are expressions in the page size P and split count S ("1", "P-1",
+// "P+1", "2P", "131072") setting every request's seq_len. Name is a
+// template: {field} is replaced by that field's value.
+type Family struct {
+	Name   string           `json:"name"`
+	Doc    string           `json:"doc,omitempty"`
+	Base   map[string]any   `json:"base"`
+	Matrix map[string][]any `json:"matrix,omitempty"`
+	Skip   []map[string]any `json:"skip,omitempty"`
+}
+
+// File is a case file: explicit cases and families.
+type File struct {
+	Cases    []Case   `json:"cases,omitempty"`
+	Families []Family `json:"families,omitempty"`
+}
+
+//go:embed catalog.json
+var catalogJSON []byte
+
+// Catalog returns the built-in catalog, expanded and sorted by name.
+func Catalog() ([]Case, error) { return Parse(catalogJSON, "catalog.json") }
+
+// Load reads a user case file in the catalog's format.
+func Load(path string) ([]Case, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(b, path)
+}
+
+// Parse decodes and expands a case file; name is used in error messages.
+func Parse(b []byte, name string) ([]Case, error) {
+	var f File
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("%s: %v", name, err)
+	}
+	out := append([]Case(nil), f.Cases...)
+	for _, fam := range f.Families {
+		cs, err := fam.expand()
+		if err != nil {
+			return nil, fmt.Errorf("%s: family %q: %v", name, fam.Name, err)
+		}
+		out = append(out, cs...)
+	}
+	seen := map[string]bool{}
+	for i, c := range out {
+		if c.Name == "" || c.Kernel == "" {
+			return nil, fmt.Errorf("%s: case %d has no name or no kernel", name, i)
+		}
+		if seen[c.Name] {
+			return nil, fmt.Errorf("%s: case name %q appears twice", name, c.Name)
+		}
+		seen[c.Name] = true
+		if err := c.Validate(); err != nil {
+			return nil, fmt.Errorf("%s: case %s: %v", name, c.Name, err)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (fam Family) expand() ([]Case, error) {
+	keys := make([]string, 0, len(fam.Matrix))
+	for k := range fam.Matrix {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out []Case
+	var rec func(i int, cur map[string]any) error
+	rec = func(i int, cur map[string]any) error {
+		if i == len(keys) {
+			if fam.skipped(cur) {
+				return nil
+			}
+			c, err := fam.build(cur)
+			if err != nil {
+				return err
+			}
+			out = append(out, c)
+			return nil
+		}
+		for _, v := range fam.Matrix[keys[i]] {
+			next := make(map[string]any, len(cur)+1)
+			for k, x := range cur {
+				next[k] = x
+			}
+			next[keys[i]] = v
+			if err := rec(i+1, next); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	base := map[string]any{}
+	for k, v := range fam.Base {
+		base[k] = v
+	}
+	return out, rec(0, base)
+}
+
+func (fam Family) skipped(cur map[string]any) bool {
+	for _, s := range fam.Skip {
+		all := true
+		for k, v := range s {
+			if fmt.Sprint(cur[k]) != fmt.Sprint(v) {
+				all = false
+			}
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// caseFields are the JSON names of Case's fields; any other matrix key is a
+// kernel parameter and goes into Params.
+var caseFields = func() map[string]bool {
+	m := map[string]bool{}
+	t := reflect.TypeOf(Case{})
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		m[name] = true
+	}
+	return m
+}()
+
+func (fam Family) build(fields map[string]any) (Case, error) {
+	plain := map[string]any{}
+	params := map[string]string{}
+	labels := map[string]string{}
+	var ctx string
+	for k, v := range fields {
+		labels[k] = fmt.Sprint(v)
+		if obj, ok := v.(map[string]any); ok {
+			// An object value sets several fields at once; its "label" names it.
+			for ok2, ov := range obj {
+				if ok2 != "label" {
+					plain[ok2] = ov
+				}
+			}
+			labels[k] = fmt.Sprint(obj["label"])
+			continue
+		}
+		switch {
+		case k == "context":
+			ctx = fmt.Sprint(v)
+		case caseFields[k]:
+			plain[k] = v
+		default:
+			params[k] = fmt.Sprint(v)
+		}
+	}
+	b, _ := json.Marshal(plain)
+	var c Case
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return c, err
+	}
+	if len(params) > 0 {
+		if c.Params == nil {
+			c.Params = map[string]string{}
+		}
+		for k, v := range params {
+			c.Params[k] = v
+		}
+	}
+	if ctx != "" {
+		page := c.PageSize
+		if page == 0 {
+			page = 64
+		}
+		n, err := contextExpr(ctx, page, c.Splits)
+		if err != nil {
+			return c, err
+		}
+		batch := c.Batch
+		if batch == 0 {
+			batch = 1
+		}
+		c.SeqLens = make([]int, batch)
+		for i := range c.SeqLens {
+			c.SeqLens[i] = n
+		}
+	}
+	name := fam.Name
+	for k, v := range labels {
+		name = strings.ReplaceAll(name, "{"+k+"}", v)
+	}
+	c.Name = name
+	if c.Doc == "" {
+		c.Doc = fam.Doc
+	}
+	return c, nil
+}
+
+// contextExpr evaluates a sum of terms "aP", "aS" and integers ("2P+1",
+// "P-1", "S", "131072"), P the page size and S the split count.
+func contextExpr(e string, p, s int) (int, error) {
+	total := 0
+	for _, term := range strings.Split(strings.ReplaceAll(e, "-", "+-"), "+") {
+		if term == "" {
+			continue
+		}
+		unit := 1
+		coef := term
+		switch {
+		case strings.HasSuffix(term, "P"):
+			unit, coef = p, strings.TrimSuffix(term, "P")
+		case strings.HasSuffix(term, "S"):
+			unit, coef = s, strings.TrimSuffix(term, "S")
+		}
+		a := 1
+		switch coef {
+		case "":
+		case "-":
+			a = -1
+		default:
+			v, err := strconv.Atoi(coef)
+			if err != nil {
+				return 0, fmt.Errorf("context %q: cannot read term %q", e, term)
+			}
+			a = v
+		}
+		total += a * unit
+	}
+	if total < 0 {
+		return 0, fmt.Errorf("context %q is negative (P = %d, S = %d)", e, p, s)
+	}
+	return total, nil
+}

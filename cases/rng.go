@@ -1,0 +1,55 @@
+package cases
+
+import (
+	"math"
+	"math/rand/v2"
+)
+
+// rng is a seeded generator whose sequence is fixed by its own code (PCG's
+// published algorithm, Box-Muller for normals), not by the standard
+// library's choice of distribution algorithms, so fixtures regenerate
+// bit-identically under any Go release.
+type rng struct {
+	src   *rand.PCG
+	spare float64
+	has   bool
+}
+
+func newRNG(seed uint64, stream uint64) *rng {
+	return &rng{src: rand.NewPCG(seed, 0x9E3779B97F4A7C15^stream)}
+}
+
+// uniform returns a float64 in [0, 1) from the top 53 bits.
+func (r *rng) uniform() float64 { return float64(r.src.Uint64()>>11) * 0x1p-53 }
+
+// intn returns an int in [0, n).
+func (r *rng) intn(n int) int { return int(r.src.Uint64() % uint64(n)) }
+
+// normal returns a standard normal variate.
+func (r *rng) normal() float64 {
+	if r.has {
+		r.has = false
+		return r.spare
+	}
+	u1 := r.uniform()
+	for u1 == 0 {
+		u1 = r.uniform()
+	}
+	u2 := r.uniform()
+	rad := math.Sqrt(-2 * math.Log(u1))
+	r.spare, r.has = rad*math.Sin(2*math.Pi*u2), true
+	return rad * math.Cos(2*math.Pi*u2)
+}
+
+// perm returns a permutation of [0, n) (Fisher-Yates).
+func (r *rng) perm(n int) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = i
+	}
+	for i := n - 1; i > 0; i-- {
+		j := r.intn(i + 1)
+		p[i], p[j] = p[j], p[i]
+	}
+	return p
+}

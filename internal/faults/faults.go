@@ -1,0 +1,164 @@
+// Package faults is the catalog of planted bugs: each a small, documented
+// corruption of a reference kernel that mirrors a class of bug seen in
+// public engines (a swapped nibble order, a page off-by-one, a mixed-up LSE
+// base...). They exist so kcheck can prove, on any machine, that it detects
+// real bugs and attributes them to the right stage. `--backend faulty:NAME`
+// runs the catalog's reference with one fault planted.
+//
+// A fault is one mechanism with four optional hooks applied around the
+// reference: corrupt the inputs the kernel reads, the parameters it
+// believes, the precision it computes at, or the outputs it writes. Kernels
+// a fault does not name run correctly, so a pipeline run through a faulty
+// backend corrupts only the fault's own stage.
+package faults
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/kcheck-dev/kcheck/internal/backend"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// Fault is one planted bug.
+type Fault struct {
+	Name  string `json:"name"`
+	Stage string `json:"stage"`
+	// BugClass names the public class of bug it stands for.
+	BugClass string `json:"bug_class"`
+	Doc      string `json:"doc,omitempty"`
+	// Kernels are the kernels the bug lives in.
+	Kernels []string `json:"kernels"`
+
+	Inputs    func(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*tensor.Tensor, error) `json:"-"`
+	Params    func(p kernel.Params) kernel.Params                                                    `json:"-"`
+	Precision func(p kernel.Precision) kernel.Precision                                              `json:"-"`
+	Outputs   func(in kernel.Inputs, out map[string]*tensor.Tensor) error                            `json:"-"`
+}
+
+var catalog = map[string]*Fault{}
+
+// Register adds f to the catalog.
+func Register(f *Fault) {
+	if _, dup := catalog[f.Name]; dup {
+		panic("faults: " + f.Name + " registered twice")
+	}
+	catalog[f.Name] = f
+}
+
+// All returns the catalog sorted by stage then name.
+func All() []*Fault {
+	order := map[string]int{kernel.StageQuant: 0, kernel.StageCache: 1, kernel.StageAttn: 2, kernel.StageCombine: 3}
+	var fs []*Fault
+	for _, f := range catalog {
+		fs = append(fs, f)
+	}
+	sort.Slice(fs, func(i, j int) bool {
+		if order[fs[i].Stage] != order[fs[j].Stage] {
+			return order[fs[i].Stage] < order[fs[j].Stage]
+		}
+		return fs[i].Name < fs[j].Name
+	})
+	return fs
+}
+
+// Lookup returns the named fault.
+func Lookup(name string) (*Fault, error) {
+	f, ok := catalog[name]
+	if !ok {
+		var names []string
+		for n := range catalog {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return nil, fmt.Errorf("unknown fault %q (known: %s)", name, strings.Join(names, ", "))
+	}
+	return f, nil
+}
+
+// Affects reports whether the fault lives in kernel name.
+func (f *Fault) Affects(name string) bool {
+	for _, k := range f.Kernels {
+		if k == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Run produces kernel k's outputs with the fault planted (the plain
+// reference when the fault does not live in k).
+func (f *Fault) Run(k *kernel.Kernel, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
+	prec, err := kernel.PrecisionFrom(in.Params)
+	if err != nil {
+		return nil, err
+	}
+	if !f.Affects(k.Name) {
+		return kernel.Produce(k, in, prec, nil)
+	}
+	run := kernel.Inputs{Tensors: in.Tensors, Params: in.Params}
+	if f.Params != nil {
+		run.Params = f.Params(clone(in.Params))
+	}
+	if f.Inputs != nil {
+		ts := make(map[string]*tensor.Tensor, len(in.Tensors))
+		for name, t := range in.Tensors {
+			ts[name] = t // hooks replace what they corrupt and never write into the caller's tensors
+		}
+		if run.Tensors, err = f.Inputs(ts, run.Params); err != nil {
+			return nil, err
+		}
+	}
+	if f.Precision != nil {
+		prec = f.Precision(prec)
+	}
+	out, err := kernel.Produce(k, run, prec, nil)
+	if err != nil {
+		return nil, err
+	}
+	if f.Outputs != nil {
+		if err := f.Outputs(in, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func clone(p kernel.Params) kernel.Params {
+	c := kernel.Params{}
+	for k, v := range p {
+		c[k] = v
+	}
+	return c
+}
+
+// Backend runs the reference with one fault planted.
+type Backend struct{ Fault *Fault }
+
+// Name implements backend.Backend.
+func (b Backend) Name() string { return "faulty:" + b.Fault.Name }
+
+// Run implements backend.Backend.
+func (b Backend) Run(_ context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
+	k, err := kernel.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return b.Fault.Run(k, in)
+}
+
+func init() {
+	backend.Register("faulty", func(arg string) (backend.Backend, error) {
+		f, err := Lookup(arg)
+		if err != nil {
+			return nil, err
+		}
+		return Backend{Fault: f}, nil
+	})
+}
+
+// replaced returns a copy of t with the same dtype and shape, for hooks that corrupt data.
+func replaced(t *tensor.Tensor) *tensor.Tensor { return t.Clone() }
