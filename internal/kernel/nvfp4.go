@@ -1,0 +1,467 @@
+package kernel
+
+import (
+	"fmt"
+
+	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/nvfp4"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// nvfp4_quantize, nvfp4_dequantize and nvfp4_gemm (spec 3.1-3.3): the
+// contract tensors and parameters adapted to reference/nvfp4.
+
+var (
+	fp4ScaleDTypes  = []tensor.DType{tensor.F8E4M3, tensor.U8}
+	fp4FloatOutputs = []tensor.DType{tensor.BF16, tensor.F16, tensor.F32}
+	fp4Layouts      = []string{"linear", "swizzled_128x4"}
+	fp4Kinds        = []string{"dequant", "quant"}
+)
+
+func init() {
+	Register(&Kernel{
+		Name:    "nvfp4_quantize",
+		Stage:   StageQuant,
+		Summary: "NVFP4 activation quantization (vLLM scaled_fp4_quant)",
+		Inputs: []TensorSpec{
+			{Name: "x", DTypes: []tensor.DType{tensor.BF16, tensor.F16}},
+			{Name: "global_scale", DTypes: []tensor.DType{tensor.F32}},
+		},
+		Outputs: []TensorSpec{
+			{Name: "packed", DTypes: []tensor.DType{tensor.U8}},
+			{Name: "block_scale", DTypes: fp4ScaleDTypes},
+		},
+		Reference: nvfp4Quantize,
+	})
+	Register(&Kernel{
+		Name:    "nvfp4_dequantize",
+		Stage:   StageQuant,
+		Summary: "NVFP4 dequantization (E2M1 code x E4M3 block scale x global scale)",
+		Inputs: []TensorSpec{
+			{Name: "packed", DTypes: []tensor.DType{tensor.U8}},
+			{Name: "block_scale", DTypes: fp4ScaleDTypes},
+			{Name: "global_scale", DTypes: []tensor.DType{tensor.F32}},
+		},
+		Outputs:   []TensorSpec{{Name: "out", DTypes: fp4FloatOutputs}},
+		Reference: nvfp4Dequantize,
+	})
+	Register(&Kernel{
+		Name:    "nvfp4_gemm",
+		Stage:   StageQuant,
+		Summary: "NVFP4 W4A4 GEMM out = dequant(A) dequant(B)^T (the engines' NVFP4 linear layers)",
+		Inputs: []TensorSpec{
+			{Name: "a_packed", DTypes: []tensor.DType{tensor.U8}},
+			{Name: "a_scale", DTypes: fp4ScaleDTypes},
+			{Name: "a_global", DTypes: []tensor.DType{tensor.F32}},
+			{Name: "b_packed", DTypes: []tensor.DType{tensor.U8}},
+			{Name: "b_scale", DTypes: fp4ScaleDTypes},
+			{Name: "b_global", DTypes: []tensor.DType{tensor.F32}},
+		},
+		Outputs:   []TensorSpec{{Name: "out", DTypes: fp4FloatOutputs}},
+		Reference: nvfp4GEMM,
+	})
+}
+
+// fp4Global reads a global scale tensor: F32 of shape [] or [1].
+func fp4Global(in Inputs, name string) (float64, error) {
+	t, err := Need(in, name, tensor.F32)
+	if err != nil {
+		return 0, err
+	}
+	if err := t.Check(); err != nil {
+		return 0, fmt.Errorf("tensor %s: %v", name, err)
+	}
+	if len(t.Shape) > 1 || t.Len() != 1 {
+		return 0, fmt.Errorf("tensor %s has shape %v; the contract wants [] or [1]", name, t.Shape)
+	}
+	return t.Float64At(0), nil
+}
+
+// fp4Packed reads packed E2M1 codes, U8 [rows, K/2], and returns rows and K.
+func fp4Packed(in Inputs, name string) (*tensor.Tensor, int, int, error) {
+	t, err := Need(in, name, tensor.U8)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if err := t.Check(); err != nil {
+		return nil, 0, 0, fmt.Errorf("tensor %s: %v", name, err)
+	}
+	if len(t.Shape) != 2 {
+		return nil, 0, 0, fmt.Errorf("tensor %s has shape %v; the contract wants [rows, K/2]", name, t.Shape)
+	}
+	rows, k := t.Shape[0], 2*t.Shape[1]
+	if k%nvfp4.BlockSize != 0 {
+		return nil, 0, 0, fmt.Errorf("tensor %s has K = %d, not a multiple of %d", name, k, nvfp4.BlockSize)
+	}
+	return t, rows, k, nil
+}
+
+// fp4Scales reads a block scale tensor of rows x kSF scales in layout lay
+// and returns the scale codes in linear order. of names the tensor whose
+// shape fixes rows and K, for the error message.
+func fp4Scales(in Inputs, name string, rows, kSF int, lay nvfp4.Layout, of string) ([]uint8, error) {
+	t, err := Need(in, name, fp4ScaleDTypes...)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.Check(); err != nil {
+		return nil, fmt.Errorf("tensor %s: %v", name, err)
+	}
+	if lay == nvfp4.Linear {
+		if len(t.Shape) != 2 || t.Shape[0] != rows || t.Shape[1] != kSF {
+			return nil, fmt.Errorf("tensor %s has shape %v; with scale_layout = linear and %s it must be [%d, %d]",
+				name, t.Shape, of, rows, kSF)
+		}
+		return t.Data, nil
+	}
+	mPad, kPad := nvfp4.PaddedShape(rows, kSF)
+	okShape := len(t.Shape) == 2 && t.Shape[0] == mPad && t.Shape[1] == kPad ||
+		len(t.Shape) == 1 && t.Shape[0] == mPad*kPad
+	if !okShape {
+		return nil, fmt.Errorf("tensor %s has shape %v; with scale_layout = swizzled_128x4 and %s it must be [%d, %d] or [%d] (rows padded to 128, scale columns to 4)",
+			name, t.Shape, of, mPad, kPad, mPad*kPad)
+	}
+	return nvfp4.UnswizzleScales(t.Data, rows, kSF)
+}
+
+func fp4Layout(p Params) (nvfp4.Layout, error) {
+	s, err := p.Enum("scale_layout", "linear", fp4Layouts...)
+	if err != nil {
+		return nvfp4.Linear, err
+	}
+	return nvfp4.ParseLayout(s)
+}
+
+func fp4Kind(p Params, name string) (nvfp4.GlobalKind, error) {
+	s, err := p.Enum(name, "dequant", fp4Kinds...)
+	if err != nil {
+		return nvfp4.Dequant, err
+	}
+	return nvfp4.ParseGlobalKind(s)
+}
+
+// fp4OutDType returns the dtype of a float output (default def), or an
+// error naming the output when the contract does not allow it.
+func fp4OutDType(outDTypes map[string]tensor.DType, name string, def tensor.DType, allowed []tensor.DType) (tensor.DType, error) {
+	d, ok := outDTypes[name]
+	if !ok {
+		return def, nil
+	}
+	for _, a := range allowed {
+		if d == a {
+			return d, nil
+		}
+	}
+	return d, fmt.Errorf("output %s has dtype %s; the contract wants %v", name, d, allowed)
+}
+
+// fp4Matrix reads one operand: packed codes, scales and global scale.
+func fp4Matrix(in Inputs, packed, scale, global string, lay nvfp4.Layout, kind nvfp4.GlobalKind) (*nvfp4.Matrix, error) {
+	pt, rows, k, err := fp4Packed(in, packed)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := fp4Scales(in, scale, rows, k/nvfp4.BlockSize, lay, fmt.Sprintf("%s %v (K = %d)", packed, pt.Shape, k))
+	if err != nil {
+		return nil, err
+	}
+	g, err := fp4Global(in, global)
+	if err != nil {
+		return nil, err
+	}
+	return &nvfp4.Matrix{Rows: rows, K: k, Packed: pt.Data, Scales: sc, Global: g, Kind: kind}, nil
+}
+
+// fp4ElementCoords names an element of a [rows, K] tensor: its 16-element
+// block, its 128-row tile (one tile of swizzled scales) and the nibble it
+// was packed in (0 low, 1 high: a swapped packing errs on every parity).
+func fp4ElementCoords(rowAxis, colAxis string) Coords {
+	return Coords{Axes: []string{rowAxis, colAxis}, Derived: func(idx []int) []Coord {
+		if len(idx) != 2 {
+			return nil
+		}
+		return []Coord{{"block16", idx[1] / nvfp4.BlockSize}, {"tile128", idx[0] / nvfp4.TileRows}, {"nibble", idx[1] % 2}}
+	}}
+}
+
+func nvfp4Quantize(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+	x, err := Need(in, "x", tensor.BF16, tensor.F16)
+	if err != nil {
+		return nil, err
+	}
+	if err := x.Check(); err != nil {
+		return nil, fmt.Errorf("tensor x: %v", err)
+	}
+	if len(x.Shape) != 2 {
+		return nil, fmt.Errorf("tensor x has shape %v; the contract wants [M, K]", x.Shape)
+	}
+	m, k := x.Shape[0], x.Shape[1]
+	if k%nvfp4.BlockSize != 0 {
+		return nil, fmt.Errorf("tensor x has K = %d, not a multiple of %d", k, nvfp4.BlockSize)
+	}
+	gs, err := fp4Global(in, "global_scale")
+	if err != nil {
+		return nil, err
+	}
+	lay, err := fp4Layout(in.Params)
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := outDTypes["packed"]; ok && d != tensor.U8 {
+		return nil, fmt.Errorf("output packed has dtype %s; the contract wants U8", d)
+	}
+	scaleDType, err := fp4OutDType(outDTypes, "block_scale", tensor.F8E4M3, fp4ScaleDTypes)
+	if err != nil {
+		return nil, err
+	}
+	xs := x.Float64s()
+	exact, err := nvfp4.Quantize(xs, m, k, gs)
+	if err != nil {
+		return nil, err
+	}
+	expected, err := nvfp4.QuantizeExpected(xs, m, k, gs)
+	if err != nil {
+		return nil, err
+	}
+	eq := newFP4CodeJudge(xs, gs, exact, expected)
+
+	exactPacked, expPacked := exact.Packed(), expected.Packed()
+	packed := Output{
+		Name: "packed", Shape: []int{m, k / 2}, DType: tensor.U8, Mode: Bitwise,
+		Exact: bytesAsFloats(exactPacked), Expected: bytesAsFloats(expPacked),
+		Equivalent: func(i int, actual float64) bool {
+			b, ok := byteOf(actual)
+			return ok && eq.ok(2*i, b&0xF) && eq.ok(2*i+1, b>>4)
+		},
+		Reduction: 1,
+		Coords: Coords{Axes: []string{"row", "byte"}, Derived: func(idx []int) []Coord {
+			if len(idx) != 2 {
+				return nil
+			}
+			return []Coord{{"col", 2 * idx[1]}, {"block16", idx[1] / (nvfp4.BlockSize / 2)}, {"tile128", idx[0] / nvfp4.TileRows}}
+		}},
+	}
+	scale, err := fp4ScaleOutput(exact, expected, m, k/nvfp4.BlockSize, lay, scaleDType)
+	if err != nil {
+		return nil, err
+	}
+	return []Output{packed, scale}, nil
+}
+
+// fp4CodeJudge decides whether a kernel's E2M1 code for element i is
+// correct. Beyond the exact reference's own tie classification it accepts
+// the codes derived from the other correct block scale where the block's
+// scale lies at a tie: a kernel that rounded the scale the other way then
+// quantized with its own scale, and its codes must be judged against that
+// scale (re-derived here, block by block, from x). The judge cannot see the
+// kernel's scale, so it accepts codes consistent with either correct scale.
+type fp4CodeJudge struct {
+	exact, expected *nvfp4.Quantized
+	// alt holds, for blocks whose scale is a tie, the codes and
+	// pre-rounding values under the other scale.
+	alt map[int]*fp4AltBlock
+}
+
+type fp4AltBlock struct {
+	codes [nvfp4.BlockSize]uint8
+	in    [nvfp4.BlockSize]float64
+}
+
+func newFP4CodeJudge(x []float64, gs float64, exact, expected *nvfp4.Quantized) *fp4CodeJudge {
+	j := &fp4CodeJudge{exact: exact, expected: expected, alt: map[int]*fp4AltBlock{}}
+	for b := range exact.Scales {
+		alt, ok := exact.ScaleAlternative(b)
+		if !ok {
+			continue
+		}
+		ab := &fp4AltBlock{}
+		nvfp4.QuantizeBlock(x[b*nvfp4.BlockSize:(b+1)*nvfp4.BlockSize], gs, alt, ab.codes[:], ab.in[:])
+		j.alt[b] = ab
+	}
+	return j
+}
+
+func (j *fp4CodeJudge) ok(i int, code uint8) bool {
+	if nvfp4.CodeValue(code) == nvfp4.CodeValue(j.expected.Codes[i]) || j.exact.CodeEquivalent(i, code) {
+		return true
+	}
+	ab := j.alt[i/nvfp4.BlockSize]
+	if ab == nil {
+		return false
+	}
+	e := i % nvfp4.BlockSize
+	return nvfp4.CodeValue(code) == nvfp4.CodeValue(ab.codes[e]) || nvfp4.CodeTieEquivalent(ab.in[e], ab.codes[e], code)
+}
+
+// fp4ScaleOutput is the block_scale output in its layout and dtype. Values
+// are the E4M3 values for F8_E4M3 and the raw codes for U8. Swizzled
+// padding is expected to be zero (spec 5) but any byte is accepted there:
+// no GEMM reads it, and some engines leave it unwritten.
+func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.Layout, d tensor.DType) (Output, error) {
+	exCodes, expCodes := exact.Scales, expected.Scales
+	shape := []int{rows, kSF}
+	pos := func(i int) (m, k int) { return i / kSF, i % kSF }
+	coords := Coords{Axes: []string{"row", "block16"}, Derived: func(idx []int) []Coord {
+		if len(idx) != 2 {
+			return nil
+		}
+		return []Coord{{"tile128", idx[0] / nvfp4.TileRows}}
+	}}
+	if lay == nvfp4.Swizzled128x4 {
+		var err error
+		if exCodes, err = nvfp4.SwizzleScales(exCodes, rows, kSF); err != nil {
+			return Output{}, err
+		}
+		if expCodes, err = nvfp4.SwizzleScales(expCodes, rows, kSF); err != nil {
+			return Output{}, err
+		}
+		mPad, kPad := nvfp4.PaddedShape(rows, kSF)
+		shape = []int{mPad, kPad}
+		pos = func(i int) (m, k int) { return nvfp4.SwizzledPosition(i, kSF) }
+		coords = Coords{Axes: []string{"sf_row", "sf_col"}, Derived: func(idx []int) []Coord {
+			off := 0
+			switch len(idx) {
+			case 1: // stored flat [M_pad*K_pad]
+				off = idx[0]
+			case 2:
+				off = idx[0]*kPad + idx[1]
+			default:
+				return nil
+			}
+			m, k := nvfp4.SwizzledPosition(off, kSF)
+			pad := 0
+			if m >= rows || k >= kSF {
+				pad = 1
+			}
+			return []Coord{{"row", m}, {"block16", k}, {"tile128", m / nvfp4.TileRows}, {"padding", pad}}
+		}}
+	}
+	decode := func(c uint8) float64 {
+		if d == tensor.U8 {
+			return float64(c)
+		}
+		return formats.E4M3FN.Decode(c)
+	}
+	ex, exp := make([]float64, len(exCodes)), make([]float64, len(expCodes))
+	for i := range exCodes {
+		ex[i], exp[i] = decode(exCodes[i]), decode(expCodes[i])
+	}
+	return Output{
+		Name: "block_scale", Shape: shape, DType: d, Mode: Bitwise, Exact: ex, Expected: exp,
+		Equivalent: func(i int, actual float64) bool {
+			m, k := pos(i)
+			if m >= rows || k >= kSF {
+				return true // padding
+			}
+			var code uint8
+			if d == tensor.U8 {
+				b, ok := byteOf(actual)
+				if !ok {
+					return false
+				}
+				code = b
+			} else {
+				code, _ = formats.E4M3FN.Encode(actual, formats.Saturate)
+			}
+			b := m*kSF + k
+			return code == expected.Scales[b] || exact.ScaleEquivalent(b, code)
+		},
+		Reduction: 1, Coords: coords,
+	}, nil
+}
+
+func nvfp4Dequantize(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+	lay, err := fp4Layout(in.Params)
+	if err != nil {
+		return nil, err
+	}
+	kind, err := fp4Kind(in.Params, "global_scale_kind")
+	if err != nil {
+		return nil, err
+	}
+	od, err := fp4OutDType(outDTypes, "out", tensor.BF16, fp4FloatOutputs)
+	if err != nil {
+		return nil, err
+	}
+	a, err := fp4Matrix(in, "packed", "block_scale", "global_scale", lay, kind)
+	if err != nil {
+		return nil, err
+	}
+	exact, err := nvfp4.Dequantize(a)
+	if err != nil {
+		return nil, err
+	}
+	expected, err := nvfp4.DequantizeExpected(a, od)
+	if err != nil {
+		return nil, err
+	}
+	return []Output{{
+		Name: "out", Shape: []int{a.Rows, a.K}, DType: od, Exact: exact, Expected: expected,
+		Mode: Numeric, Reduction: 1, Coords: fp4ElementCoords("row", "col"),
+	}}, nil
+}
+
+func nvfp4GEMM(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+	lay, err := fp4Layout(in.Params)
+	if err != nil {
+		return nil, err
+	}
+	ak, err := fp4Kind(in.Params, "a_global_kind")
+	if err != nil {
+		return nil, err
+	}
+	bk, err := fp4Kind(in.Params, "b_global_kind")
+	if err != nil {
+		return nil, err
+	}
+	od, err := fp4OutDType(outDTypes, "out", tensor.BF16, fp4FloatOutputs)
+	if err != nil {
+		return nil, err
+	}
+	a, err := fp4Matrix(in, "a_packed", "a_scale", "a_global", lay, ak)
+	if err != nil {
+		return nil, err
+	}
+	b, err := fp4Matrix(in, "b_packed", "b_scale", "b_global", lay, bk)
+	if err != nil {
+		return nil, err
+	}
+	if a.K != b.K {
+		return nil, fmt.Errorf("tensor a_packed has K = %d but b_packed has K = %d", a.K, b.K)
+	}
+	exact, expected, err := nvfp4.GEMM(a, b, od)
+	if err != nil {
+		return nil, err
+	}
+	if prec.Acc == tensor.F64 { // a kernel declaring float64 accumulation
+		for i, v := range exact {
+			expected[i] = nvfp4.RoundTo(od, v)
+		}
+	}
+	return []Output{{
+		Name: "out", Shape: []int{a.Rows, b.Rows}, DType: od, Exact: exact, Expected: expected,
+		Mode: Numeric, Reduction: a.K,
+		Coords: Coords{Axes: []string{"row", "col"}, Derived: func(idx []int) []Coord {
+			if len(idx) != 2 {
+				return nil
+			}
+			return []Coord{{"tile128", idx[0] / nvfp4.TileRows}, {"col_tile128", idx[1] / nvfp4.TileRows}}
+		}},
+	}}, nil
+}
+
+func bytesAsFloats(b []uint8) []float64 {
+	f := make([]float64, len(b))
+	for i, v := range b {
+		f[i] = float64(v)
+	}
+	return f
+}
+
+// byteOf converts an actual U8 element back to its byte.
+func byteOf(v float64) (uint8, bool) {
+	if v < 0 || v > 255 || v != float64(int(v)) {
+		return 0, false
+	}
+	return uint8(v), true
+}
