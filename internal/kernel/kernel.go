@@ -235,6 +235,10 @@ type TensorSpec struct {
 	Name     string
 	DTypes   []tensor.DType // accepted dtypes
 	Optional bool
+	// Rank, when nonzero, is the contract's rank; a pipeline link from a
+	// tensor of higher rank flattens its leading dimensions to reach it
+	// (attn.partial_out [B,s_q,H,S,L] feeding combine.partial_out [N,S,L]).
+	Rank int
 }
 
 // Kernel is one contract of spec section 3.
