@@ -1,0 +1,362 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/kcheck-dev/kcheck/reference/kvcache"
+	"github.com/kcheck-dev/kcheck/reference/mla"
+	"github.com/kcheck-dev/kcheck/reference/splitk"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// mla_decode and mla_decode_sparse (spec 3.6, 3.7): the contract tensors and
+// parameters adapted to reference/mla.
+//
+// Parameters beyond the spec's: `latent_dim` (L) for bf16 and fp8_e4m3
+// caches whose D is not L + 64 (small test shapes; the default takes R = 64
+// when D > 64, else L = D, as kv_cache_gather does); `num_splits` (S) asks
+// for the split-K partials when no split_bounds tensor gives S; `topk` for
+// the sparse decode must agree with the indices tensor when given.
+//
+// Coordinates. out [B, s_q, H, L] is named request, q_pos, head, latent;
+// lse [B, H, s_q] request, head, q_pos; partial_out [B, s_q, H, S, L]
+// request, q_pos, head, split, latent; partial_lse likewise without latent.
+// Attention reduces over tokens, which no output axis shows, so the derived
+// coordinates carry what a token-side bug correlates with:
+//   - context_len: the request's seq_len (sparse: the query's attended slots),
+//     for "error grows with context length";
+//   - visible: tokens this row attends (causal rows see fewer);
+//   - last_page_fill: visible mod page_size, 0 when the row ends on a page
+//     boundary, for "partial last page" bugs;
+//   - head_tile: (q_pos·H + head) / 64, the 64-row tile of FlashMLA's
+//     [s_q·H] query block, for "one head group" bugs;
+//   - tile128: latent / 128, the fp8_ds_mla scale tile a value column falls in;
+//   - split_start, split_len (partials): the split's token range.
+
+const headTileRows = 64
+
+func init() {
+	qTypes := []tensor.DType{tensor.BF16, tensor.F16, tensor.F32}
+	outTypes := []tensor.DType{tensor.BF16, tensor.F32, tensor.F16}
+	Register(&Kernel{
+		Name:    "mla_decode",
+		Stage:   StageAttn,
+		Summary: "absorbed MLA decode over a paged latent cache (FlashMLA layout), optional split-K partials",
+		Inputs: []TensorSpec{
+			{Name: "q", DTypes: qTypes},
+			{Name: "kv_cache", DTypes: cacheDTypes},
+			{Name: "block_table", DTypes: indexDTypes},
+			{Name: "seq_lens", DTypes: indexDTypes},
+			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
+			{Name: "split_bounds", DTypes: indexDTypes, Optional: true},
+		},
+		Outputs: []TensorSpec{
+			{Name: "out", DTypes: outTypes},
+			{Name: "lse", DTypes: []tensor.DType{tensor.F32}},
+			{Name: "partial_out", DTypes: []tensor.DType{tensor.F32}, Optional: true, Rank: 5},
+			{Name: "partial_lse", DTypes: []tensor.DType{tensor.F32}, Optional: true, Rank: 4},
+		},
+		Reference: mlaDecode,
+	})
+	Register(&Kernel{
+		Name:    "mla_decode_sparse",
+		Stage:   StageAttn,
+		Summary: "DeepSeek-V3.2 sparse MLA decode over top-k cache slots",
+		Inputs: []TensorSpec{
+			{Name: "q", DTypes: qTypes},
+			{Name: "kv_cache", DTypes: cacheDTypes},
+			{Name: "indices", DTypes: indexDTypes},
+			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
+		},
+		Outputs: []TensorSpec{
+			{Name: "out", DTypes: outTypes},
+			{Name: "lse", DTypes: []tensor.DType{tensor.F32}},
+		},
+		Reference: mlaDecodeSparse,
+	})
+}
+
+// mlaCommon is what both decodes read the same way.
+type mlaCommon struct {
+	q      mla.Query
+	cache  *kvcache.Cache
+	lay    kvcache.Layout
+	cfg    mla.Config
+	prec   mla.Precision
+	qShape []int
+}
+
+func outDType(outDTypes map[string]tensor.DType, name string, def tensor.DType, allowed ...tensor.DType) (tensor.DType, error) {
+	d, ok := outDTypes[name]
+	if !ok || d == "" {
+		return def, nil
+	}
+	return d, CheckDType(name, &tensor.Tensor{DType: d}, allowed...)
+}
+
+func readMLACommon(in Inputs, prec Precision, outDTypes map[string]tensor.DType) (*mlaCommon, error) {
+	qt, err := Need(in, "q", tensor.BF16, tensor.F16, tensor.F32)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckShape("q", qt, -1, -1, -1, -1); err != nil {
+		return nil, err
+	}
+	ct, err := Need(in, "kv_cache", cacheDTypes...)
+	if err != nil {
+		return nil, err
+	}
+	if len(ct.Shape) != 3 {
+		return nil, fmt.Errorf("tensor kv_cache has shape %v; the contract wants [NB, P, entry]", ct.Shape)
+	}
+	d := qt.Shape[3]
+	kind := in.Params.String("kv_cache_dtype", string(kvcache.BF16))
+	if kind != string(kvcache.FP8DSMLA) && ct.Shape[2] != d {
+		return nil, fmt.Errorf("tensor q has D = %d but tensor kv_cache rows hold %d values (shape %v)", d, ct.Shape[2], ct.Shape)
+	}
+	l := d
+	if d > 64 {
+		l = d - 64
+	}
+	if l, err = in.Params.Int("latent_dim", l); err != nil {
+		return nil, err
+	}
+	if l < 1 || l > d {
+		return nil, fmt.Errorf("parameter latent_dim = %d: want 1 <= L <= D = %d", l, d)
+	}
+	lay, err := cacheLayout(in.Params, prec, "kv_cache", ct, l, d-l)
+	if err != nil {
+		return nil, err
+	}
+	if lay.D() != d {
+		return nil, fmt.Errorf("tensor q has D = %d but kv_cache_dtype %s rows hold D = L + R = %d + %d = %d", d, lay.Kind, lay.L, lay.R, lay.D())
+	}
+	ks, err := kScale(in, lay)
+	if err != nil {
+		return nil, err
+	}
+	cache, err := kvcache.NewNamed("kv_cache", ct, lay, ks)
+	if err != nil {
+		return nil, err
+	}
+	scale, err := in.Params.RequiredFloat("softmax_scale")
+	if err != nil {
+		return nil, fmt.Errorf("%v: the engines pass qk_head_dim^-0.5·mscale², 0.1352337788608801 for DeepSeek-V3", err)
+	}
+	if math.IsNaN(scale) || math.IsInf(scale, 0) {
+		return nil, fmt.Errorf("parameter softmax_scale = %v: want a finite number", scale)
+	}
+	causal, err := in.Params.Bool("causal", false)
+	if err != nil {
+		return nil, err
+	}
+	base, err := splitk.ParseBase(in.Params.String("lse_base", "e"))
+	if err != nil {
+		return nil, err
+	}
+	empty, err := splitk.ParseEmpty(in.Params.String("lse_empty", "-inf"))
+	if err != nil {
+		return nil, err
+	}
+	mp := mla.DefaultPrecision()
+	mp.Acc, mp.P, mp.KVDequant = prec.Acc, prec.P, prec.KVDequant
+	if mp.Out, err = outDType(outDTypes, "out", tensor.BF16, tensor.BF16, tensor.F32, tensor.F16); err != nil {
+		return nil, err
+	}
+	for _, o := range []struct {
+		name string
+		dst  *tensor.DType
+	}{{"lse", &mp.LSE}, {"partial_out", &mp.PartialOut}, {"partial_lse", &mp.PartialLSE}} {
+		if *o.dst, err = outDType(outDTypes, o.name, tensor.F32, tensor.F32); err != nil {
+			return nil, err
+		}
+	}
+	q := mla.Query{B: qt.Shape[0], SQ: qt.Shape[1], H: qt.Shape[2], D: d, Data: qt.Float64s()}
+	return &mlaCommon{q: q, cache: cache, lay: lay, prec: mp, qShape: qt.Shape,
+		cfg: mla.Config{SoftmaxScale: scale, Causal: causal, LSE: splitk.Convention{Base: base, Empty: empty}}}, nil
+}
+
+func mlaDecode(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+	c, err := readMLACommon(in, prec, outDTypes)
+	if err != nil {
+		return nil, err
+	}
+	bt, err := Need(in, "block_table", indexDTypes...)
+	if err != nil {
+		return nil, err
+	}
+	sl, err := Need(in, "seq_lens", indexDTypes...)
+	if err != nil {
+		return nil, err
+	}
+	pages, err := kvcache.NewPages(bt, sl, c.lay.PageSize, c.cache.NB)
+	if err != nil {
+		return nil, err
+	}
+	if pages.B() != c.q.B {
+		return nil, fmt.Errorf("tensor q has B = %d requests but seq_lens has %d", c.q.B, pages.B())
+	}
+	s, bounds, err := splitSpec(in, pages.SeqLens)
+	if err != nil {
+		return nil, err
+	}
+	p := &mla.Dense{Q: c.q, Cache: c.cache, Pages: pages}
+	ex, xp, err := mla.Decode(p, c.cfg, c.prec)
+	if err != nil {
+		return nil, err
+	}
+	B, SQ, H, L, P := c.q.B, c.q.SQ, c.q.H, c.lay.L, c.lay.PageSize
+	maxSeq := 1
+	for _, n := range pages.SeqLens {
+		maxSeq = max(maxSeq, n)
+	}
+	rowCoords := func(b, i, h int) []Coord {
+		n := pages.SeqLens[b]
+		vis := mla.Visible(n, SQ, i, c.cfg.Causal)
+		return []Coord{{"context_len", n}, {"visible", vis}, {"last_page_fill", vis % P}, {"head_tile", (i*H + h) / headTileRows}}
+	}
+	outs := []Output{
+		{
+			Name: "out", Shape: []int{B, SQ, H, L}, DType: c.prec.Out, Exact: ex.Out, Expected: xp.Out,
+			Mode: Numeric, Reduction: maxSeq,
+			Coords: Coords{Axes: []string{"request", "q_pos", "head", "latent"}, Derived: func(idx []int) []Coord {
+				return append(rowCoords(idx[0], idx[1], idx[2]), Coord{"tile128", idx[3] / 128})
+			}},
+		},
+		{
+			Name: "lse", Shape: []int{B, H, SQ}, DType: c.prec.LSE, Exact: ex.LSE, Expected: xp.LSE,
+			Mode: Numeric, Reduction: maxSeq,
+			Coords: Coords{Axes: []string{"request", "head", "q_pos"}, Derived: func(idx []int) []Coord {
+				return rowCoords(idx[0], idx[2], idx[1])
+			}},
+		},
+	}
+	if s == 0 {
+		return outs, nil
+	}
+	pex, pxp, err := mla.DecodePartials(p, c.cfg, c.prec, s, bounds)
+	if err != nil {
+		return nil, err
+	}
+	maxSplit := 1
+	for b := 0; b < B; b++ {
+		for k := 0; k < s; k++ {
+			maxSplit = max(maxSplit, pex.Bounds[b*(s+1)+k+1]-pex.Bounds[b*(s+1)+k])
+		}
+	}
+	splitCoords := func(b, i, h, k int) []Coord {
+		lo, hi := pex.Bounds[b*(s+1)+k], pex.Bounds[b*(s+1)+k+1]
+		vis := max(0, min(hi, mla.Visible(pages.SeqLens[b], SQ, i, c.cfg.Causal))-lo)
+		return []Coord{{"context_len", pages.SeqLens[b]}, {"split_start", lo}, {"split_len", hi - lo},
+			{"visible", vis}, {"last_page_fill", (lo + vis) % P}, {"head_tile", (i*H + h) / headTileRows}}
+	}
+	return append(outs,
+		Output{
+			Name: "partial_out", Shape: []int{B, SQ, H, s, L}, DType: c.prec.PartialOut, Exact: pex.Out, Expected: pxp.Out,
+			Mode: Numeric, Reduction: maxSplit,
+			Coords: Coords{Axes: []string{"request", "q_pos", "head", "split", "latent"}, Derived: func(idx []int) []Coord {
+				return append(splitCoords(idx[0], idx[1], idx[2], idx[3]), Coord{"tile128", idx[4] / 128})
+			}},
+		},
+		Output{
+			Name: "partial_lse", Shape: []int{B, SQ, H, s}, DType: c.prec.PartialLSE, Exact: pex.LSE, Expected: pxp.LSE,
+			Mode: Numeric, Reduction: maxSplit,
+			Coords: Coords{Axes: []string{"request", "q_pos", "head", "split"}, Derived: func(idx []int) []Coord {
+				return splitCoords(idx[0], idx[1], idx[2], idx[3])
+			}},
+		}), nil
+}
+
+// splitSpec returns the split count S (0: no partials) and the bounds (nil:
+// the default split) from split_bounds [B, S+1] and the num_splits
+// parameter, which must agree when both are given.
+func splitSpec(in Inputs, seqLens []int) (int, []int, error) {
+	s, err := in.Params.Int("num_splits", 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	if s < 0 {
+		return 0, nil, fmt.Errorf("parameter num_splits = %d: want a positive split count", s)
+	}
+	bt, ok := in.Tensors["split_bounds"]
+	if !ok {
+		return s, nil, nil
+	}
+	if err := CheckDType("split_bounds", bt, indexDTypes...); err != nil {
+		return 0, nil, err
+	}
+	if len(bt.Shape) != 2 || bt.Shape[0] != len(seqLens) || bt.Shape[1] < 2 {
+		return 0, nil, fmt.Errorf("tensor split_bounds has shape %v; the contract wants [B=%d, S+1] with S >= 1", bt.Shape, len(seqLens))
+	}
+	if s != 0 && bt.Shape[1] != s+1 {
+		return 0, nil, fmt.Errorf("parameter num_splits = %d but tensor split_bounds has S+1 = %d columns", s, bt.Shape[1])
+	}
+	s = bt.Shape[1] - 1
+	bounds := make([]int, bt.Len())
+	for i := range bounds {
+		v := bt.Int64At(i)
+		if v < 0 || v > math.MaxInt32 {
+			return 0, nil, fmt.Errorf("split_bounds[%d,%d] = %d is not a token position", i/(s+1), i%(s+1), v)
+		}
+		bounds[i] = int(v)
+	}
+	return s, bounds, mla.CheckBounds(bounds, seqLens, s)
+}
+
+func mlaDecodeSparse(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+	c, err := readMLACommon(in, prec, outDTypes)
+	if err != nil {
+		return nil, err
+	}
+	it, err := Need(in, "indices", indexDTypes...)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckShape("indices", it, c.q.B, c.q.SQ, -1); err != nil {
+		return nil, err
+	}
+	topk := it.Shape[2]
+	if k, err := in.Params.Int("topk", topk); err != nil {
+		return nil, err
+	} else if k != topk {
+		return nil, fmt.Errorf("parameter topk = %d but tensor indices has shape %v (topk = %d)", k, it.Shape, topk)
+	}
+	idx := make([]int64, it.Len())
+	for i := range idx {
+		idx[i] = it.Int64At(i)
+	}
+	sp := &mla.Sparse{Q: c.q, Cache: c.cache, TopK: topk, Indices: idx}
+	ex, xp, err := mla.DecodeSparse(sp, c.cfg, c.prec)
+	if err != nil {
+		return nil, err
+	}
+	B, SQ, H, L := c.q.B, c.q.SQ, c.q.H, c.lay.L
+	// attended slots per (request, query): the context of a sparse row
+	ctx := make([]int, B*SQ)
+	for b := 0; b < B; b++ {
+		for i := 0; i < SQ; i++ {
+			ctx[b*SQ+i] = len(sp.ValidSlots(b, i))
+		}
+	}
+	rowCoords := func(b, i, h int) []Coord {
+		return []Coord{{"context_len", ctx[b*SQ+i]}, {"head_tile", (i*H + h) / headTileRows}}
+	}
+	red := max(1, topk)
+	return []Output{
+		{
+			Name: "out", Shape: []int{B, SQ, H, L}, DType: c.prec.Out, Exact: ex.Out, Expected: xp.Out,
+			Mode: Numeric, Reduction: red,
+			Coords: Coords{Axes: []string{"request", "q_pos", "head", "latent"}, Derived: func(idx []int) []Coord {
+				return append(rowCoords(idx[0], idx[1], idx[2]), Coord{"tile128", idx[3] / 128})
+			}},
+		},
+		{
+			Name: "lse", Shape: []int{B, H, SQ}, DType: c.prec.LSE, Exact: ex.LSE, Expected: xp.LSE,
+			Mode: Numeric, Reduction: red,
+			Coords: Coords{Axes: []string{"request", "head", "q_pos"}, Derived: func(idx []int) []Coord {
+				return rowCoords(idx[0], idx[2], idx[1])
+			}},
+		},
+	}, nil
+}

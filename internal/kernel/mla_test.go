@@ -1,0 +1,304 @@
+package kernel
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// mlaInputs is a small paged decode: B = 2 requests (seq_lens 5 and 0... or
+// as given), H heads, D = L + R, pages of 4 tokens in a cache of nb blocks.
+func mlaInputs(rng *rand.Rand, seqLens []int, sq, h, l, r, nb int) Inputs {
+	const p = 4
+	d := l + r
+	bf := func(shape []int) *tensor.Tensor {
+		v := make([]float64, tensor.NumElements(shape))
+		for i := range v {
+			v[i] = formats.RoundBF16(rng.NormFloat64())
+		}
+		return tensor.FromFloat64s(tensor.BF16, shape, v)
+	}
+	mb := 1
+	for _, n := range seqLens {
+		mb = max(mb, (n+p-1)/p)
+	}
+	perm := rng.Perm(nb)
+	table := make([]int64, len(seqLens)*mb)
+	next := 0
+	for b, n := range seqLens {
+		for j := 0; j < mb; j++ {
+			table[b*mb+j] = -1
+			if j*p < n {
+				table[b*mb+j] = int64(perm[next])
+				next++
+			}
+		}
+	}
+	sl := make([]int64, len(seqLens))
+	for i, n := range seqLens {
+		sl[i] = int64(n)
+	}
+	return Inputs{
+		Tensors: map[string]*tensor.Tensor{
+			"q":           bf([]int{len(seqLens), sq, h, d}),
+			"kv_cache":    bf([]int{nb, p, d}),
+			"block_table": tensor.FromInt64s(tensor.I32, []int{len(seqLens), mb}, table),
+			"seq_lens":    tensor.FromInt64s(tensor.I32, []int{len(seqLens)}, sl),
+		},
+		Params: Params{"softmax_scale": "0.25", "kv_cache_dtype": "bf16", "page_size": "4", "latent_dim": "12"},
+	}
+}
+
+func outputNamed(t *testing.T, outs []Output, name string) Output {
+	t.Helper()
+	for _, o := range outs {
+		if o.Name == name {
+			return o
+		}
+	}
+	t.Fatalf("no output %s", name)
+	return Output{}
+}
+
+// TestMLADecodeContractPartialsCombine runs mla_decode with split-K partials
+// through the contract, then feeds its exact partials (flattened to [N, S, L])
+// to splitk_combine: the combine must give mla_decode's own out and lse.
+func TestMLADecodeContractPartialsCombine(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	in := mlaInputs(rng, []int{9, 0, 23}, 1, 3, 12, 4, 12)
+	in.Params["num_splits"] = "4"
+	in.Params["lse_base"] = "2"
+	k, err := Lookup("mla_decode")
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, err := k.Reference(in, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, lse := outputNamed(t, outs, "out"), outputNamed(t, outs, "lse")
+	po, pl := outputNamed(t, outs, "partial_out"), outputNamed(t, outs, "partial_lse")
+	if got := po.Shape; len(got) != 5 || got[3] != 4 || got[4] != 12 {
+		t.Fatalf("partial_out shape %v, want [3 1 3 4 12]", got)
+	}
+	if out.DType != tensor.BF16 || lse.DType != tensor.F32 || out.Reduction != 23 {
+		t.Errorf("out %s lse %s reduction %d; want BF16, F32, 23 (max seq_len)", out.DType, lse.DType, out.Reduction)
+	}
+	n := 3 * 1 * 3
+	comb, _ := Lookup("splitk_combine")
+	couts, err := comb.Reference(Inputs{
+		Tensors: map[string]*tensor.Tensor{
+			"partial_out": tensor.FromFloat64s(tensor.F32, []int{n, 4, 12}, po.Exact),
+			"partial_lse": tensor.FromFloat64s(tensor.F32, []int{n, 4}, pl.Exact),
+		},
+		Params: Params{"lse_base": "2"},
+	}, DefaultPrecision(), map[string]tensor.DType{"out": tensor.F32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cout, clse := outputNamed(t, couts, "out"), outputNamed(t, couts, "lse")
+	// The partials were stored as F32 for the combine, so agreement is to
+	// fp32 rounding of the partials, not 1e-13 (reference/mla tests that).
+	for i, v := range out.Exact {
+		if math.Abs(cout.Exact[i]-v) > 1e-6*math.Max(math.Abs(v), 1) {
+			t.Fatalf("combined out[%d] = %v, mla_decode %v", i, cout.Exact[i], v)
+		}
+	}
+	for i, v := range lse.Exact { // s_q = 1: [B, H, 1] and [B·1·H] agree in order
+		if !(clse.Exact[i] == v || math.Abs(clse.Exact[i]-v) <= 1e-6*math.Abs(v)) {
+			t.Fatalf("combined lse[%d] = %v, mla_decode %v", i, clse.Exact[i], v)
+		}
+	}
+	// request 1 is empty: lse -inf (default lse_empty), partials -inf
+	if !math.IsInf(lse.Exact[3], -1) || !math.IsInf(pl.Exact[3*4], -1) {
+		t.Errorf("empty request: lse %v partial %v, want -inf", lse.Exact[3], pl.Exact[3*4])
+	}
+	// coordinates: request 2, head 1, latent 5
+	c := out.Coords.Name([]int{2, 0, 1, 5})
+	want := []Coord{{"request", 2}, {"q_pos", 0}, {"head", 1}, {"latent", 5},
+		{"context_len", 23}, {"visible", 23}, {"last_page_fill", 3}, {"head_tile", 0}, {"tile128", 0}}
+	if len(c) != len(want) {
+		t.Fatalf("coords %v, want %v", c, want)
+	}
+	for i := range want {
+		if c[i] != want[i] {
+			t.Fatalf("coords %v, want %v", c, want)
+		}
+	}
+	// split 1 of request 2: ceil(23/4) = 6 tokens a split, [6, 12)
+	pc := po.Coords.Name([]int{2, 0, 1, 1, 0})
+	if pc[5] != (Coord{"context_len", 23}) || pc[6] != (Coord{"split_start", 6}) || pc[7] != (Coord{"split_len", 6}) {
+		t.Errorf("partial coords %v", pc)
+	}
+}
+
+func TestMLADecodeProduceAndNoise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	in := mlaInputs(rng, []int{40}, 2, 2, 12, 4, 10)
+	in.Params["causal"] = "true"
+	k, _ := Lookup("mla_decode")
+	res, err := Produce(k, in, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res["out"].DType != tensor.BF16 || len(res["out"].Shape) != 4 || res["lse"].Shape[2] != 2 {
+		t.Fatalf("produced out %s %v lse %v", res["out"].DType, res["out"].Shape, res["lse"].Shape)
+	}
+	outs, _ := k.Reference(in, DefaultPrecision(), nil)
+	o := outputNamed(t, outs, "out")
+	vmax := 0.0 // largest |value| in the cache
+	for _, v := range in.Tensors["kv_cache"].Float64s() {
+		vmax = math.Max(vmax, math.Abs(v))
+	}
+	for i := range o.Exact {
+		// bf16 output rounding (2^-9 of |out|) plus bf16 P: each p_j off by
+		// at most 2^-9 relative, so Σ p_j v_j moves by at most 2^-9 Σ p_j |v_j|
+		// <= 2^-9 max |v| (and fp32 noise far below).
+		if d := math.Abs(o.Expected[i] - o.Exact[i]); d > 0x1p-9*math.Abs(o.Exact[i])+0x1p-9*vmax*1.01 {
+			t.Errorf("out[%d]: expected %v exact %v", i, o.Expected[i], o.Exact[i])
+		}
+	}
+}
+
+func TestMLADecodeInputErrors(t *testing.T) {
+	k, _ := Lookup("mla_decode")
+	for _, tc := range []struct {
+		name string
+		mod  func(in Inputs)
+		want string
+	}{
+		{"missing softmax_scale", func(in Inputs) { delete(in.Params, "softmax_scale") }, "softmax_scale is missing"},
+		{"block outside the cache", func(in Inputs) { in.Tensors["block_table"].SetInt64(1, 99) }, "block_table[0,1] = 99 is outside the cache (NB = 6)"},
+		{"seq_len beyond the table", func(in Inputs) { in.Tensors["seq_lens"].SetInt64(0, 13) }, "seq_lens[0] = 13 exceeds"},
+		{"q D differs", func(in Inputs) {
+			in.Tensors["q"] = tensor.New(tensor.BF16, 2, 1, 2, 15)
+		}, "tensor q has D = 15 but tensor kv_cache rows hold 16"},
+		{"q B differs", func(in Inputs) { in.Tensors["q"] = tensor.New(tensor.BF16, 3, 1, 2, 16) }, "q has B = 3"},
+		{"split_bounds decreasing", func(in Inputs) {
+			in.Tensors["split_bounds"] = tensor.FromInt64s(tensor.I32, []int{2, 3}, []int64{0, 6, 5, 0, 0, 0})
+		}, "split_bounds[0,2] = 5 is below"},
+		{"split_bounds not covering", func(in Inputs) {
+			in.Tensors["split_bounds"] = tensor.FromInt64s(tensor.I32, []int{2, 3}, []int64{0, 2, 4, 0, 0, 0})
+		}, "split_bounds[0,2] = 4 but seq_lens[0] = 5"},
+		{"num_splits disagrees with split_bounds", func(in Inputs) {
+			in.Params["num_splits"] = "3"
+			in.Tensors["split_bounds"] = tensor.FromInt64s(tensor.I32, []int{2, 3}, []int64{0, 2, 5, 0, 0, 0})
+		}, "num_splits = 3 but tensor split_bounds has S+1 = 3"},
+		{"fp8 without k_scale", func(in Inputs) {
+			in.Params["kv_cache_dtype"] = "fp8_e4m3"
+			in.Tensors["kv_cache"] = tensor.New(tensor.U8, 6, 4, 16)
+		}, "k_scale"},
+		{"bad lse_base", func(in Inputs) { in.Params["lse_base"] = "10" }, "lse_base"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := mlaInputs(rand.New(rand.NewPCG(9, 9)), []int{5, 0}, 1, 2, 12, 4, 6)
+			tc.mod(in)
+			_, err := k.Reference(in, DefaultPrecision(), nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestMLADecodeSparseContract(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	in := mlaInputs(rng, []int{8}, 1, 2, 12, 4, 4)
+	dense, _ := Lookup("mla_decode")
+	douts, err := dense.Reference(in, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the same 8 tokens by slot, with a -1 and an out-of-cache slot mixed in
+	var idx []int64
+	for tk := 0; tk < 8; tk++ {
+		blk := in.Tensors["block_table"].Int64At(tk / 4)
+		idx = append(idx, blk*4+int64(tk%4))
+		if tk == 3 {
+			idx = append(idx, -1, 4*4)
+		}
+	}
+	sin := Inputs{Tensors: map[string]*tensor.Tensor{
+		"q": in.Tensors["q"], "kv_cache": in.Tensors["kv_cache"],
+		"indices": tensor.FromInt64s(tensor.I32, []int{1, 1, len(idx)}, idx),
+	}, Params: in.Params}
+	sparse, _ := Lookup("mla_decode_sparse")
+	souts, err := sparse.Reference(sin, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"out", "lse"} {
+		d, s := outputNamed(t, douts, name), outputNamed(t, souts, name)
+		for i := range d.Exact {
+			if d.Exact[i] != s.Exact[i] || d.Expected[i] != s.Expected[i] {
+				t.Fatalf("%s[%d]: sparse %v/%v dense %v/%v", name, i, s.Exact[i], s.Expected[i], d.Exact[i], d.Expected[i])
+			}
+		}
+	}
+	if c := outputNamed(t, souts, "out").Coords.Name([]int{0, 0, 1, 0}); c[4] != (Coord{"context_len", 8}) {
+		t.Errorf("sparse coords %v: context_len should count the 8 attended slots", c)
+	}
+	sin.Params["topk"] = "7"
+	if _, err := sparse.Reference(sin, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "topk = 7") {
+		t.Errorf("topk mismatch: error %v", err)
+	}
+}
+
+func TestSplitKCombineContract(t *testing.T) {
+	k, err := Lookup("splitk_combine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// row 0: lse 0 and ln 3 over o = (1,0), (0,1): out (1/4, 3/4), lse ln 4.
+	// row 1: both splits empty: out 0, lse_empty = +inf.
+	ninf := math.Inf(-1)
+	in := Inputs{Tensors: map[string]*tensor.Tensor{
+		"partial_out": tensor.FromFloat64s(tensor.F32, []int{2, 2, 2}, []float64{1, 0, 0, 1, 0, 0, 0, 0}),
+		"partial_lse": tensor.FromFloat64s(tensor.F32, []int{2, 2}, []float64{0, math.Log(3), ninf, ninf}),
+	}, Params: Params{"lse_empty": "+inf"}}
+	outs, err := k.Reference(in, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, lse := outputNamed(t, outs, "out"), outputNamed(t, outs, "lse")
+	if out.DType != tensor.BF16 {
+		t.Errorf("default out dtype %s, want BF16", out.DType)
+	}
+	want := []float64{0.25, 0.75, 0, 0}
+	for i, w := range want {
+		if math.Abs(out.Exact[i]-w) > 1e-7 || out.Expected[i] != w { // 0.25, 0.75 exact in bf16
+			t.Errorf("out[%d] = %v / %v, want %v", i, out.Exact[i], out.Expected[i], w)
+		}
+	}
+	if math.Abs(lse.Exact[0]-math.Log(4)) > 1e-7 || !math.IsInf(lse.Exact[1], 1) || !math.IsInf(lse.Expected[1], 1) {
+		t.Errorf("lse = %v / %v, want ln 4 and +inf", lse.Exact, lse.Expected)
+	}
+	if c := out.Coords.Name([]int{1, 0}); c[2] != (Coord{"splits_used", 0}) {
+		t.Errorf("coords %v: row 1 uses no split", c)
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(in Inputs)
+		want string
+	}{
+		{"S disagrees", func(in Inputs) { in.Tensors["partial_lse"] = tensor.New(tensor.F32, 2, 3) }, "partial_lse has shape [2 3]"},
+		{"+inf partial lse", func(in Inputs) { in.Tensors["partial_lse"].SetFloat64(1, math.Inf(1)) }, "partial_lse[0,1] = +Inf"},
+		{"bad lse_empty", func(in Inputs) { in.Params["lse_empty"] = "0" }, "lse_empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := Inputs{Tensors: map[string]*tensor.Tensor{
+				"partial_out": tensor.New(tensor.F32, 2, 2, 2),
+				"partial_lse": tensor.New(tensor.F32, 2, 2),
+			}, Params: Params{}}
+			tc.mod(in)
+			_, err := k.Reference(in, DefaultPrecision(), nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}

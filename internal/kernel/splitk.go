@@ -1,0 +1,98 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/kcheck-dev/kcheck/reference/splitk"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// splitk_combine (spec 3.8): the contract tensors adapted to
+// reference/splitk. out [N, L] is named row, latent; lse [N] row. Derived:
+// splits_used, the number of non-empty splits of the row (a combine that
+// mishandles empty splits errs exactly where it is below S), and tile128 for
+// out (latent / 128).
+
+func init() {
+	Register(&Kernel{
+		Name:    "splitk_combine",
+		Stage:   StageCombine,
+		Summary: "flash-decoding split-K reduction of partial outputs and lse",
+		Inputs: []TensorSpec{
+			{Name: "partial_out", DTypes: []tensor.DType{tensor.F32}, Rank: 3},
+			{Name: "partial_lse", DTypes: []tensor.DType{tensor.F32}, Rank: 2},
+		},
+		Outputs: []TensorSpec{
+			{Name: "out", DTypes: []tensor.DType{tensor.BF16, tensor.F32}},
+			{Name: "lse", DTypes: []tensor.DType{tensor.F32}},
+		},
+		Reference: splitkCombine,
+	})
+}
+
+func splitkCombine(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+	po, err := Need(in, "partial_out", tensor.F32)
+	if err != nil {
+		return nil, err
+	}
+	pl, err := Need(in, "partial_lse", tensor.F32)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckShape("partial_out", po, -1, -1, -1); err != nil {
+		return nil, err
+	}
+	n, s, l := po.Shape[0], po.Shape[1], po.Shape[2]
+	if len(pl.Shape) != 2 || pl.Shape[0] != n || pl.Shape[1] != s {
+		return nil, fmt.Errorf("tensor partial_lse has shape %v but partial_out [N, S, L] = %v needs [%d, %d] (one lse a split)", pl.Shape, po.Shape, n, s)
+	}
+	if s < 1 {
+		return nil, fmt.Errorf("tensor partial_out has shape %v: no split to combine (S = 0)", po.Shape)
+	}
+	base, err := splitk.ParseBase(in.Params.String("lse_base", "e"))
+	if err != nil {
+		return nil, err
+	}
+	empty, err := splitk.ParseEmpty(in.Params.String("lse_empty", "-inf"))
+	if err != nil {
+		return nil, err
+	}
+	outDT, err := outDType(outDTypes, "out", tensor.BF16, tensor.BF16, tensor.F32)
+	if err != nil {
+		return nil, err
+	}
+	lseDT, err := outDType(outDTypes, "lse", tensor.F32, tensor.F32)
+	if err != nil {
+		return nil, err
+	}
+	lse := pl.Float64s()
+	ex, xp, err := splitk.Combine(po.Float64s(), lse, n, s, l, splitk.Convention{Base: base, Empty: empty}, outDT, lseDT)
+	if err != nil {
+		return nil, err
+	}
+	used := make([]int, n)
+	for r := 0; r < n; r++ {
+		for k := 0; k < s; k++ {
+			if !math.IsInf(lse[r*s+k], -1) {
+				used[r]++
+			}
+		}
+	}
+	return []Output{
+		{
+			Name: "out", Shape: []int{n, l}, DType: outDT, Exact: ex.Out, Expected: xp.Out,
+			Mode: Numeric, Reduction: s,
+			Coords: Coords{Axes: []string{"row", "latent"}, Derived: func(idx []int) []Coord {
+				return []Coord{{"splits_used", used[idx[0]]}, {"tile128", idx[1] / 128}}
+			}},
+		},
+		{
+			Name: "lse", Shape: []int{n}, DType: lseDT, Exact: ex.LSE, Expected: xp.LSE,
+			Mode: Numeric, Reduction: s,
+			Coords: Coords{Axes: []string{"row"}, Derived: func(idx []int) []Coord {
+				return []Coord{{"splits_used", used[idx[0]]}}
+			}},
+		},
+	}, nil
+}
