@@ -233,6 +233,11 @@ func mlaDecode(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]
 		},
 	}
 	if s == 0 {
+		for _, name := range []string{"partial_out", "partial_lse"} {
+			if _, ok := outDTypes[name]; ok {
+				return nil, fmt.Errorf("tensor %s is present but neither a split_bounds tensor nor the num_splits parameter says how many splits (S) it holds", name)
+			}
+		}
 		return outs, nil
 	}
 	pex, pxp, err := mla.DecodePartials(p, c.cfg, c.prec, s, bounds)

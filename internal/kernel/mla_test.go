@@ -166,6 +166,11 @@ func TestMLADecodeProduceAndNoise(t *testing.T) {
 
 func TestMLADecodeInputErrors(t *testing.T) {
 	k, _ := Lookup("mla_decode")
+	in := mlaInputs(rand.New(rand.NewPCG(9, 9)), []int{5, 0}, 1, 2, 12, 4, 6)
+	if _, err := k.Reference(in, DefaultPrecision(), map[string]tensor.DType{"partial_out": tensor.F32}); err == nil ||
+		!strings.Contains(err.Error(), "tensor partial_out is present but neither") {
+		t.Errorf("partials without S: error %v", err)
+	}
 	for _, tc := range []struct {
 		name string
 		mod  func(in Inputs)
