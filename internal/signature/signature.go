@@ -1,0 +1,553 @@
+// Package signature names the pattern in where a check's errors fall.
+// Bugs leave structure: errors that line up on page boundaries point to the
+// paged lookup, on split boundaries to split-K, on alternate elements to
+// nibble order, on 16-element blocks or 128-row tiles to block scales, on
+// one head to a head-indexing slip, and errors that grow with the context
+// length to accumulation precision. Analyze aggregates the per-element
+// excess (error over tolerance) by every coordinate the kernel names for an
+// element (kernel.Coords: its axes and derived coordinates) and reports the
+// coordinate that explains the failures best, or that none does.
+//
+// Coordinate names drive the pattern names, so kernels should use these
+// (case-insensitive, substring match in this order):
+//
+//	last_page, page_tail        partial_last_page (1 on the partially filled last page)
+//	page_offset, token_mod_page page_boundary when the failures sit at offsets 0 and/or P-1
+//	split                       split_boundary
+//	parity, nibble, <axis>%2    alternating_nibbles (the last axis' parity is added automatically)
+//	block                       scale_block (16-element scale blocks)
+//	tile                        tile (128-row tiles)
+//	head_group, group           head_group
+//	head                        one_head (a single value) or head_group
+//	context, seq_len, kv_len,   growth_with_context, when the mean excess
+//	position, token, step       rises monotonically with the coordinate
+//
+// A concentration on any other coordinate is reported as "concentrated".
+// "uniform" means failures exist but no coordinate explains them, "isolated"
+// that too few elements fail to show a pattern, "none" that nothing fails.
+//
+// Concentration is judged for significance, not by eye: for a coordinate
+// with K values, the values are ranked by excess density and, for each
+// top-k set S, the share q of the excess mass in S is compared with the
+// share e of the elements in S. If failures fell on elements at random, the
+// chance that m of them put a share q into S is at most exp(-m·KL(q‖e))
+// (Chernoff); choosing S among C(K,k) sets multiplies that by C(K,k). The
+// score m_eff·KL(q‖e) - ln C(K,k), with m_eff = (Σw)²/Σw² the effective
+// number of failing elements, must exceed MinScore, and S must be at most a
+// quarter of the values (one value when K < 8) holding most of the mass
+// (q >= 0.75) in a small part of the elements (q >= 3e; for a half of
+// the elements, such as one parity, q >= 0.9).
+package signature
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// The patterns.
+const (
+	None              = "none"
+	Uniform           = "uniform"
+	Isolated          = "isolated"
+	Concentrated      = "concentrated"
+	PageBoundary      = "page_boundary"
+	SplitBoundary     = "split_boundary"
+	PartialLastPage   = "partial_last_page"
+	AlternatingNibble = "alternating_nibbles"
+	ScaleBlock        = "scale_block"
+	Tile              = "tile"
+	OneHead           = "one_head"
+	HeadGroup         = "head_group"
+	GrowthWithContext = "growth_with_context"
+)
+
+// Signature is the named pattern of a check's errors.
+type Signature struct {
+	Pattern string `json:"pattern"`
+	// Coord is the coordinate that explains the pattern ("" for none,
+	// uniform and isolated).
+	Coord  string  `json:"coord,omitempty"`
+	Detail string  `json:"detail"`
+	Groups []Group `json:"groups,omitempty"`
+}
+
+// Group is one value of the explaining coordinate.
+type Group struct {
+	Value int `json:"value"`
+	// Share is the group's share of the excess mass; Elements its share of
+	// the elements; Failing how many of its elements fail.
+	Share    float64 `json:"share"`
+	Elements float64 `json:"elements"`
+	Failing  int     `json:"failing"`
+	// MeanExcess is the mean err/tol over the group's elements.
+	MeanExcess float64 `json:"mean_excess"`
+}
+
+// Options tune Analyze.
+type Options struct {
+	// Threshold: an element fails when its excess is above it (default 1).
+	Threshold float64
+	// Systematic: the check failed on whole-tensor metrics while no
+	// element exceeds Threshold; the pattern is then sought in the excess
+	// above its 90th percentile rather than in failing elements.
+	Systematic bool
+	// MinScore is the significance a concentration needs (default 10, a
+	// chance probability of about e^-10 after the choice of set); the
+	// number of coordinates tried is added to it as ln(count).
+	MinScore float64
+	// MaxGroups bounds the groups reported (default 8).
+	MaxGroups int
+}
+
+type coordStats struct {
+	name   string
+	vals   []int // distinct values, ascending
+	count  map[int]int
+	mass   map[int]float64
+	fail   map[int]int
+	excess map[int]float64 // sum of (capped) excess over all elements
+}
+
+// Analyze finds the pattern in excess (err_i/tol_i for every element of o,
+// +Inf allowed for special-value mismatches and errors against a zero
+// tolerance). It never returns nil.
+func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
+	thr := opt.Threshold
+	if thr <= 0 {
+		thr = 1
+	}
+	minScore := opt.MinScore
+	if minScore <= 0 {
+		minScore = 10
+	}
+	maxGroups := opt.MaxGroups
+	if maxGroups <= 0 {
+		maxGroups = 8
+	}
+	N := len(excess)
+	shape := o.Shape
+	if tensor.NumElements(shape) != N || len(shape) == 0 {
+		shape = []int{N}
+	}
+
+	// Cap infinities so that sums stay finite: an Inf element weighs ten
+	// times the largest finite excess (and at least 10·Threshold).
+	maxFinite := 0.0
+	for _, e := range excess {
+		if !math.IsInf(e, 0) && !math.IsNaN(e) {
+			maxFinite = max(maxFinite, e)
+		}
+	}
+	capv := 10 * max(maxFinite, thr)
+	ex := make([]float64, N)
+	for i, e := range excess {
+		switch {
+		case math.IsNaN(e) || e < 0:
+			ex[i] = 0
+		case math.IsInf(e, 1):
+			ex[i] = capv
+		default:
+			ex[i] = e
+		}
+	}
+	w := make([]float64, N)
+	failing := 0
+	if opt.Systematic {
+		// The top decile of the excess: where a systematic error that
+		// stays under every bound is largest.
+		q90 := quantile(ex, 0.9)
+		for i, e := range ex {
+			w[i] = max(e-q90, 0)
+		}
+	} else {
+		for i, e := range ex {
+			if e > thr {
+				w[i] = e
+			}
+		}
+	}
+	var sw, sw2 float64
+	for i, v := range w {
+		sw += v
+		sw2 += v * v
+		if ex[i] > thr {
+			failing++
+		}
+	}
+	if sw == 0 {
+		if opt.Systematic {
+			return &Signature{Pattern: Uniform, Detail: "the whole-tensor error exceeds its bound but is spread evenly over the elements"}
+		}
+		return &Signature{Pattern: None, Detail: "no element exceeds its tolerance"}
+	}
+	mEff := sw * sw / sw2
+
+	stats := collect(o, shape, ex, w, thr)
+	nameTry := math.Log(float64(max(len(stats), 1)))
+
+	type cand struct {
+		st    *coordStats
+		set   []int
+		q, e  float64
+		score float64
+	}
+	var best, bestCtx *cand
+	for _, st := range stats {
+		K := len(st.vals)
+		if K < 2 {
+			continue
+		}
+		order := append([]int(nil), st.vals...)
+		sort.SliceStable(order, func(a, b int) bool {
+			da := st.mass[order[a]] / float64(st.count[order[a]])
+			db := st.mass[order[b]] / float64(st.count[order[b]])
+			return da > db
+		})
+		var q, e float64
+		// A pattern is a few values holding the failures: at most a quarter
+		// of the values (one of two or three for a parity or a split).
+		kmax := max(1, K/4)
+		for k := 1; k <= kmax; k++ {
+			v := order[k-1]
+			q += st.mass[v] / sw
+			e += float64(st.count[v]) / float64(N)
+			if e > 0.5 {
+				break
+			}
+			if q < 0.75 || q < min(3*e, 0.9) {
+				continue
+			}
+			s := mEff*kl(min(q, 1), e) - lnChoose(K, k) - nameTry
+			if s < minScore {
+				continue
+			}
+			c := &cand{st, append([]int(nil), order[:k]...), q, e, s}
+			target := &best
+			if contextLike(st.name) {
+				target = &bestCtx
+			}
+			if *target == nil || c.score > (*target).score ||
+				(c.score == (*target).score && specificity(c.st.name) > specificity((*target).st.name)) {
+				*target = c
+			}
+		}
+	}
+
+	sig := func(c *cand) *Signature {
+		pat := patternFor(c.st, c.set)
+		sort.Ints(c.set)
+		return &Signature{
+			Pattern: pat,
+			Coord:   c.st.name,
+			Detail: fmt.Sprintf("errors concentrate on %s %s%s: %.0f%% of the excess in %.1f%% of the elements (%d failing)",
+				c.st.name, listValues(c.set), gloss(pat), 100*c.q, 100*c.e, failing),
+			Groups: topGroups(c.st, sw, N, maxGroups),
+		}
+	}
+	if best != nil {
+		return sig(best)
+	}
+	if t := trend(stats, N, maxGroups); t != nil {
+		return t
+	}
+	if bestCtx != nil {
+		return sig(bestCtx)
+	}
+	if mEff < 5 {
+		return &Signature{Pattern: Isolated, Detail: isolatedDetail(o, shape, ex, thr, failing)}
+	}
+	what := fmt.Sprintf("%d failing elements", failing)
+	if opt.Systematic {
+		what = "the top decile of the excess"
+	}
+	return &Signature{Pattern: Uniform, Detail: what + " spread over every coordinate: no coordinate value holds a disproportionate share"}
+}
+
+// collect aggregates excess by every coordinate value.
+func collect(o kernel.Output, shape []int, ex, w []float64, thr float64) []*coordStats {
+	var stats []*coordStats
+	byName := map[string]*coordStats{}
+	get := func(name string) *coordStats {
+		if st, ok := byName[name]; ok {
+			return st
+		}
+		st := &coordStats{name: name, count: map[int]int{}, mass: map[int]float64{}, fail: map[int]int{}, excess: map[int]float64{}}
+		byName[name] = st
+		stats = append(stats, st)
+		return st
+	}
+	add := func(name string, v int, i int) {
+		st := get(name)
+		st.count[v]++
+		st.mass[v] += w[i]
+		st.excess[v] += ex[i]
+		if ex[i] > thr {
+			st.fail[v]++
+		}
+	}
+	// The parity of the last axis, unless the kernel names one itself.
+	last := len(shape) - 1
+	parityName := ""
+	if shape[last] >= 4 && shape[last]%2 == 0 {
+		probe := o.Coords.Name(make([]int, len(shape)))
+		parityName = probe[last].Name + "%2"
+		for _, c := range probe {
+			n := strings.ToLower(c.Name)
+			if strings.Contains(n, "parity") || strings.Contains(n, "nibble") {
+				parityName = ""
+			}
+		}
+	}
+	for i := range ex {
+		idx := tensor.Unravel(i, shape)
+		for _, c := range o.Coords.Name(idx) {
+			add(c.Name, c.Value, i)
+		}
+		if parityName != "" {
+			add(parityName, idx[last]%2, i)
+		}
+	}
+	for _, st := range stats {
+		for v := range st.count {
+			st.vals = append(st.vals, v)
+		}
+		sort.Ints(st.vals)
+	}
+	return stats
+}
+
+// trend looks for excess growing with a context-like coordinate: Spearman
+// rank correlation of at least 0.8 between the value and the mean excess
+// over at least 4 values, and the mean over the top quarter of values at
+// least twice that over the bottom quarter.
+func trend(stats []*coordStats, N, maxGroups int) *Signature {
+	var best *Signature
+	bestRho := 0.0
+	for _, st := range stats {
+		if !trendName(st.name) || len(st.vals) < 4 {
+			continue
+		}
+		K := len(st.vals)
+		means := make([]float64, K)
+		for j, v := range st.vals {
+			means[j] = st.excess[v] / float64(st.count[v])
+		}
+		rho := spearman(means)
+		q := max(K/4, 1)
+		var lo, hi float64
+		for j := 0; j < q; j++ {
+			lo += means[j]
+			hi += means[K-1-j]
+		}
+		if rho < 0.8 || hi < 2*lo || rho <= bestRho {
+			continue
+		}
+		bestRho = rho
+		var groups []Group
+		step := max(1, (K+maxGroups-1)/maxGroups)
+		for j := 0; j < K; j += step {
+			v := st.vals[j]
+			groups = append(groups, Group{Value: v, Elements: float64(st.count[v]) / float64(N), Failing: st.fail[v], MeanExcess: means[j]})
+		}
+		best = &Signature{
+			Pattern: GrowthWithContext,
+			Coord:   st.name,
+			Detail: fmt.Sprintf("the error grows with %s: mean err/tol %.3g at %s %d rising to %.3g at %d (rank correlation %.2f): accumulation precision",
+				st.name, means[0], st.name, st.vals[0], means[K-1], st.vals[K-1], rho),
+			Groups: groups,
+		}
+	}
+	return best
+}
+
+func patternFor(st *coordStats, set []int) string {
+	n := strings.ToLower(st.name)
+	switch {
+	case strings.Contains(n, "last_page") || strings.Contains(n, "page_tail"):
+		return PartialLastPage
+	case strings.Contains(n, "page_offset") || strings.Contains(n, "token_mod_page"):
+		top := st.vals[len(st.vals)-1]
+		for _, v := range set {
+			if v != 0 && v != top {
+				return Concentrated
+			}
+		}
+		return PageBoundary
+	case strings.Contains(n, "split"):
+		return SplitBoundary
+	case strings.Contains(n, "parity") || strings.Contains(n, "nibble") || strings.HasSuffix(n, "%2"):
+		return AlternatingNibble
+	case strings.Contains(n, "block"):
+		return ScaleBlock
+	case strings.Contains(n, "tile"):
+		return Tile
+	case strings.Contains(n, "group"):
+		return HeadGroup
+	case strings.Contains(n, "head"):
+		if len(set) == 1 {
+			return OneHead
+		}
+		return HeadGroup
+	}
+	return Concentrated
+}
+
+// specificity breaks score ties between coordinates that partition the
+// elements the same way: a named pattern beats a generic one.
+func specificity(name string) int {
+	st := &coordStats{name: name, vals: []int{0}}
+	if patternFor(st, []int{0}) == Concentrated {
+		return 0
+	}
+	return 1
+}
+
+func gloss(pat string) string {
+	switch pat {
+	case PageBoundary:
+		return " (page boundaries)"
+	case SplitBoundary:
+		return " (split-K splits)"
+	case PartialLastPage:
+		return " (the partially filled last page)"
+	case AlternatingNibble:
+		return " (alternate elements: nibble order)"
+	case ScaleBlock:
+		return " (scale blocks)"
+	case Tile:
+		return " (tiles)"
+	case OneHead:
+		return " (one head)"
+	case HeadGroup:
+		return " (a group of heads)"
+	}
+	return ""
+}
+
+func contextLike(name string) bool {
+	n := strings.ToLower(name)
+	return trendName(n) || n == "request" || n == "batch" || n == "b"
+}
+
+func trendName(name string) bool {
+	n := strings.ToLower(name)
+	for _, s := range []string{"context", "seq_len", "kv_len", "position", "token", "step"} {
+		if strings.Contains(n, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func topGroups(st *coordStats, sw float64, N, maxGroups int) []Group {
+	vals := append([]int(nil), st.vals...)
+	sort.SliceStable(vals, func(a, b int) bool { return st.mass[vals[a]] > st.mass[vals[b]] })
+	if len(vals) > maxGroups {
+		vals = vals[:maxGroups]
+	}
+	g := make([]Group, len(vals))
+	for j, v := range vals {
+		g[j] = Group{Value: v, Share: st.mass[v] / sw, Elements: float64(st.count[v]) / float64(N),
+			Failing: st.fail[v], MeanExcess: st.excess[v] / float64(st.count[v])}
+	}
+	return g
+}
+
+func isolatedDetail(o kernel.Output, shape []int, ex []float64, thr float64, failing int) string {
+	var where []string
+	for i, e := range ex {
+		if e > thr && len(where) < 3 {
+			var parts []string
+			for _, c := range o.Coords.Name(tensor.Unravel(i, shape)) {
+				parts = append(parts, fmt.Sprintf("%s %d", c.Name, c.Value))
+			}
+			where = append(where, strings.Join(parts, ", "))
+		}
+	}
+	return fmt.Sprintf("%d element(s) fail, too few to show a pattern: %s", failing, strings.Join(where, "; "))
+}
+
+func listValues(set []int) string {
+	if len(set) > 6 {
+		return fmt.Sprintf("%d values (%d..%d)", len(set), set[0], set[len(set)-1])
+	}
+	s := make([]string, len(set))
+	for i, v := range set {
+		s[i] = fmt.Sprint(v)
+	}
+	if len(s) == 1 {
+		return s[0]
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}
+
+// kl is the Kullback-Leibler divergence of Bernoulli(q) from Bernoulli(e).
+func kl(q, e float64) float64 {
+	if e <= 0 || e >= 1 {
+		return 0
+	}
+	return xlogy(q, q/e) + xlogy(1-q, (1-q)/(1-e))
+}
+
+func xlogy(x, y float64) float64 {
+	if x == 0 {
+		return 0
+	}
+	return x * math.Log(y)
+}
+
+func lnChoose(n, k int) float64 {
+	a, _ := math.Lgamma(float64(n + 1))
+	b, _ := math.Lgamma(float64(k + 1))
+	c, _ := math.Lgamma(float64(n - k + 1))
+	return a - b - c
+}
+
+// quantile returns the p-quantile of x (the element at rank ⌊p·len⌋).
+func quantile(x []float64, p float64) float64 {
+	s := append([]float64(nil), x...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[min(int(p*float64(len(s))), len(s)-1)]
+}
+
+// spearman is the rank correlation of y with its index (ties get their
+// mean rank).
+func spearman(y []float64) float64 {
+	n := len(y)
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return y[order[a]] < y[order[b]] })
+	rank := make([]float64, n)
+	for i := 0; i < n; {
+		j := i
+		for j+1 < n && y[order[j+1]] == y[order[i]] {
+			j++
+		}
+		for k := i; k <= j; k++ {
+			rank[order[k]] = float64(i+j) / 2
+		}
+		i = j + 1
+	}
+	mean := float64(n-1) / 2
+	var sxy, sxx, syy float64
+	for i := 0; i < n; i++ {
+		dx, dy := float64(i)-mean, rank[i]-mean
+		sxy += dx * dy
+		sxx += dx * dx
+		syy += dy * dy
+	}
+	if sxx == 0 || syy == 0 {
+		return 0
+	}
+	return sxy / math.Sqrt(sxx*syy)
+}

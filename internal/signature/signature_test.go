@@ -1,0 +1,271 @@
+package signature
+
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// Each case plants a bug's footprint in a background of noise (excess
+// uniform in [0, 0.8): every correct element is under its tolerance) and
+// asks Analyze to name it. The footprints are what the bugs of DESIGN.md
+// leave: a page off-by-one hits offset 0 of every page, a split-K bug one
+// split, a nibble swap every other element, a wrong block scale one
+// 16-element block, a masking bug the tail of the last page, a head index
+// slip one head, bf16 accumulation an error growing with context.
+
+type synth struct {
+	shape   []int
+	axes    []string
+	derived func(idx []int) []kernel.Coord
+	// bug returns the excess of a faulty element (0: not faulty).
+	bug func(idx []int, r *rand.Rand) float64
+}
+
+func (s synth) build(seed uint64) (kernel.Output, []float64) {
+	r := rand.New(rand.NewPCG(seed, 7))
+	N := tensor.NumElements(s.shape)
+	ex := make([]float64, N)
+	for i := range ex {
+		ex[i] = 0.8 * r.Float64()
+		if s.bug != nil {
+			if b := s.bug(tensor.Unravel(i, s.shape), r); b > 0 {
+				ex[i] = b
+			}
+		}
+	}
+	o := kernel.Output{Name: "out", Shape: s.shape, Exact: make([]float64, N), Expected: make([]float64, N),
+		Coords: kernel.Coords{Axes: s.axes, Derived: s.derived}}
+	return o, ex
+}
+
+// Paged token-major layout: token t lives on page t/P at offset t%P.
+func paged(P, lastLen int, T int) func(idx []int) []kernel.Coord {
+	return func(idx []int) []kernel.Coord {
+		t := idx[0]
+		last := 0
+		if t >= T-lastLen {
+			last = 1
+		}
+		return []kernel.Coord{{Name: "page", Value: t / P}, {Name: "page_offset", Value: t % P}, {Name: "last_page", Value: last}}
+	}
+}
+
+func TestPatterns(t *testing.T) {
+	const T, P = 1000, 16 // 62 full pages and a last page of 8 tokens
+	tests := []struct {
+		name      string
+		s         synth
+		pattern   string
+		coord     string
+		topValues []int // the values that must lead Groups
+	}{
+		{"page off-by-one at offset 0", synth{shape: []int{T, 32}, axes: []string{"token", "latent"}, derived: paged(P, 8, T),
+			bug: func(idx []int, r *rand.Rand) float64 {
+				if idx[0]%P == 0 {
+					return 3 + 10*r.Float64()
+				}
+				return 0
+			}}, PageBoundary, "page_offset", []int{0}},
+		{"both page edges", synth{shape: []int{T, 32}, axes: []string{"token", "latent"}, derived: paged(P, 8, T),
+			bug: func(idx []int, r *rand.Rand) float64 {
+				if o := idx[0] % P; o == 0 || o == P-1 {
+					return 2 + r.Float64()
+				}
+				return 0
+			}}, PageBoundary, "page_offset", nil},
+		{"masking past seq_len on the last page", synth{shape: []int{T, 32}, axes: []string{"token", "latent"}, derived: paged(P, 8, T),
+			bug: func(idx []int, r *rand.Rand) float64 {
+				if idx[0] >= T-8 {
+					return 5
+				}
+				return 0
+			}}, PartialLastPage, "last_page", []int{1}},
+		{"one split-K partial wrong", synth{shape: []int{8, 4, 64}, axes: []string{"head", "split", "latent"},
+			bug: func(idx []int, r *rand.Rand) float64 {
+				if idx[1] == 2 {
+					return 1.5 + r.Float64()
+				}
+				return 0
+			}}, SplitBoundary, "split", []int{2}},
+		{"swapped nibble order hits odd elements", synth{shape: []int{16, 64}, axes: []string{"row", "col"},
+			bug: func(idx []int, r *rand.Rand) float64 {
+				if idx[1]%2 == 1 && r.Float64() < 0.8 { // some codes happen to be equal
+					return 1 + 4*r.Float64()
+				}
+				return 0
+			}}, AlternatingNibble, "col%2", []int{1}},
+		{"one 16-element scale block", synth{shape: []int{16, 128}, axes: []string{"row", "col"},
+			derived: func(idx []int) []kernel.Coord { return []kernel.Coord{{Name: "block16", Value: idx[1] / 16}} },
+			bug: func(idx []int, r *rand.Rand) float64 {
+				if idx[1]/16 == 3 {
+					return 2 + r.Float64()
+				}
+				return 0
+			}}, ScaleBlock, "block16", []int{3}},
+		{"one 128-row tile", synth{shape: []int{512, 16}, axes: []string{"row", "col"},
+			derived: func(idx []int) []kernel.Coord { return []kernel.Coord{{Name: "tile128", Value: idx[0] / 128}} },
+			bug: func(idx []int, r *rand.Rand) float64 {
+				if idx[0]/128 == 2 {
+					return 2 + r.Float64()
+				}
+				return 0
+			}}, Tile, "tile128", []int{2}},
+		{"one head", synth{shape: []int{2, 16, 64}, axes: []string{"request", "head", "latent"},
+			bug: func(idx []int, r *rand.Rand) float64 {
+				if idx[1] == 7 {
+					return 3
+				}
+				return 0
+			}}, OneHead, "head", []int{7}},
+		{"a group of heads", synth{shape: []int{2, 16, 64}, axes: []string{"request", "head", "latent"},
+			derived: func(idx []int) []kernel.Coord { return []kernel.Coord{{Name: "head_group", Value: idx[1] / 4}} },
+			bug: func(idx []int, r *rand.Rand) float64 {
+				if idx[1]/4 == 2 {
+					return 3
+				}
+				return 0
+			}}, HeadGroup, "head_group", []int{2}},
+		{"error growing with context", synth{shape: []int{8, 4, 32}, axes: []string{"request", "head", "latent"},
+			derived: func(idx []int) []kernel.Coord {
+				return []kernel.Coord{{Name: "context_len", Value: 128 << idx[0]}}
+			},
+			bug: func(idx []int, r *rand.Rand) float64 {
+				// err/tol ∝ sqrt(context): 0.3 at 128 tokens, 3.4 at 16K.
+				return 0.3 * math.Sqrt(float64(int(1)<<idx[0])) * (0.8 + 0.4*r.Float64())
+			}}, GrowthWithContext, "context_len", nil},
+		{"noise only", synth{shape: []int{64, 64}, axes: []string{"row", "col"}}, None, "", nil},
+		{"one corrupted element", synth{shape: []int{64, 64}, axes: []string{"head", "latent"},
+			bug: func(idx []int, r *rand.Rand) float64 {
+				if idx[0] == 5 && idx[1] == 17 {
+					return 40
+				}
+				return 0
+			}}, Isolated, "", nil},
+		{"mismatching special values on page edges", synth{shape: []int{T, 8}, axes: []string{"token", "latent"}, derived: paged(P, 8, T),
+			bug: func(idx []int, r *rand.Rand) float64 {
+				if idx[0]%P == 0 && idx[1] == 0 {
+					return math.Inf(1)
+				}
+				return 0
+			}}, PageBoundary, "page_offset", []int{0}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o, ex := tc.s.build(1)
+			sig := Analyze(o, ex, Options{})
+			t.Logf("%s: %s", sig.Pattern, sig.Detail)
+			if sig.Pattern != tc.pattern || sig.Coord != tc.coord {
+				t.Fatalf("pattern %q on %q (%s), want %q on %q", sig.Pattern, sig.Coord, sig.Detail, tc.pattern, tc.coord)
+			}
+			for j, v := range tc.topValues {
+				if j >= len(sig.Groups) || sig.Groups[j].Value != v {
+					t.Errorf("groups %+v, want %v first", sig.Groups, tc.topValues)
+					break
+				}
+			}
+			if _, err := json.Marshal(sig); err != nil {
+				t.Errorf("signature does not encode: %v", err)
+			}
+		})
+	}
+}
+
+// TestNoiseClaimsNoPattern: failures scattered at random (a heavy-tailed
+// noise where about 3% of elements exceed their tolerance) must never be
+// given a pattern, whatever the seed.
+func TestNoiseClaimsNoPattern(t *testing.T) {
+	derived := func(idx []int) []kernel.Coord {
+		return []kernel.Coord{{Name: "page", Value: idx[1] / 16}, {Name: "page_offset", Value: idx[1] % 16},
+			{Name: "block16", Value: idx[2] / 16}, {Name: "context_len", Value: 100 + 37*idx[0]}}
+	}
+	for seed := uint64(1); seed <= 8; seed++ {
+		r := rand.New(rand.NewPCG(seed, 3))
+		shape := []int{4, 32, 64}
+		N := tensor.NumElements(shape)
+		ex := make([]float64, N)
+		for i := range ex {
+			ex[i] = math.Abs(r.NormFloat64()) * 0.46 // P(> 1) ≈ 3%
+		}
+		o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []string{"request", "token", "latent"}, Derived: derived}}
+		sig := Analyze(o, ex, Options{})
+		if sig.Pattern != Uniform {
+			t.Errorf("seed %d: noise named %q on %q: %s", seed, sig.Pattern, sig.Coord, sig.Detail)
+		}
+		sig = Analyze(o, ex, Options{Systematic: true})
+		if sig.Pattern != Uniform {
+			t.Errorf("seed %d, systematic: noise named %q on %q: %s", seed, sig.Pattern, sig.Coord, sig.Detail)
+		}
+	}
+}
+
+// TestSystematic: no element fails but the whole-tensor error does; the
+// top decile of the excess still shows which head carries it. The noise
+// here is that of a correct kernel (|normal|·0.15, as the attention tests
+// measure) and head 3 carries a bias worth 0.7-0.8 of its tolerance.
+func TestSystematic(t *testing.T) {
+	shape := []int{2, 16, 64}
+	r := rand.New(rand.NewPCG(2, 7))
+	ex := make([]float64, tensor.NumElements(shape))
+	for i := range ex {
+		ex[i] = 0.15 * math.Abs(r.NormFloat64())
+		if tensor.Unravel(i, shape)[1] == 3 {
+			ex[i] = 0.7 + 0.1*r.Float64()
+		}
+	}
+	o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []string{"request", "head", "latent"}}}
+	if sig := Analyze(o, ex, Options{}); sig.Pattern != None {
+		t.Errorf("without Systematic: %q, want none (no element fails)", sig.Pattern)
+	}
+	sig := Analyze(o, ex, Options{Systematic: true})
+	if sig.Pattern != OneHead || sig.Groups[0].Value != 3 {
+		t.Errorf("systematic: %q %+v, want one_head on head 3", sig.Pattern, sig.Groups)
+	}
+}
+
+func TestDetailWording(t *testing.T) {
+	const P = 64
+	s := synth{shape: []int{4096, 4}, axes: []string{"token", "latent"}, derived: paged(P, 0, 4096),
+		bug: func(idx []int, r *rand.Rand) float64 {
+			if o := idx[0] % P; o == 0 || o == P-1 {
+				return 10
+			}
+			return 0
+		}}
+	o, ex := s.build(3)
+	sig := Analyze(o, ex, Options{})
+	want := "errors concentrate on page_offset 0 and 63 (page boundaries)"
+	if !strings.HasPrefix(sig.Detail, want) || !strings.Contains(sig.Detail, "of the excess in 3.1% of the elements") {
+		t.Errorf("detail %q, want it to start %q and give the 2/64 = 3.1%% element share", sig.Detail, want)
+	}
+}
+
+func TestHelpers(t *testing.T) {
+	// KL(1‖e) = ln(1/e); KL(e‖e) = 0; C(5,2) = 10.
+	if got := kl(1, 0.25); math.Abs(got-math.Log(4)) > 1e-12 {
+		t.Errorf("kl(1, .25) = %g, want ln 4", got)
+	}
+	if got := kl(0.3, 0.3); math.Abs(got) > 1e-15 {
+		t.Errorf("kl(.3, .3) = %g, want 0", got)
+	}
+	if got := lnChoose(5, 2); math.Abs(got-math.Log(10)) > 1e-12 {
+		t.Errorf("lnChoose(5, 2) = %g, want ln 10", got)
+	}
+	// Spearman: increasing 1; decreasing -1; ties average their ranks.
+	if got := spearman([]float64{1, 2, 5, 9}); math.Abs(got-1) > 1e-12 {
+		t.Errorf("spearman increasing = %g", got)
+	}
+	if got := spearman([]float64{4, 3, 2, 1}); math.Abs(got+1) > 1e-12 {
+		t.Errorf("spearman decreasing = %g", got)
+	}
+	// y = [1, 1, 2]: ranks [0.5, 0.5, 2] against [0, 1, 2]: centred (-.5,-.5,1) and (-1,0,1):
+	// Σxy = .5+0+1 = 1.5; Σx² = 1.5; Σy² = 2 → 1.5/sqrt(3) = 0.8660.
+	if got := spearman([]float64{1, 1, 2}); math.Abs(got-1.5/math.Sqrt(3)) > 1e-12 {
+		t.Errorf("spearman with ties = %g, want %g", got, 1.5/math.Sqrt(3))
+	}
+}
