@@ -1,0 +1,455 @@
+// Package compare turns one output tensor of a kernel under test into
+// metrics, a verdict and the worst elements named in the kernel's own
+// coordinates, judging it three ways: against the EXACT reference (float64
+// accumulation), with the EXPECTED reference (what a correct kernel of the
+// declared precision produces) giving the noise floor |expected - exact|
+// that separates rounding from bugs.
+//
+// The metrics are computed the same way whatever the tolerance; the
+// tolerance comes from a Policy, the one replaceable piece (ThreeWay is the
+// default, UnitRoundoff the provisional one of the foundation issue).
+// Special values are judged first and exactly, as FlashMLA's compare.py
+// does: a NaN or an infinity where the expected output has none (or the
+// reverse) fails the check whatever the numbers say.
+//
+// The error of a Numeric output is measured against Exact (the truth), its
+// ULP distance against Expected (both are values of the output dtype, so
+// "off by one ulp" means one code apart). A Bitwise output is measured
+// against Expected only, with tolerance zero.
+package compare
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/signature"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// Verdict is the outcome of a check (spec section 7's vocabulary).
+type Verdict string
+
+// The verdicts. Error is for a file whose inputs cannot be judged; Compare
+// itself never returns it in a Check.
+const (
+	Pass         Verdict = "pass"
+	Fail         Verdict = "fail"
+	Inconclusive Verdict = "inconclusive"
+	Error        Verdict = "error"
+)
+
+// Check is the judgement of one output tensor, as it appears in
+// `kcheck check --json` under checks[].
+type Check struct {
+	Tensor  string       `json:"tensor"`
+	DType   tensor.DType `json:"dtype"`
+	Shape   []int        `json:"shape"`
+	Mode    string       `json:"mode"` // "numeric" or "bitwise"
+	Verdict Verdict      `json:"verdict"`
+	// Reason says in one sentence what decided the verdict.
+	Reason    string    `json:"reason"`
+	Metrics   Metrics   `json:"metrics"`
+	Worst     []Element `json:"worst"`
+	Policy    string    `json:"policy"`
+	Tolerance string    `json:"tolerance"`
+	// Signature names the pattern of the errors when the check does not pass.
+	Signature *signature.Signature `json:"signature,omitempty"`
+}
+
+// Metrics are whole-tensor numbers. err_i is |actual_i - exact_i| for a
+// Numeric output and |actual_i - expected_i| for a Bitwise one; sums run
+// over the elements where actual, expected and exact are all finite (N
+// counts every element). Non-finite values encode as "NaN", "+Inf", "-Inf".
+type Metrics struct {
+	N        int   `json:"n"`
+	MaxAbs   Float `json:"max_abs"`
+	MaxRel   Float `json:"max_rel"` // err_i/|ref_i|; +Inf where ref_i = 0 and err_i > 0
+	MaxULP   Float `json:"max_ulp"` // codes between actual and expected in the actual's dtype
+	CosDiff  Float `json:"cos_diff"`
+	RMSE     Float `json:"rmse"`
+	SQNRdB   Float `json:"sqnr_db"` // 10·log10(Σref²/Σerr²); +Inf when err is 0
+	OverTol  int   `json:"over_tol"`
+	OverFrac Float `json:"over_tol_frac"`
+	// MaxExcess is the largest err_i/tol_i (+Inf for a special-value
+	// mismatch or any error against a zero tolerance).
+	MaxExcess   Float `json:"max_excess"`
+	NaNMismatch int   `json:"nan_mismatch"`
+	InfMismatch int   `json:"inf_mismatch"`
+	// Excused counts differing elements that Output.Equivalent accepts.
+	Excused int `json:"excused"`
+	// The floor: expected against exact.
+	FloorMaxAbs  Float `json:"floor_max_abs"`
+	FloorRMSE    Float `json:"floor_rmse"`
+	FloorCosDiff Float `json:"floor_cos_diff"`
+	// Aggregate bounds (0 when the policy sets none) and actual/bound.
+	RMSEBound    Float `json:"rmse_bound"`
+	CosDiffBound Float `json:"cos_diff_bound"`
+	RMSERatio    Float `json:"rmse_ratio"`
+	CosDiffRatio Float `json:"cos_diff_ratio"`
+}
+
+// Element is one of the worst elements.
+type Element struct {
+	Flat     int     `json:"index"`
+	Index    []int   `json:"idx"`
+	Coords   []Coord `json:"coords"`
+	Actual   Float   `json:"actual"`
+	Expected Float   `json:"expected"`
+	Exact    Float   `json:"exact"`
+	Err      Float   `json:"err"`
+	Tol      Float   `json:"tol"`
+	Excess   Float   `json:"excess"` // err/tol
+}
+
+// Coord is a named coordinate of an element (kernel.Coord with JSON names).
+type Coord struct {
+	Name  string `json:"name"`
+	Value int    `json:"value"`
+}
+
+// Where renders the coordinates as "request 0, head 3, latent 17".
+func (e Element) Where() string {
+	parts := make([]string, len(e.Coords))
+	for i, c := range e.Coords {
+		parts[i] = fmt.Sprintf("%s %d", c.Name, c.Value)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Options tune a comparison.
+type Options struct {
+	// WorstK is how many worst elements to report (default 5; negative: none).
+	WorstK int
+}
+
+// Compare judges actual against the reference side o with policy pol (the
+// default policy when nil). The error return is for inputs that cannot be
+// compared at all (a missing tensor, a shape or length that disagrees, a
+// non-numeric dtype); every difference in values is a result in the Check.
+func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (Check, error) {
+	if actual == nil {
+		return Check{}, fmt.Errorf("output %s is missing from the file under test", o.Name)
+	}
+	if err := actual.Check(); err != nil {
+		return Check{}, fmt.Errorf("output %s: %v", o.Name, err)
+	}
+	if !actual.DType.IsFloat() && !actual.DType.IsInt() {
+		return Check{}, fmt.Errorf("output %s has dtype %q, which holds no numbers", o.Name, actual.DType)
+	}
+	N := actual.Len()
+	if len(o.Exact) != len(o.Expected) {
+		return Check{}, fmt.Errorf("output %s: the reference has %d exact and %d expected values", o.Name, len(o.Exact), len(o.Expected))
+	}
+	if o.Shape != nil && !equalInts(o.Shape, actual.Shape) {
+		return Check{}, fmt.Errorf("output %s has shape %v; the reference has %v", o.Name, actual.Shape, o.Shape)
+	}
+	if len(o.Expected) != N {
+		return Check{}, fmt.Errorf("output %s has %d elements; the reference has %d", o.Name, N, len(o.Expected))
+	}
+	if pol == nil {
+		pol = DefaultPolicy()
+	}
+	shape := actual.Shape
+	c := Check{Tensor: o.Name, DType: actual.DType, Shape: append([]int(nil), shape...), Mode: "numeric"}
+
+	var b Bounds
+	if o.Mode == kernel.Bitwise {
+		c.Mode = "bitwise"
+		c.Policy = "bitwise"
+		b = Bounds{Tol: func(int) float64 { return 0 }, Band: 1,
+			Explanation: "bitwise: every element must equal the expected value (NaN equals NaN)"}
+		if o.Equivalent != nil {
+			b.Explanation += " unless the kernel's equivalence rule accepts it (rounding ties, reordered ties, padding)"
+		}
+	} else {
+		c.Policy = pol.Name()
+		b = pol.Bounds(o, actual.DType)
+	}
+	band := max(b.Band, 1)
+	c.Tolerance = b.Explanation
+
+	k := opts.WorstK
+	if k == 0 {
+		k = 5
+	}
+	worst := &elemHeap{}
+	excess := make([]float64, N)
+	m := &c.Metrics
+	m.N = N
+	var (
+		sumErr2, sumRef2, sumAR, sumA2, sumFloor2 float64
+		sumEX, sumE2, sumX2                       float64
+		nFinite                                   int
+		maxAbs, maxRel, maxULP, floorMax, maxExc  float64
+		overElems                                 int
+	)
+	push := func(i int, av, ev, xv, err, tol, exc float64) {
+		if k < 0 || (exc == 0 && err == 0) {
+			return
+		}
+		it := item{i, av, ev, xv, err, tol, exc}
+		if worst.Len() < k {
+			heap.Push(worst, it)
+		} else if worst.less(worst.items[0], it) {
+			worst.items[0] = it
+			heap.Fix(worst, 0)
+		}
+	}
+	for i := 0; i < N; i++ {
+		av := actual.Float64At(i)
+		ev, xv := o.Expected[i], o.Exact[i]
+		nanA, nanE := math.IsNaN(av), math.IsNaN(ev)
+		switch {
+		case nanA != nanE:
+			m.NaNMismatch++
+			overElems++
+			excess[i] = math.Inf(1)
+			push(i, av, ev, xv, math.NaN(), 0, math.Inf(1))
+			continue
+		case nanA:
+			continue // NaN where NaN is expected
+		case math.IsInf(av, 0) || math.IsInf(ev, 0):
+			if av != ev {
+				m.InfMismatch++
+				overElems++
+				excess[i] = math.Inf(1)
+				push(i, av, ev, xv, math.Abs(av-ev), 0, math.Inf(1))
+			}
+			continue
+		}
+		ref := xv
+		if o.Mode == kernel.Bitwise || !finite(xv) {
+			ref = ev
+		}
+		err := math.Abs(av - ref)
+		if finite(xv) {
+			floorMax = max(floorMax, math.Abs(ev-xv))
+			sumFloor2 += sq(ev - xv)
+			sumEX += ev * xv
+			sumE2 += ev * ev
+			sumX2 += xv * xv
+		}
+		if d, ok := ULPDistance(actual.DType, av, ev); ok {
+			maxULP = max(maxULP, float64(d))
+		}
+		tol := b.Tol(i)
+		exc := 0.0
+		differs := err > tol
+		if o.Mode == kernel.Bitwise {
+			differs = av != ev
+		}
+		if differs {
+			exc = math.Inf(1)
+			if tol > 0 {
+				exc = err / tol
+			}
+			if o.Equivalent != nil && o.Equivalent(i, av) {
+				m.Excused++
+				exc = 0
+			}
+		} else if tol > 0 {
+			exc = err / tol
+		}
+		excess[i] = exc
+		if exc > 1 {
+			overElems++
+		}
+		maxExc = max(maxExc, exc)
+		push(i, av, ev, xv, err, tol, exc)
+
+		maxAbs = max(maxAbs, err)
+		switch {
+		case ref != 0:
+			maxRel = max(maxRel, err/math.Abs(ref))
+		case err > 0:
+			maxRel = math.Inf(1)
+		}
+		nFinite++
+		sumErr2 += err * err
+		sumRef2 += ref * ref
+		sumAR += av * ref
+		sumA2 += av * av
+	}
+	if m.NaNMismatch+m.InfMismatch > 0 {
+		maxExc = math.Inf(1)
+	}
+	m.MaxAbs, m.MaxRel, m.MaxULP, m.MaxExcess = Float(maxAbs), Float(maxRel), Float(maxULP), Float(maxExc)
+	m.FloorMaxAbs = Float(floorMax)
+	m.OverTol = overElems
+	if N > 0 {
+		m.OverFrac = Float(float64(overElems) / float64(N))
+	}
+	m.CosDiff = Float(cosDiff(sumAR, sumA2+sumRef2))
+	m.FloorCosDiff = Float(cosDiff(sumEX, sumE2+sumX2))
+	if nFinite > 0 {
+		m.RMSE = Float(math.Sqrt(sumErr2 / float64(nFinite)))
+		m.FloorRMSE = Float(math.Sqrt(sumFloor2 / float64(nFinite)))
+	}
+	switch {
+	case sumErr2 == 0:
+		m.SQNRdB = Float(math.Inf(1))
+	default:
+		m.SQNRdB = Float(10 * math.Log10(sumRef2/sumErr2))
+	}
+
+	aggFail := ""
+	if a := b.Aggregate; a != nil && o.Mode != kernel.Bitwise {
+		m.RMSEBound, m.CosDiffBound = Float(a.RMSE), Float(a.CosDiff)
+		m.RMSERatio = Float(ratio(float64(m.RMSE), a.RMSE))
+		m.CosDiffRatio = Float(ratio(float64(m.CosDiff), a.CosDiff))
+		switch {
+		case m.RMSERatio > 1:
+			aggFail = fmt.Sprintf("rmse %.3g is %.1f× its bound %.3g (floor rmse %.3g): a systematic error", float64(m.RMSE), float64(m.RMSERatio), a.RMSE, a.FloorRMSE)
+		case m.CosDiffRatio > 1:
+			aggFail = fmt.Sprintf("cos_diff %.3g is %.1f× its bound %.3g (floor %.3g): a systematic error", float64(m.CosDiff), float64(m.CosDiffRatio), a.CosDiff, a.FloorCosDiff)
+		}
+	}
+
+	beyondBand := 0
+	for _, e := range excess {
+		if e > band {
+			beyondBand++
+		}
+	}
+	switch {
+	case m.NaNMismatch+m.InfMismatch > 0:
+		c.Verdict = Fail
+		c.Reason = fmt.Sprintf("special values disagree: %d NaN and %d Inf positions differ from the expected output", m.NaNMismatch, m.InfMismatch)
+	case o.Mode == kernel.Bitwise && overElems > 0:
+		c.Verdict = Fail
+		c.Reason = fmt.Sprintf("%d of %d elements differ from the expected bits", overElems, N)
+	case beyondBand > 0:
+		c.Verdict = Fail
+		c.Reason = fmt.Sprintf("%d of %d elements exceed %g× their tolerance (worst %.3g×)", beyondBand, N, band, maxExc)
+	case aggFail != "":
+		c.Verdict = Fail
+		c.Reason = aggFail
+	case overElems > 0:
+		c.Verdict = Inconclusive
+		c.Reason = fmt.Sprintf("%d of %d elements exceed their tolerance by at most %.3g× (within the %g× band)", overElems, N, maxExc, band)
+	default:
+		c.Verdict = Pass
+		c.Reason = fmt.Sprintf("every element within tolerance (worst %.3g× of it)", maxExc)
+		if m.Excused > 0 {
+			c.Reason += fmt.Sprintf("; %d differing elements accepted as equivalent", m.Excused)
+		}
+	}
+
+	c.Worst = worst.sorted(shape, o.Coords)
+	if c.Verdict != Pass {
+		c.Signature = signature.Analyze(o, excess, signature.Options{Systematic: overElems == 0 && aggFail != ""})
+	}
+	return c, nil
+}
+
+func cosDiff(sumXY, sumSq float64) float64 {
+	if sumSq == 0 {
+		return 0
+	}
+	return 1 - 2*sumXY/sumSq
+}
+
+func ratio(v, bound float64) float64 {
+	switch {
+	case v == 0:
+		return 0
+	case bound == 0:
+		return math.Inf(1)
+	}
+	return v / bound
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// item and elemHeap keep the k worst elements (a min-heap on badness).
+type item struct {
+	i                    int
+	av, ev, xv, err, tol float64
+	exc                  float64
+}
+
+type elemHeap struct{ items []item }
+
+// less orders by excess, then by error, then by lower index (so ties are
+// reported in a deterministic order).
+func (h *elemHeap) less(a, b item) bool {
+	if a.exc != b.exc {
+		return a.exc < b.exc
+	}
+	ae, be := a.err, b.err
+	if math.IsNaN(ae) != math.IsNaN(be) {
+		return !math.IsNaN(ae)
+	}
+	if ae != be {
+		return ae < be
+	}
+	return a.i > b.i
+}
+func (h *elemHeap) Len() int           { return len(h.items) }
+func (h *elemHeap) Less(i, j int) bool { return h.less(h.items[i], h.items[j]) }
+func (h *elemHeap) Swap(i, j int)      { h.items[i], h.items[j] = h.items[j], h.items[i] }
+func (h *elemHeap) Push(x any)         { h.items = append(h.items, x.(item)) }
+func (h *elemHeap) Pop() any {
+	it := h.items[len(h.items)-1]
+	h.items = h.items[:len(h.items)-1]
+	return it
+}
+
+func (h *elemHeap) sorted(shape []int, coords kernel.Coords) []Element {
+	out := make([]Element, h.Len())
+	for j := len(out) - 1; j >= 0; j-- {
+		it := heap.Pop(h).(item)
+		idx := tensor.Unravel(it.i, shape)
+		var named []Coord
+		for _, kc := range coords.Name(idx) {
+			named = append(named, Coord{kc.Name, kc.Value})
+		}
+		out[j] = Element{Flat: it.i, Index: idx, Coords: named, Actual: Float(it.av), Expected: Float(it.ev),
+			Exact: Float(it.xv), Err: Float(it.err), Tol: Float(it.tol), Excess: Float(it.exc)}
+	}
+	return out
+}
+
+// Combine folds verdicts into one: any error gives error, else any fail
+// gives fail, else any inconclusive gives inconclusive, else pass. No
+// verdicts at all give inconclusive: nothing was verified.
+func Combine(vs ...Verdict) Verdict {
+	if len(vs) == 0 {
+		return Inconclusive
+	}
+	rank := map[Verdict]int{Pass: 0, Inconclusive: 1, Fail: 2, Error: 3}
+	out := Pass
+	for _, v := range vs {
+		r, ok := rank[v]
+		if !ok {
+			r = 3 // an unknown verdict cannot be trusted
+			v = Error
+		}
+		if r > rank[out] {
+			out = v
+		}
+	}
+	return out
+}
+
+// FileVerdict combines the verdicts of a file's checks.
+func FileVerdict(checks []Check) Verdict {
+	vs := make([]Verdict, len(checks))
+	for i, c := range checks {
+		vs[i] = c.Verdict
+	}
+	return Combine(vs...)
+}

@@ -1,0 +1,289 @@
+package compare
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// constPolicy allows the same tolerance everywhere, so metric and verdict
+// tests do not depend on the real policies.
+type constPolicy struct{ tol, band float64 }
+
+func (constPolicy) Name() string { return "const" }
+func (p constPolicy) Bounds(kernel.Output, tensor.DType) Bounds {
+	return Bounds{Tol: func(int) float64 { return p.tol }, Band: p.band, Explanation: "constant"}
+}
+
+func near(a, b, rel float64) bool { return math.Abs(a-b) <= rel*math.Abs(b) }
+
+func TestMetricsByHand(t *testing.T) {
+	o := kernel.Output{Name: "y", Shape: []int{2, 2}, DType: tensor.F32,
+		Exact: []float64{1, 2, 3, 4}, Expected: []float64{1, 2, 3, 4},
+		Coords: kernel.Coords{Axes: []string{"row", "col"}}}
+	act := tensor.FromFloat64s(tensor.F32, []int{2, 2}, []float64{1, 2.5, 3, 3})
+	c, err := Compare(o, act, constPolicy{tol: 0.4, band: 2}, Options{WorstK: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.Metrics
+	// err = [0, .5, 0, 1].
+	//   max_rel = max(.5/2, 1/4) = .25
+	//   rmse = sqrt((.25 + 1)/4) = sqrt(.3125)
+	//   cos_diff = 1 - 2Σxy/Σ(x²+y²), Σxy = 1+5+9+12 = 27, Σx² = 1+6.25+9+9 = 25.25, Σy² = 30
+	//            = 1 - 54/55.25 = 1.25/55.25
+	//   sqnr = 10·log10(30/1.25) = 10·log10(24) = 13.8021 dB
+	//   ulp: fp32 2 = 0x40000000, 2.5 = 0x40200000: 2^21; 3 = 0x40400000, 4 = 0x40800000: 2^22
+	checks := []struct {
+		name      string
+		got, want float64
+	}{
+		{"max_abs", float64(m.MaxAbs), 1},
+		{"max_rel", float64(m.MaxRel), 0.25},
+		{"rmse", float64(m.RMSE), math.Sqrt(0.3125)},
+		{"cos_diff", float64(m.CosDiff), 1.25 / 55.25},
+		{"sqnr_db", float64(m.SQNRdB), 13.802112417116060},
+		{"max_ulp", float64(m.MaxULP), 1 << 22},
+		{"max_excess", float64(m.MaxExcess), 2.5},
+		{"over_tol_frac", float64(m.OverFrac), 0.5},
+	}
+	for _, ch := range checks {
+		if !near(ch.got, ch.want, 1e-12) {
+			t.Errorf("%s = %.17g, want %.17g", ch.name, ch.got, ch.want)
+		}
+	}
+	if m.OverTol != 2 || m.N != 4 {
+		t.Errorf("over_tol %d n %d, want 2 and 4", m.OverTol, m.N)
+	}
+	// err 1 against tol .4 is 2.5× > band 2: fail.
+	if c.Verdict != Fail {
+		t.Errorf("verdict %s, want fail", c.Verdict)
+	}
+	if len(c.Worst) != 2 || c.Worst[0].Flat != 3 || c.Worst[1].Flat != 1 {
+		t.Fatalf("worst %+v, want flat 3 then 1 (elements with zero error are not listed)", c.Worst)
+	}
+	w := c.Worst[0]
+	if w.Where() != "row 1, col 1" || w.Err != 1 || w.Tol != 0.4 || w.Actual != 3 || w.Exact != 4 {
+		t.Errorf("worst[0] = %+v (%s)", w, w.Where())
+	}
+
+	// With tol .6 the worst excess is 1/.6 = 1.67: inside the band.
+	c, _ = Compare(o, act, constPolicy{tol: 0.6, band: 2}, Options{})
+	if c.Verdict != Inconclusive {
+		t.Errorf("tol .6: verdict %s, want inconclusive", c.Verdict)
+	}
+	c, _ = Compare(o, act, constPolicy{tol: 1, band: 2}, Options{})
+	if c.Verdict != Pass || c.Signature != nil {
+		t.Errorf("tol 1: verdict %s signature %v, want pass without signature", c.Verdict, c.Signature)
+	}
+}
+
+func TestCosDiffZeroAndSQNRInf(t *testing.T) {
+	o := kernel.Output{Name: "z", Shape: []int{3}, Exact: []float64{0, 0, 0}, Expected: []float64{0, 0, 0}}
+	c, err := Compare(o, tensor.New(tensor.BF16, 3), ThreeWay{}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.Metrics
+	if m.CosDiff != 0 || !math.IsInf(float64(m.SQNRdB), 1) || m.RMSE != 0 || c.Verdict != Pass {
+		t.Errorf("all-zero tensors: cos_diff %v sqnr %v rmse %v verdict %s; want 0, +Inf, 0, pass", m.CosDiff, m.SQNRdB, m.RMSE, c.Verdict)
+	}
+}
+
+func TestSpecialValuesFirst(t *testing.T) {
+	nan, inf := math.NaN(), math.Inf(1)
+	o := kernel.Output{Name: "lse", Shape: []int{5},
+		Exact:    []float64{nan, inf, 1, -inf, 2},
+		Expected: []float64{nan, inf, 1, -inf, 2}}
+	tests := []struct {
+		name     string
+		actual   []float64
+		nan, inf int
+		verdict  Verdict
+	}{
+		{"all agree", []float64{nan, inf, 1, -inf, 2}, 0, 0, Pass},
+		{"NaN where a number is expected", []float64{nan, inf, nan, -inf, 2}, 1, 0, Fail},
+		{"number where NaN is expected", []float64{0, inf, 1, -inf, 2}, 1, 0, Fail},
+		{"infinity of the wrong sign", []float64{nan, inf, 1, inf, 2}, 0, 1, Fail},
+		{"finite where infinity is expected", []float64{nan, 3e38, 1, -inf, 2}, 0, 1, Fail},
+		{"infinity where a number is expected", []float64{nan, inf, 1, -inf, inf}, 0, 1, Fail},
+	}
+	for _, tc := range tests {
+		act := tensor.FromFloat64s(tensor.F32, []int{5}, tc.actual)
+		// A huge tolerance: special values must fail whatever the numbers allow.
+		c, err := Compare(o, act, constPolicy{tol: 1e300, band: 2}, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Metrics.NaNMismatch != tc.nan || c.Metrics.InfMismatch != tc.inf || c.Verdict != tc.verdict {
+			t.Errorf("%s: nan %d inf %d verdict %s; want %d %d %s", tc.name, c.Metrics.NaNMismatch, c.Metrics.InfMismatch, c.Verdict, tc.nan, tc.inf, tc.verdict)
+		}
+		if tc.verdict == Fail && (len(c.Worst) == 0 || !math.IsInf(float64(c.Worst[0].Excess), 1)) {
+			t.Errorf("%s: the mismatch is not the worst element: %+v", tc.name, c.Worst)
+		}
+	}
+}
+
+func TestBitwise(t *testing.T) {
+	nan := math.NaN()
+	o := kernel.Output{Name: "codes", Shape: []int{4}, DType: tensor.F8E4M3, Mode: kernel.Bitwise,
+		Exact: []float64{1, 2.1, 3, nan}, Expected: []float64{1, 2, 3, nan}}
+	act := tensor.FromFloat64s(tensor.F8E4M3, []int{4}, []float64{1, 2.25, 3, nan})
+	c, err := Compare(o, act, ThreeWay{}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2.25 and 2 are neighbouring E4M3 codes (spacing .25 in [2, 4)).
+	if c.Verdict != Fail || c.Metrics.OverTol != 1 || c.Metrics.MaxULP != 1 || c.Mode != "bitwise" {
+		t.Errorf("verdict %s over %d ulp %v mode %s; want fail, 1, 1, bitwise", c.Verdict, c.Metrics.OverTol, c.Metrics.MaxULP, c.Mode)
+	}
+	// The error of a bitwise output is measured against Expected.
+	if c.Metrics.MaxAbs != 0.25 {
+		t.Errorf("max_abs %v, want .25 (against expected, not exact)", c.Metrics.MaxAbs)
+	}
+	o.Equivalent = func(i int, a float64) bool { return i == 1 && a == 2.25 }
+	c, _ = Compare(o, act, ThreeWay{}, Options{})
+	if c.Verdict != Pass || c.Metrics.Excused != 1 {
+		t.Errorf("with the equivalence rule: verdict %s excused %d; want pass, 1", c.Verdict, c.Metrics.Excused)
+	}
+}
+
+func TestCompareErrors(t *testing.T) {
+	o := kernel.Output{Name: "out", Shape: []int{2, 3}, Exact: make([]float64, 6), Expected: make([]float64, 6)}
+	tests := []struct {
+		name   string
+		o      kernel.Output
+		actual *tensor.Tensor
+		want   string
+	}{
+		{"missing", o, nil, "output out is missing"},
+		{"shape", o, tensor.New(tensor.BF16, 3, 2), "output out has shape [3 2]; the reference has [2 3]"},
+		{"truncated", o, &tensor.Tensor{DType: tensor.BF16, Shape: []int{2, 3}, Data: make([]byte, 5)}, "needs 12 bytes, has 5"},
+		{"unknown dtype", o, &tensor.Tensor{DType: "Q4", Shape: []int{2, 3}}, "unknown dtype"},
+		{"reference lengths", kernel.Output{Name: "out", Exact: make([]float64, 6), Expected: make([]float64, 5)}, tensor.New(tensor.BF16, 2, 3), "6 exact and 5 expected"},
+		{"element count", kernel.Output{Name: "out", Exact: make([]float64, 5), Expected: make([]float64, 5)}, tensor.New(tensor.BF16, 2, 3), "has 6 elements; the reference has 5"},
+	}
+	for _, tc := range tests {
+		_, err := Compare(tc.o, tc.actual, nil, Options{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestCombine(t *testing.T) {
+	tests := []struct {
+		in   []Verdict
+		want Verdict
+	}{
+		{nil, Inconclusive},
+		{[]Verdict{Pass, Pass}, Pass},
+		{[]Verdict{Pass, Inconclusive}, Inconclusive},
+		{[]Verdict{Inconclusive, Fail, Pass}, Fail},
+		{[]Verdict{Fail, Error}, Error},
+		{[]Verdict{Pass, "maybe"}, Error},
+	}
+	for _, tc := range tests {
+		if got := Combine(tc.in...); got != tc.want {
+			t.Errorf("Combine(%v) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+	if got := FileVerdict([]Check{{Verdict: Pass}, {Verdict: Fail}}); got != Fail {
+		t.Errorf("FileVerdict = %s, want fail", got)
+	}
+}
+
+func TestJSON(t *testing.T) {
+	for _, tc := range []struct {
+		f    Float
+		want string
+	}{{Float(math.NaN()), `"NaN"`}, {Float(math.Inf(1)), `"+Inf"`}, {Float(math.Inf(-1)), `"-Inf"`}, {0.1, `0.1`}, {1e-300, `1e-300`}} {
+		b, err := json.Marshal(tc.f)
+		if err != nil || string(b) != tc.want {
+			t.Errorf("Marshal(%v) = %s, %v; want %s", float64(tc.f), b, err, tc.want)
+		}
+		var back Float
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Errorf("Unmarshal(%s): %v", b, err)
+		}
+		if !(back == tc.f || (math.IsNaN(float64(back)) && math.IsNaN(float64(tc.f)))) {
+			t.Errorf("round trip of %s gave %v", b, float64(back))
+		}
+	}
+	var f Float
+	if err := json.Unmarshal([]byte(`"fast"`), &f); err == nil {
+		t.Errorf("Unmarshal accepted \"fast\"")
+	}
+
+	// A whole check with non-finite metrics and a signature encodes, and
+	// carries the fields `kcheck check --json` promises.
+	o := kernel.Output{Name: "out", Shape: []int{2}, Exact: []float64{1, 2}, Expected: []float64{1, 2}}
+	c, err := Compare(o, tensor.FromFloat64s(tensor.F32, []int{2}, []float64{1, math.NaN()}), nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatalf("Marshal(Check): %v", err)
+	}
+	var back map[string]any
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"tensor", "dtype", "shape", "verdict", "metrics", "worst", "tolerance", "signature"} {
+		if _, ok := back[k]; !ok {
+			t.Errorf("JSON of a failing check lacks %q: %s", k, b)
+		}
+	}
+	if back["verdict"] != "fail" {
+		t.Errorf("verdict %v, want fail", back["verdict"])
+	}
+}
+
+// TestUnitRoundoffBound checks the provisional policy against its formula
+// worked out by hand.
+func TestUnitRoundoffBound(t *testing.T) {
+	o := kernel.Output{Name: "y", Shape: []int{4}, Exact: []float64{1, -2, 0, 4}, Expected: []float64{1, -2, 0, 4}, Reduction: 16}
+	b := UnitRoundoff{}.Bounds(o, tensor.BF16)
+	// rms(exact) = sqrt((1+4+0+16)/4) = sqrt(5.25); γ_16 = 16u/(1-16u), u = 2^-24; u_bf16 = 2^-8.
+	g := 16 * 0x1p-24 / (1 - 16*0x1p-24)
+	rms := math.Sqrt(5.25)
+	want := []float64{0x1p-8*1 + g*rms, 0x1p-8*2 + g*rms, g * rms, 0x1p-8*4 + g*4}
+	for i, w := range want {
+		if got := b.Tol(i); !near(got, w, 1e-15) {
+			t.Errorf("tol[%d] = %g, want %g", i, got, w)
+		}
+	}
+	if gammaN(1<<24, 0x1p-24) != math.Inf(1) {
+		t.Errorf("γ_n with nu >= 1 is not +Inf")
+	}
+}
+
+// TestThreeWayExactOutput: when Expected equals Exact (no rounding declared
+// inside the computation) the bound falls back to one ulp plus the
+// accumulation term, so a correctly rounded output passes and one a few
+// ulps off does not.
+func TestThreeWayExactOutput(t *testing.T) {
+	n := 64
+	exact := make([]float64, n)
+	for i := range exact {
+		exact[i] = 1 + float64(i)/float64(n) + 1e-4 // not representable in bf16
+	}
+	o := kernel.Output{Name: "y", Shape: []int{8, 8}, Exact: exact, Expected: roundTo(tensor.BF16, exact), Reduction: 1}
+	c, err := Compare(o, tensor.FromFloat64s(tensor.BF16, []int{8, 8}, exact), ThreeWay{}, Options{})
+	if err != nil || c.Verdict != Pass {
+		t.Fatalf("correctly rounded: %s (%s) %v", c.Verdict, c.Reason, err)
+	}
+	off := make([]float64, n)
+	for i, x := range o.Expected {
+		off[i] = x + 4*Spacing(tensor.BF16, x)
+	}
+	c, _ = Compare(o, tensor.FromFloat64s(tensor.BF16, []int{8, 8}, off), ThreeWay{}, Options{})
+	if c.Verdict != Fail {
+		t.Errorf("4 ulps off: verdict %s (%s), want fail", c.Verdict, c.Reason)
+	}
+}

@@ -1,0 +1,327 @@
+package compare
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// Policy decides how far an actual output may lie from the exact reference.
+// It is the one replaceable piece of the comparison: Compare computes the
+// same metrics whatever the policy, and judges them against the Bounds the
+// policy returns.
+type Policy interface {
+	Name() string
+	// Bounds returns the tolerance for output o when the kernel under test
+	// stored it in actualDType. It sees Exact and Expected but never the
+	// actual values, so a bound cannot be tuned to what it judges.
+	Bounds(o kernel.Output, actualDType tensor.DType) Bounds
+}
+
+// Bounds is what a Policy allows.
+type Bounds struct {
+	// Tol returns element i's tolerance on |actual_i - exact_i| (>= 0).
+	Tol func(i int) float64
+	// Band: an element whose error is in (tol, Band·tol] makes the check
+	// inconclusive; beyond Band·tol it fails. Values below 1 count as 1.
+	Band float64
+	// Aggregate, when set, bounds whole-tensor metrics too, which catches
+	// systematic errors that stay under every per-element bound.
+	Aggregate *Aggregate
+	// Explanation states the bound and why, for the report.
+	Explanation string
+}
+
+// Aggregate bounds whole-tensor metrics of actual against exact over the
+// elements where both are finite. Exceeding either fails the check.
+type Aggregate struct {
+	RMSE    float64 // bound on sqrt(mean (actual-exact)^2)
+	CosDiff float64 // bound on 1 - 2Σxy/Σ(x²+y²)
+	// Floor values, reported beside the bounds: the same metrics for expected.
+	FloorRMSE, FloorCosDiff float64
+}
+
+// DefaultPolicy is the three-way policy with its documented defaults.
+func DefaultPolicy() Policy { return ThreeWay{} }
+
+// gammaN is Higham's deterministic bound on the relative error of a sum of
+// n terms in arithmetic of unit roundoff u: γ_n = nu/(1-nu) (Accuracy and
+// Stability of Numerical Algorithms, 2nd ed., Lemma 3.1). It is +Inf when
+// nu >= 1, where the bound says nothing.
+func gammaN(n int, u float64) float64 {
+	nu := float64(n) * u
+	if nu >= 1 {
+		return math.Inf(1)
+	}
+	return nu / (1 - nu)
+}
+
+// gammaProb is Higham and Mary's probabilistic counterpart, γ̃_n(λ) =
+// exp(λ√n·u + nu²/(1-u)) - 1 ≈ λ√n·u (SIAM J. Sci. Comput. 41(5), 2019,
+// Theorem 3.1): with rounding errors modelled as independent and mean
+// zero, |ŝ - s| <= γ̃_n(λ)·Σ|x_i| fails with probability at most about
+// 2n·exp(-λ²(1-u)²/2).
+func gammaProb(n int, u, lambda float64) float64 {
+	fn := float64(n)
+	return math.Expm1(lambda*math.Sqrt(fn)*u + fn*u*u/(1-u))
+}
+
+// UnitRoundoff is the provisional policy of the foundation issue: a bound
+// from the output dtype's unit roundoff and the reduction length alone,
+//
+//	tol_i = C·(u_out·|exact_i| + γ_n(u_acc)·scale_i),
+//
+// with n = o.Reduction, scale_i = max(|exact_i|, rms(exact)) standing in
+// for Σ|terms| (which the output does not carry). It ignores Expected, so it
+// knows nothing of roundings the declared precision makes inside the
+// computation (bf16 P, dequantized KV) and is too tight for attention.
+type UnitRoundoff struct {
+	C    float64      // safety factor (default 1)
+	Acc  tensor.DType // accumulator dtype (default F32)
+	Band float64      // inconclusive band (default 2)
+}
+
+// Name implements Policy.
+func (UnitRoundoff) Name() string { return "unit-roundoff" }
+
+// Bounds implements Policy.
+func (p UnitRoundoff) Bounds(o kernel.Output, d tensor.DType) Bounds {
+	c := orDefault(p.C, 1)
+	acc := p.Acc
+	if acc == "" {
+		acc = tensor.F32
+	}
+	n := max(o.Reduction, 1)
+	g := gammaN(n, acc.UnitRoundoff())
+	uOut := d.UnitRoundoff()
+	var s2 float64
+	var cnt int
+	for _, x := range o.Exact {
+		if finite(x) {
+			s2 += x * x
+			cnt++
+		}
+	}
+	rms := 0.0
+	if cnt > 0 {
+		rms = math.Sqrt(s2 / float64(cnt))
+	}
+	exact := o.Exact
+	return Bounds{
+		Tol: func(i int) float64 {
+			ax := math.Abs(exact[i])
+			return c * (uOut*ax + g*max(ax, rms))
+		},
+		Band: orDefault(p.Band, 2),
+		Explanation: fmt.Sprintf("unit roundoff: tol_i = %g·(u_%s·|exact_i| + γ_n·max(|exact_i|, rms(exact))) with u_%s = %.3g, "+
+			"γ_n = nu/(1-nu) = %.3g for n = %d %s additions (Higham's deterministic bound), rms(exact) = %.3g",
+			c, d, d, uOut, g, n, acc, rms),
+	}
+}
+
+// ThreeWay is the default policy: it judges the actual output against the
+// exact one, with the noise floor |expected - exact| that a correct kernel
+// of the declared precision shows as the yardstick. For element i,
+//
+//	tol_i = ulp_i + max(2·f_i, κ·s_i) + γ·mag_i
+//
+// where
+//
+//   - f_i = |expected_i - exact_i| is the floor at i. Where the arithmetic
+//     is ill-conditioned (cancellation, a value at a rounding tie) every
+//     correct kernel errs there by about that much; the factor 2 allows for
+//     two independent roundings of that size.
+//   - s_i is the typical floor around i: the rms of f over i's row (every
+//     axis but the last non-unit one) times the rms over its column, over
+//     the global rms, i.e. a separable model err_scale(row, col) =
+//     a_row·b_col fitted to f². Rows carry the softmax's peakiness (or a
+//     GEMM row's norm), columns the channel scale of V (outlier channels),
+//     so both kinds of heterogeneity are followed. A correct kernel's error
+//     at i is another draw of that size, independent of f_i, so a small f_i
+//     at one element does not make the bound small there. The separable
+//     model degenerates to the global rms for a 1-D output.
+//   - κ = sqrt(2·ln(2N/α)): the largest of N independent normal errors of
+//     rms σ exceeds κσ with probability at most α (default 1e-3), so a
+//     correct kernel trips no element of an N-element tensor.
+//   - ulp_i is one ulp of the actual's dtype at max(|exact_i|,
+//     |expected_i|): two correct kernels whose unrounded results straddle a
+//     rounding boundary store neighbouring codes, so a correct output may sit
+//     a whole ulp from where Expected sits (|actual-exact| <= f_i + ulp_i).
+//   - γ·mag_i covers the accumulation independently of the floor, so that
+//     an expected reference whose summation order happened to be lucky
+//     cannot make the bound too tight: γ = min(γ_n, γ̃_n(λ)), Higham's
+//     deterministic nu/(1-nu) and Higham and Mary's probabilistic λ√n·u
+//     (with λ set for a failure probability α/N per element), for n =
+//     o.Reduction additions in the accumulator dtype. mag_i stands for
+//     Σ|terms|, which an output does not carry: max(|exact_i|, rms of
+//     exact over i's row). For a softmax-weighted sum Σ p_j v_j with Σp = 1
+//     and zero-mean v, the row rms of the output equals sqrt(Σ p_j² v_j²),
+//     exactly the scale of the probabilistic bound on per-term rounding.
+//
+// Roundings the declared precision makes inside the computation (P to
+// bf16, dequantized KV, the output conversion) are not modelled here:
+// Expected emulates them, so the floor carries them.
+//
+// Verdict: an element beyond Band·tol_i (default 2) fails; one in (tol_i,
+// Band·tol_i] makes the check inconclusive. Aggregates catch systematic
+// errors that stay under every element's bound (bf16 accumulation, a
+// biased rounding): the L2 norm of actual-exact must stay within
+// E = ρ·‖f‖ + ‖ulp‖ + ‖γ·mag‖ (ρ default 2: a correct kernel rounds in as
+// many places as Expected, and may round in some more, such as P both before
+// PV and in the row sum), giving rmse <= E/sqrt(N) and cos_diff <=
+// E²/(‖exact‖² + (‖exact‖-E)²).
+type ThreeWay struct {
+	Acc   tensor.DType // accumulator dtype (default F32)
+	Alpha float64      // false-alarm probability per tensor (default 1e-3)
+	Rho   float64      // aggregate margin on the floor's energy (default 2)
+	Band  float64      // inconclusive band (default 2)
+}
+
+// Name implements Policy.
+func (ThreeWay) Name() string { return "three-way" }
+
+// Bounds implements Policy.
+func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
+	acc := p.Acc
+	if acc == "" {
+		acc = tensor.F32
+	}
+	alpha := orDefault(p.Alpha, 1e-3)
+	rho := orDefault(p.Rho, 2)
+	band := orDefault(p.Band, 2)
+	N := len(o.Exact)
+	if len(o.Expected) != N {
+		panic(fmt.Sprintf("compare: output %s has %d exact and %d expected values", o.Name, N, len(o.Expected)))
+	}
+	n := max(o.Reduction, 1)
+
+	kappa := math.Sqrt(2 * math.Log(2*float64(max(N, 1))/alpha))
+	u := acc.UnitRoundoff()
+	lambda := math.Sqrt(2 * math.Log(2*float64(n)*float64(max(N, 1))/alpha))
+	gDet, gPr := gammaN(n, u), gammaProb(n, u, lambda)
+	g := min(gDet, gPr)
+
+	// Rows and columns of the separable floor model.
+	C := N
+	sep := false
+	if dims := nonUnit(o.Shape); len(dims) >= 2 && tensor.NumElements(o.Shape) == N {
+		C, sep = dims[len(dims)-1], true
+	}
+	C = max(C, 1)
+	R := max(N/C, 1)
+	rowF, colF := make([]float64, R), make([]float64, C)
+	rowX, rowCnt, colCnt := make([]float64, R), make([]int, R), make([]int, C)
+	var gF, normX2, normE2 float64
+	var cnt int
+	floor := make([]float64, N)
+	for i := 0; i < N; i++ {
+		x, e := o.Exact[i], o.Expected[i]
+		if !finite(x) || !finite(e) {
+			continue
+		}
+		f := math.Abs(e - x)
+		floor[i] = f
+		r, c := i/C, i%C
+		rowF[r] += f * f
+		colF[c] += f * f
+		rowX[r] += x * x
+		rowCnt[r]++
+		colCnt[c]++
+		gF += f * f
+		normX2 += x * x
+		normE2 += e * e
+		cnt++
+	}
+	for r := range rowF {
+		if rowCnt[r] > 0 {
+			rowF[r] /= float64(rowCnt[r])
+			rowX[r] = math.Sqrt(rowX[r] / float64(rowCnt[r]))
+		}
+	}
+	for c := range colF {
+		if colCnt[c] > 0 {
+			colF[c] /= float64(colCnt[c])
+		}
+	}
+	if cnt > 0 {
+		gF /= float64(cnt)
+	}
+	scale := func(i int) float64 {
+		if gF == 0 {
+			return 0
+		}
+		if !sep {
+			return math.Sqrt(gF)
+		}
+		return math.Sqrt(rowF[i/C] * colF[i%C] / gF)
+	}
+	tol := make([]float64, N)
+	var ulp2, acc2 float64
+	for i := 0; i < N; i++ {
+		x, e := o.Exact[i], o.Expected[i]
+		if !finite(x) || !finite(e) {
+			continue
+		}
+		ulp := Spacing(d, max(math.Abs(x), math.Abs(e)))
+		if math.IsNaN(ulp) {
+			ulp = 0
+		}
+		am := g * max(math.Abs(x), rowX[i/C])
+		tol[i] = ulp + max(2*floor[i], kappa*scale(i)) + am
+		ulp2 += ulp * ulp
+		acc2 += am * am
+	}
+	E := rho*math.Sqrt(gF*float64(cnt)) + math.Sqrt(ulp2) + math.Sqrt(acc2)
+	agg := &Aggregate{}
+	if cnt > 0 {
+		agg.RMSE = E / math.Sqrt(float64(cnt))
+		agg.FloorRMSE = math.Sqrt(gF)
+	}
+	nx := math.Sqrt(normX2)
+	if den := normX2 + sq(max(nx-E, 0)); den > 0 {
+		agg.CosDiff = E * E / den
+	} else if E > 0 {
+		agg.CosDiff = math.Inf(1)
+	}
+	if den := normX2 + normE2; den > 0 {
+		agg.FloorCosDiff = gF * float64(cnt) / den
+	}
+	model := "global rms of the floor (1-D output)"
+	if sep {
+		model = fmt.Sprintf("floor rms on the element's row × column / global rms (%d rows × %d columns)", R, C)
+	}
+	return Bounds{
+		Tol:       func(i int) float64 { return tol[i] },
+		Band:      band,
+		Aggregate: agg,
+		Explanation: fmt.Sprintf("three-way: tol_i = ulp_%s(x_i) + max(2·f_i, κ·s_i) + γ·mag_i, f_i = |expected_i-exact_i| (floor rms %.3g), "+
+			"s_i = %s, κ = %.2f so that %d correct errors stay under κσ but with probability %g; "+
+			"γ = %.3g = min(Higham γ_n = nu/(1-nu) = %.3g, Higham-Mary λ√n·u = %.3g) for n = %d %s additions, "+
+			"mag_i = max(|exact_i|, row rms of exact). Fail beyond %g·tol_i; aggregates: rmse <= %.3g (%g×floor + 1 ulp + γ), "+
+			"cos_diff <= %.3g (floor %.3g)",
+			d, math.Sqrt(gF), model, kappa, N, alpha, g, gDet, gPr, n, acc, band, agg.RMSE, rho, agg.CosDiff, agg.FloorCosDiff),
+	}
+}
+
+func nonUnit(shape []int) []int {
+	var d []int
+	for _, s := range shape {
+		if s != 1 {
+			d = append(d, s)
+		}
+	}
+	return d
+}
+
+func orDefault(v, def float64) float64 {
+	if v == 0 || math.IsNaN(v) {
+		return def
+	}
+	return v
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+func sq(x float64) float64 { return x * x }

@@ -1,0 +1,132 @@
+package compare
+
+import (
+	"math"
+
+	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// floatInfo describes a binary floating-point dtype as data, in the spirit
+// of strconv's floatInfo{23, 8, -127}: one algorithm serves every format.
+type floatInfo struct {
+	bits     uint // total width in bits
+	mantbits uint // stored mantissa bits
+	minExp   int  // the smallest normal value is 2^minExp
+	signed   bool // has a sign bit (E8M0 has none)
+}
+
+var floatInfos = map[tensor.DType]floatInfo{
+	tensor.F64:    {64, 52, -1022, true},
+	tensor.F32:    {32, 23, -126, true},
+	tensor.F16:    {16, 10, -14, true},
+	tensor.BF16:   {16, 7, -126, true},
+	tensor.F8E4M3: {8, 3, -6, true},
+	tensor.F8E5M2: {8, 2, -14, true},
+	// E8M0 holds powers of two only: no mantissa, no subnormals, no sign.
+	tensor.F8E8M0: {8, 0, -127, false},
+}
+
+// Spacing returns the gap between |x| and the next larger value of dtype d
+// in |x|'s binade: one ulp of d at x. Zero and subnormal x give the
+// subnormal spacing 2^(minExp-mantbits) (2^-133 for BF16, 2^-9 for E4M3FN).
+// Integer dtypes have spacing 1. NaN, ±Inf and unknown dtypes give NaN.
+func Spacing(d tensor.DType, x float64) float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return math.NaN()
+	}
+	if d.IsInt() {
+		return 1
+	}
+	fi, ok := floatInfos[d]
+	if !ok {
+		return math.NaN()
+	}
+	ax := math.Abs(x)
+	exp := fi.minExp
+	if ax >= math.Ldexp(1, fi.minExp) {
+		_, e := math.Frexp(ax) // ax = frac·2^e, frac in [0.5, 1)
+		exp = e - 1
+	}
+	return math.Ldexp(1, exp-int(fi.mantbits))
+}
+
+// code returns the bit pattern of v in dtype d (rounded to nearest even when
+// v is not representable, never saturating), or ok = false for NaN and for
+// dtypes without a floating-point encoding.
+func code(d tensor.DType, v float64) (c uint64, ok bool) {
+	if math.IsNaN(v) {
+		return 0, false
+	}
+	switch d {
+	case tensor.F64:
+		return math.Float64bits(v), true
+	case tensor.F32:
+		return uint64(math.Float32bits(float32(v))), true
+	case tensor.F16:
+		return uint64(formats.FP16Encode(float32(v))), true
+	case tensor.BF16:
+		return uint64(formats.BF16FromFloat64(v)), true
+	case tensor.F8E4M3:
+		b, _ := formats.E4M3FN.Encode(v, formats.NoSaturate)
+		if formats.E4M3FN.IsNaN(b) {
+			return 0, false // beyond 464: E4M3FN has no infinity
+		}
+		return uint64(b), true
+	case tensor.F8E5M2:
+		b, _ := formats.E5M2.Encode(v, formats.NoSaturate)
+		return uint64(b), true
+	case tensor.F8E8M0:
+		if v <= 0 || math.IsInf(v, 0) {
+			return 0, false
+		}
+		return uint64(formats.E8M0.Encode(v)), true
+	}
+	return 0, false
+}
+
+// ULPDistance returns how many steps of dtype d separate a and b: the
+// number of representable values one passes going from one to the other
+// (0 when equal, 1 for neighbours). The codes of a sign-magnitude format are
+// ordered by magnitude within each sign, so the distance is the difference
+// of magnitudes for equal signs and their sum across zero; +0 and -0 are the
+// same value (distance 0), the least subnormals of opposite sign are 2
+// apart, and the largest finite value is 1 from infinity where d has one.
+// Integer dtypes count integers (|a-b|). ok is false when either value is
+// NaN or d is not a numeric dtype; values not representable in d are first
+// rounded to it.
+func ULPDistance(d tensor.DType, a, b float64) (dist uint64, ok bool) {
+	if math.IsNaN(a) || math.IsNaN(b) {
+		return 0, false
+	}
+	if d.IsInt() {
+		return uint64(math.Abs(math.Round(a) - math.Round(b))), true
+	}
+	fi, known := floatInfos[d]
+	if !known {
+		return 0, false
+	}
+	ca, oka := code(d, a)
+	cb, okb := code(d, b)
+	if !oka || !okb {
+		return 0, false
+	}
+	if !fi.signed {
+		if ca > cb {
+			return ca - cb, true
+		}
+		return cb - ca, true
+	}
+	sign := uint64(1) << (fi.bits - 1)
+	ma, mb := ca&^sign, cb&^sign
+	if ma == 0 && mb == 0 {
+		return 0, true // +0 and -0
+	}
+	if (ca&sign == 0) == (cb&sign == 0) || ma == 0 || mb == 0 {
+		if ma > mb {
+			return ma - mb, true
+		}
+		return mb - ma, true
+	}
+	return ma + mb, true
+}
