@@ -15,12 +15,14 @@
 //	page_offset, token_mod_page page_boundary when the failures sit at offsets 0 and/or P-1
 //	split                       split_boundary
 //	parity, nibble, <axis>%2    alternating_nibbles (the last axis' parity is added automatically)
-//	block                       scale_block (16-element scale blocks)
-//	tile                        tile (128-row tiles)
+//	block16, scale_block        scale_block (16-element scale blocks; a bare
+//	                            "block" is a cache block and stays generic)
+//	tile                        tile (128-row tiles, head tiles)
 //	head_group, group           head_group
 //	head                        one_head (a single value) or head_group
 //	context, seq_len, kv_len,   growth_with_context, when the mean excess
-//	position, token, step       rises monotonically with the coordinate
+//	visible, position, token,   rises monotonically with the coordinate
+//	step
 //
 // A concentration on any other coordinate is reported as "concentrated".
 // "uniform" means failures exist but no coordinate explains them, "isolated"
@@ -102,12 +104,17 @@ type Options struct {
 	MinScore float64
 	// MaxGroups bounds the groups reported (default 8).
 	MaxGroups int
+	// MaxElements: a tensor with more elements is sampled (every element
+	// with excess mass, and a random share of the rest), so that a
+	// many-million-element capture is analysed in bounded time (default
+	// 1<<21).
+	MaxElements int
 }
 
 type coordStats struct {
 	name   string
-	vals   []int // distinct values, ascending
-	count  map[int]int
+	vals   []int           // distinct values, ascending
+	count  map[int]float64 // elements (estimated when sampled)
 	mass   map[int]float64
 	fail   map[int]int
 	excess map[int]float64 // sum of (capped) excess over all elements
@@ -187,7 +194,11 @@ func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
 	}
 	mEff := sw * sw / sw2
 
-	stats := collect(o, shape, ex, w, thr)
+	maxElems := opt.MaxElements
+	if maxElems <= 0 {
+		maxElems = 1 << 21
+	}
+	stats := collect(o, shape, ex, w, thr, maxElems)
 	nameTry := math.Log(float64(max(len(stats), 1)))
 
 	type cand struct {
@@ -204,8 +215,8 @@ func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
 		}
 		order := append([]int(nil), st.vals...)
 		sort.SliceStable(order, func(a, b int) bool {
-			da := st.mass[order[a]] / float64(st.count[order[a]])
-			db := st.mass[order[b]] / float64(st.count[order[b]])
+			da := st.mass[order[a]] / st.count[order[a]]
+			db := st.mass[order[b]] / st.count[order[b]]
 			return da > db
 		})
 		var q, e float64
@@ -215,7 +226,7 @@ func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
 		for k := 1; k <= kmax; k++ {
 			v := order[k-1]
 			q += st.mass[v] / sw
-			e += float64(st.count[v]) / float64(N)
+			e += st.count[v] / float64(N)
 			if e > 0.5 {
 				break
 			}
@@ -269,26 +280,34 @@ func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
 }
 
 // collect aggregates excess by every coordinate value.
-func collect(o kernel.Output, shape []int, ex, w []float64, thr float64) []*coordStats {
+func collect(o kernel.Output, shape []int, ex, w []float64, thr float64, maxElems int) []*coordStats {
 	var stats []*coordStats
 	byName := map[string]*coordStats{}
 	get := func(name string) *coordStats {
 		if st, ok := byName[name]; ok {
 			return st
 		}
-		st := &coordStats{name: name, count: map[int]int{}, mass: map[int]float64{}, fail: map[int]int{}, excess: map[int]float64{}}
+		st := &coordStats{name: name, count: map[int]float64{}, mass: map[int]float64{}, fail: map[int]int{}, excess: map[int]float64{}}
 		byName[name] = st
 		stats = append(stats, st)
 		return st
 	}
-	add := func(name string, v int, i int) {
+	add := func(name string, v int, i int, weight float64) {
 		st := get(name)
-		st.count[v]++
+		st.count[v] += weight
 		st.mass[v] += w[i]
-		st.excess[v] += ex[i]
+		st.excess[v] += weight * ex[i]
 		if ex[i] > thr {
 			st.fail[v]++
 		}
+	}
+	// A big tensor is sampled: every element that carries mass is kept,
+	// and a pseudo-random share r of the others stands for all of them
+	// with weight 1/r (a hash, not a stride, so that no period of the
+	// tensor's layout aliases with the sample).
+	rate := 1.0
+	if len(ex) > maxElems {
+		rate = float64(maxElems) / float64(len(ex))
 	}
 	// The parity of the last axis, unless the kernel names one itself.
 	last := len(shape) - 1
@@ -304,12 +323,19 @@ func collect(o kernel.Output, shape []int, ex, w []float64, thr float64) []*coor
 		}
 	}
 	for i := range ex {
+		weight := 1.0
+		if w[i] == 0 && rate < 1 {
+			if unitHash(uint64(i)) >= rate {
+				continue
+			}
+			weight = 1 / rate
+		}
 		idx := tensor.Unravel(i, shape)
 		for _, c := range o.Coords.Name(idx) {
-			add(c.Name, c.Value, i)
+			add(c.Name, c.Value, i, weight)
 		}
 		if parityName != "" {
-			add(parityName, idx[last]%2, i)
+			add(parityName, idx[last]%2, i, weight)
 		}
 	}
 	for _, st := range stats {
@@ -335,7 +361,7 @@ func trend(stats []*coordStats, N, maxGroups int) *Signature {
 		K := len(st.vals)
 		means := make([]float64, K)
 		for j, v := range st.vals {
-			means[j] = st.excess[v] / float64(st.count[v])
+			means[j] = st.excess[v] / st.count[v]
 		}
 		rho := spearman(means)
 		q := max(K/4, 1)
@@ -352,7 +378,7 @@ func trend(stats []*coordStats, N, maxGroups int) *Signature {
 		step := max(1, (K+maxGroups-1)/maxGroups)
 		for j := 0; j < K; j += step {
 			v := st.vals[j]
-			groups = append(groups, Group{Value: v, Elements: float64(st.count[v]) / float64(N), Failing: st.fail[v], MeanExcess: means[j]})
+			groups = append(groups, Group{Value: v, Elements: st.count[v] / float64(N), Failing: st.fail[v], MeanExcess: means[j]})
 		}
 		best = &Signature{
 			Pattern: GrowthWithContext,
@@ -382,8 +408,8 @@ func patternFor(st *coordStats, set []int) string {
 		return SplitBoundary
 	case strings.Contains(n, "parity") || strings.Contains(n, "nibble") || strings.HasSuffix(n, "%2"):
 		return AlternatingNibble
-	case strings.Contains(n, "block"):
-		return ScaleBlock
+	case strings.Contains(n, "block16") || strings.Contains(n, "scale_block"):
+		return ScaleBlock // a bare "block" is a cache block (a page), not a scale block
 	case strings.Contains(n, "tile"):
 		return Tile
 	case strings.Contains(n, "group"):
@@ -436,7 +462,7 @@ func contextLike(name string) bool {
 
 func trendName(name string) bool {
 	n := strings.ToLower(name)
-	for _, s := range []string{"context", "seq_len", "kv_len", "position", "token", "step"} {
+	for _, s := range []string{"context", "seq_len", "kv_len", "visible", "position", "token", "step"} {
 		if strings.Contains(n, s) {
 			return true
 		}
@@ -452,8 +478,8 @@ func topGroups(st *coordStats, sw float64, N, maxGroups int) []Group {
 	}
 	g := make([]Group, len(vals))
 	for j, v := range vals {
-		g[j] = Group{Value: v, Share: st.mass[v] / sw, Elements: float64(st.count[v]) / float64(N),
-			Failing: st.fail[v], MeanExcess: st.excess[v] / float64(st.count[v])}
+		g[j] = Group{Value: v, Share: st.mass[v] / sw, Elements: st.count[v] / float64(N),
+			Failing: st.fail[v], MeanExcess: st.excess[v] / st.count[v]}
 	}
 	return g
 }
@@ -484,6 +510,15 @@ func listValues(set []int) string {
 		return s[0]
 	}
 	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}
+
+// unitHash maps i to [0, 1) with splitmix64's finalizer.
+func unitHash(i uint64) float64 {
+	z := i + 0x9E3779B97F4A7C15
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	z ^= z >> 31
+	return float64(z>>11) / (1 << 53)
 }
 
 // kl is the Kullback-Leibler divergence of Bernoulli(q) from Bernoulli(e).

@@ -269,3 +269,77 @@ func TestHelpers(t *testing.T) {
 		t.Errorf("spearman with ties = %g, want %g", got, 1.5/math.Sqrt(3))
 	}
 }
+
+// TestNamesTheKernelsUse maps the coordinate names the kernel files emit
+// (internal/kernel: nvfp4, kv, mla, splitk, dsa) to patterns.
+func TestNamesTheKernelsUse(t *testing.T) {
+	tests := []struct {
+		name string
+		set  []int
+		want string
+	}{
+		{"block16", []int{3}, ScaleBlock},
+		{"block", []int{9}, Concentrated}, // a cache block, not a scale block
+		{"tile128", []int{1}, Tile},
+		{"col_tile128", []int{1}, Tile},
+		{"head_tile", []int{0}, Tile},
+		{"nibble", []int{1}, AlternatingNibble},
+		{"latent%2", []int{0}, AlternatingNibble},
+		{"last_page_fill", []int{3, 5}, PartialLastPage},
+		{"split", []int{2}, SplitBoundary},
+		{"split_start", []int{0}, SplitBoundary},
+		{"splits_used", []int{4}, SplitBoundary},
+		{"head", []int{7}, OneHead},
+		{"head", []int{8, 9}, HeadGroup},
+		{"head_group", []int{2}, HeadGroup},
+		{"page_offset", []int{0}, PageBoundary},
+		{"page_offset", []int{0, 15}, PageBoundary},
+		{"page_offset", []int{0, 5}, Concentrated},
+		{"part", []int{1}, Concentrated},
+	}
+	for _, tc := range tests {
+		st := &coordStats{name: tc.name, vals: []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}}
+		if got := patternFor(st, tc.set); got != tc.want {
+			t.Errorf("patternFor(%s, %v) = %s, want %s", tc.name, tc.set, got, tc.want)
+		}
+	}
+	for _, n := range []string{"context_len", "visible", "token", "seq_len"} {
+		if !trendName(n) {
+			t.Errorf("%s is not taken as a context coordinate", n)
+		}
+	}
+	for _, n := range []string{"q_pos", "latent", "page"} {
+		if trendName(n) {
+			t.Errorf("%s is taken as a context coordinate", n)
+		}
+	}
+}
+
+// TestSampledLikeFull: a tensor above MaxElements is sampled, and gives the
+// same answer as the full analysis, for a pattern and for noise.
+func TestSampledLikeFull(t *testing.T) {
+	const T, P = 2000, 16
+	s := synth{shape: []int{T, 16}, axes: []string{"token", "latent"}, derived: paged(P, 0, T),
+		bug: func(idx []int, r *rand.Rand) float64 {
+			if idx[0]%P == P-1 {
+				return 2 + r.Float64()
+			}
+			return 0
+		}}
+	o, ex := s.build(4)
+	sig := Analyze(o, ex, Options{MaxElements: 3000})
+	if sig.Pattern != PageBoundary || sig.Groups[0].Value != P-1 || math.Abs(sig.Groups[0].Elements-1.0/P) > 0.01 {
+		t.Errorf("sampled: %s %+v, want page_boundary at offset 15 holding 1/16 of the elements", sig.Pattern, sig.Groups)
+	}
+	noise := synth{shape: []int{T, 16}, axes: []string{"token", "latent"}, derived: paged(P, 0, T),
+		bug: func(idx []int, r *rand.Rand) float64 {
+			if r.Float64() < 0.02 {
+				return 1 + r.Float64()
+			}
+			return 0
+		}}
+	o, ex = noise.build(5)
+	if sig := Analyze(o, ex, Options{MaxElements: 3000}); sig.Pattern != Uniform {
+		t.Errorf("sampled noise named %s: %s", sig.Pattern, sig.Detail)
+	}
+}
