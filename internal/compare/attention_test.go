@@ -3,6 +3,7 @@ package compare
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
@@ -95,10 +96,12 @@ func (d *attnData) exact() []float64 {
 
 // kernelOpts describes one emulated kernel.
 type kernelOpts struct {
-	reverse    bool // accumulate tokens last to first
-	exp2       bool // p = exp2(s·log2e - m·log2e) in fp32
-	sumRounded bool // row sum over bf16-rounded P
-	bf16Acc    bool // FAULT: PV accumulator in bf16
+	reverse    bool    // accumulate tokens last to first
+	exp2       bool    // p = exp2(s·log2e - m·log2e) in fp32
+	sumRounded bool    // row sum over bf16-rounded P
+	bf16Acc    bool    // FAULT: PV accumulator in bf16
+	fp8P       bool    // FAULT: P rounded to E4M3 instead of bf16
+	scale      float32 // FAULT when not 0 or 1: scores scaled (a wrong softmax_scale)
 }
 
 // flat is a single-pass fp32 kernel (no splitting, global max).
@@ -106,7 +109,14 @@ func (d *attnData) flat(o kernelOpts) []float64 {
 	out := make([]float64, d.h*attnL)
 	const log2e = float32(math.Log2E)
 	for h := 0; h < d.h; h++ {
-		m := maxOf(d.s[h])
+		scores := d.s[h]
+		if o.scale != 0 && o.scale != 1 {
+			scores = make([]float32, d.n)
+			for j, s := range d.s[h] {
+				scores[j] = s * o.scale
+			}
+		}
+		m := maxOf(scores)
 		var l float32
 		var acc [attnL]float32
 		for jj := 0; jj < d.n; jj++ {
@@ -116,11 +126,15 @@ func (d *attnData) flat(o kernelOpts) []float64 {
 			}
 			var p float32
 			if o.exp2 {
-				p = float32(math.Exp2(float64(d.s[h][j]*log2e - m*log2e)))
+				p = float32(math.Exp2(float64(scores[j]*log2e - m*log2e)))
 			} else {
-				p = exp32(d.s[h][j] - m)
+				p = exp32(scores[j] - m)
 			}
 			pb := bf16(p)
+			if o.fp8P {
+				r, _ := formats.E4M3FN.Round(float64(p), formats.Saturate)
+				pb = float32(r)
+			}
 			if o.sumRounded {
 				l += pb
 			} else {
@@ -318,6 +332,8 @@ func attentionTargets(t *testing.T, d *attnData, exact []float64, dt tensor.DTyp
 		{"(c) row sum of bf16-rounded P", d.flat(kernelOpts{sumRounded: true}), Pass},
 		{"(c) exp2 + reverse + rounded row sum", d.flat(kernelOpts{exp2: true, reverse: true, sumRounded: true}), Pass},
 		{"(d) FAULT bf16 PV accumulation", d.flat(kernelOpts{bf16Acc: true}), Fail},
+		{"(d) FAULT P rounded to e4m3", d.flat(kernelOpts{fp8P: true}), Fail},
+		{"(d) FAULT softmax_scale 1% off", d.flat(kernelOpts{scale: 1.01}), Fail},
 		{"(e) FAULT one corrupted element", corrupt, Fail},
 		{"(f) 1 ulp away from exact everywhere", away, Pass},
 		{"(f) 1 ulp in a random direction everywhere", random, Pass},
@@ -397,4 +413,31 @@ func TestBF16AccumulationGrowsWithContext(t *testing.T) {
 		t.Fatalf("verdict %s signature %+v, want fail with growth_with_context", c.Verdict, c.Signature)
 	}
 	t.Logf("%s", c.Signature.Detail)
+}
+
+// TestAggregateCatchesSystematicBias: every element moved two bf16 ulps
+// away from zero stays within the band of its own bound (one ulp plus κ
+// times the floor's scale: alone, at most inconclusive), but the tensor's
+// rmse leaves ρ·floor + 1 ulp, and the aggregate check makes it a fail.
+func TestAggregateCatchesSystematicBias(t *testing.T) {
+	d := newAttnData()
+	o := attnOutput(d.exact(), roundTo(tensor.BF16, d.flat(kernelOpts{})))
+	biased := make([]float64, len(o.Expected))
+	for i, e := range o.Expected {
+		biased[i] = stepBF16(stepBF16(e, 1), 1)
+	}
+	c, err := Compare(o, tensor.FromFloat64s(tensor.BF16, o.Shape, biased), ThreeWay{}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.Metrics
+	t.Logf("2-ulp bias: %s, max err/tol %.3f, rmse/bound %.3f, cos/bound %.3f; %s", c.Verdict, float64(m.MaxExcess), float64(m.RMSERatio), float64(m.CosDiffRatio), c.Reason)
+	if c.Verdict != Fail || m.MaxExcess > 2 || m.RMSERatio <= 1 || !strings.Contains(c.Reason, "systematic") {
+		t.Errorf("verdict %s (%s), worst err/tol %v, rmse ratio %v: want a fail from the aggregate alone", c.Verdict, c.Reason, m.MaxExcess, m.RMSERatio)
+	}
+	if c.Signature == nil {
+		t.Errorf("no signature for an aggregate failure")
+	} else {
+		t.Logf("signature %s: %s", c.Signature.Pattern, c.Signature.Detail)
+	}
 }
