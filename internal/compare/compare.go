@@ -340,7 +340,7 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 
 	c.Worst = worst.sorted(shape, o.Coords)
 	if c.Verdict != Pass {
-		c.Signature = signature.Analyze(o, excess, signature.Options{Systematic: overElems == 0 && aggFail != ""})
+		c.Signature = signature.Analyze(o, excess, signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At})
 	}
 	return c, nil
 }

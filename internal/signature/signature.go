@@ -24,6 +24,13 @@
 //	visible, position, token,   rises monotonically with the coordinate
 //	step
 //
+// With Options.Actual, the values themselves are tested first: failing
+// elements that hold their pair neighbour's expected value, or bytes whose
+// nibbles are exchanged, are alternating_nibbles; an actual output that is
+// the expected one times a constant (an inverted global scale, a k_scale
+// applied twice) is constant_factor; failing elements that are all zero
+// where something else was expected (an output never written) are zeros.
+//
 // A concentration on any other coordinate is reported as "concentrated".
 // "uniform" means failures exist but no coordinate explains them, "isolated"
 // that too few elements fail to show a pattern, "none" that nothing fails.
@@ -66,6 +73,8 @@ const (
 	OneHead           = "one_head"
 	HeadGroup         = "head_group"
 	GrowthWithContext = "growth_with_context"
+	ConstantFactor    = "constant_factor"
+	Zeros             = "zeros"
 )
 
 // Signature is the named pattern of a check's errors.
@@ -104,6 +113,12 @@ type Options struct {
 	MinScore float64
 	// MaxGroups bounds the groups reported (default 8).
 	MaxGroups int
+	// Actual, when set, returns element i of the actual output. With
+	// o.Expected it lets Analyze test whether the failures are swaps:
+	// adjacent elements exchanged in pairs, or the two nibbles of a byte
+	// exchanged (FP4 nibble order), which no aggregate of the excess shows
+	// since both elements of a pair fail alike.
+	Actual func(i int) float64
 	// MaxElements: a tensor with more elements is sampled (every element
 	// with excess mass, and a random share of the rest), so that a
 	// many-million-element capture is analysed in bounded time (default
@@ -172,9 +187,13 @@ func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
 			w[i] = max(e-q90, 0)
 		}
 	} else {
+		// A failing element weighs 1 + ln(excess/threshold): a gross
+		// failure counts more than a marginal one, but an element whose
+		// tolerance is nearly zero (an exact output at 0, where one ulp
+		// is a subnormal) cannot outweigh thousands of others.
 		for i, e := range ex {
 			if e > thr {
-				w[i] = e
+				w[i] = 1 + math.Log(e/thr)
 			}
 		}
 	}
@@ -184,6 +203,11 @@ func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
 		sw2 += v * v
 		if ex[i] > thr {
 			failing++
+		}
+	}
+	if failing >= 4 && opt.Actual != nil && !opt.Systematic {
+		if sig := valueHypotheses(o, shape, ex, thr, failing, opt.Actual); sig != nil {
+			return sig
 		}
 	}
 	if sw == 0 {
@@ -277,6 +301,72 @@ func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
 		what = "the top decile of the excess"
 	}
 	return &Signature{Pattern: Uniform, Detail: what + " spread over every coordinate: no coordinate value holds a disproportionate share"}
+}
+
+// valueHypotheses tests explanations of the failing elements' values: at
+// least 90% of them must hold exactly the value a swap predicts, or lie
+// within 1% of the expected value times their median ratio to it (a factor
+// at least 5% away from 1).
+func valueHypotheses(o kernel.Output, shape []int, ex []float64, thr float64, failing int, actual func(int) float64) *Signature {
+	if len(o.Expected) != len(ex) {
+		return nil
+	}
+	same := func(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
+	last := len(shape) - 1
+	pairs := shape[last]%2 == 0
+	bytes := o.DType == tensor.U8
+	var pairHits, nibbleHits, zeros int
+	var ratios []float64
+	for i, e := range ex {
+		if e <= thr {
+			continue
+		}
+		a := actual(i)
+		if a == 0 {
+			zeros++
+		}
+		if x := o.Expected[i]; x != 0 && !math.IsInf(x, 0) && !math.IsNaN(a) && !math.IsInf(a, 0) {
+			ratios = append(ratios, a/x)
+		}
+		if pairs && same(a, o.Expected[i^1]) {
+			pairHits++
+		}
+		if x := o.Expected[i]; bytes && x >= 0 && x <= 255 && x == math.Trunc(x) {
+			b := uint8(x)
+			if same(a, float64(b<<4|b>>4)) {
+				nibbleHits++
+			}
+		}
+	}
+	axis := "dim" + fmt.Sprint(last)
+	if last < len(o.Coords.Axes) {
+		axis = o.Coords.Axes[last]
+	}
+	switch {
+	case float64(zeros) >= 0.9*float64(failing):
+		return &Signature{Pattern: Zeros,
+			Detail: fmt.Sprintf("%d of %d failing elements are 0 where the reference is not: the output was not written there (or an empty-row path was taken)", zeros, failing)}
+	case float64(nibbleHits) >= 0.9*float64(failing):
+		return &Signature{Pattern: AlternatingNibble, Coord: axis,
+			Detail: fmt.Sprintf("%d of %d failing bytes hold the expected byte with its two nibbles exchanged (FP4 nibble order)", nibbleHits, failing)}
+	case float64(pairHits) >= 0.9*float64(failing):
+		return &Signature{Pattern: AlternatingNibble, Coord: axis,
+			Detail: fmt.Sprintf("%d of %d failing elements hold their pair neighbour's expected value (%s 2i and 2i+1 exchanged: FP4 nibble order)", pairHits, failing, axis)}
+	}
+	if float64(len(ratios)) >= 0.9*float64(failing) {
+		c := quantile(ratios, 0.5)
+		near := 0
+		for _, r := range ratios {
+			if math.Abs(r/c-1) <= 0.01 {
+				near++
+			}
+		}
+		if math.Abs(c-1) > 0.05 && c != 0 && float64(near) >= 0.9*float64(failing) {
+			return &Signature{Pattern: ConstantFactor,
+				Detail: fmt.Sprintf("%d of %d failing elements are the expected value times %.6g (1/%.6g): a scale applied wrongly (inverted, squared or missing)", near, failing, c, 1/c)}
+		}
+	}
+	return nil
 }
 
 // collect aggregates excess by every coordinate value.

@@ -343,3 +343,84 @@ func TestSampledLikeFull(t *testing.T) {
 		t.Errorf("sampled noise named %s: %s", sig.Pattern, sig.Detail)
 	}
 }
+
+// TestValueHypotheses: failures explained by the values themselves.
+func TestValueHypotheses(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	const rows, cols = 8, 64
+	N := rows * cols
+	expected := make([]float64, N)
+	for i := range expected {
+		expected[i] = []float64{0, 0.5, 1, 1.5, 2, 3, 4, 6}[r.IntN(8)] * float64(1-2*r.IntN(2))
+	}
+	o := kernel.Output{Name: "dequant", Shape: []int{rows, cols}, DType: tensor.BF16, Expected: expected,
+		Coords: kernel.Coords{Axes: []string{"row", "col"}}}
+	excessOf := func(actual []float64) []float64 {
+		ex := make([]float64, N)
+		for i := range ex {
+			if actual[i] != expected[i] {
+				ex[i] = math.Inf(1)
+			}
+		}
+		return ex
+	}
+	// Pairs exchanged (element 2i in the high nibble when unpacking).
+	swappedPairs := make([]float64, N)
+	for i := range swappedPairs {
+		swappedPairs[i] = expected[i^1]
+	}
+	// Every value times 2688²/amax²-like constant (an inverted global scale).
+	scaled := make([]float64, N)
+	for i := range scaled {
+		scaled[i] = expected[i] * 7.3e-4
+	}
+	// Packed bytes with their nibbles exchanged.
+	bytesExp := make([]float64, N)
+	bytesAct := make([]float64, N)
+	for i := range bytesExp {
+		b := uint8(r.IntN(256))
+		bytesExp[i], bytesAct[i] = float64(b), float64(b<<4|b>>4)
+	}
+	ob := kernel.Output{Name: "packed", Shape: []int{rows, cols}, DType: tensor.U8, Expected: bytesExp,
+		Coords: kernel.Coords{Axes: []string{"row", "byte"}}}
+	exB := make([]float64, N)
+	for i := range exB {
+		if bytesAct[i] != bytesExp[i] {
+			exB[i] = math.Inf(1)
+		}
+	}
+	unwritten := make([]float64, N)
+	copy(unwritten, expected)
+	for i := 3 * cols; i < N; i++ {
+		unwritten[i] = 0
+	}
+	tests := []struct {
+		name    string
+		o       kernel.Output
+		actual  []float64
+		ex      []float64
+		pattern string
+	}{
+		{"rows never written", o, unwritten, excessOf(unwritten), Zeros},
+		{"pairs exchanged", o, swappedPairs, excessOf(swappedPairs), AlternatingNibble},
+		{"constant factor", o, scaled, excessOf(scaled), ConstantFactor},
+		{"nibbles of each byte exchanged", ob, bytesAct, exB, AlternatingNibble},
+	}
+	for _, tc := range tests {
+		act := tc.actual
+		sig := Analyze(tc.o, tc.ex, Options{Actual: func(i int) float64 { return act[i] }})
+		t.Logf("%s: %s: %s", tc.name, sig.Pattern, sig.Detail)
+		if sig.Pattern != tc.pattern {
+			t.Errorf("%s: pattern %s (%s), want %s", tc.name, sig.Pattern, sig.Detail, tc.pattern)
+		}
+	}
+	// Random wrong values are none of these.
+	noise := make([]float64, N)
+	for i := range noise {
+		noise[i] = expected[i] + r.NormFloat64()
+	}
+	sig := Analyze(o, excessOf(noise), Options{Actual: func(i int) float64 { return noise[i] }})
+	if sig.Pattern == AlternatingNibble || sig.Pattern == ConstantFactor {
+		t.Errorf("random errors named %s: %s", sig.Pattern, sig.Detail)
+	}
+}
