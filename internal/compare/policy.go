@@ -302,8 +302,8 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 		Explanation: fmt.Sprintf("three-way: tol_i = ulp_%s(x_i) + max(2·f_i, κ·s_i) + γ·mag_i, f_i = |expected_i-exact_i| (floor rms %.3g), "+
 			"s_i = %s, κ = %.2f so that %d correct errors stay under κσ but with probability %g; "+
 			"γ = %.3g = min(Higham γ_n = nu/(1-nu) = %.3g, Higham-Mary λ√n·u = %.3g) for n = %d %s additions, "+
-			"mag_i = max(|exact_i|, row rms of exact). Fail beyond %g·tol_i; aggregates: rmse <= %.3g (%g×floor + 1 ulp + γ), "+
-			"cos_diff <= %.3g (floor %.3g)",
+			"mag_i = max(|exact_i|, row rms of exact). Fail beyond %g·tol_i; aggregates: rmse ≤ %.3g (%g×floor + 1 ulp + γ), "+
+			"cos_diff ≤ %.3g (floor %.3g)",
 			d, math.Sqrt(gF), model, kappa, N, alpha, g, gDet, gPr, n, acc, band, agg.RMSE, rho, agg.CosDiff, agg.FloorCosDiff),
 	}
 }
