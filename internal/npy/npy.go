@@ -19,9 +19,10 @@
 //
 // numpy has no bfloat16 or FP8 dtype. Save such arrays as their bits,
 // x.view(np.uint16) for bf16 and x.view(np.uint8) for FP8, which arrive here
-// as U16 and U8; the contract side reinterprets them (a kernel input declared
-// BF16 accepts U16 bits). Arrays of ml_dtypes' bfloat16/float8 types are saved
-// by numpy as raw records ('<V2', '|V1') and are rejected with that advice.
+// as U16 and U8. This package does not guess: reinterpreting them as BF16 or
+// F8_* is the caller's decision, by contract. Raw-record arrays ('<V2', '|V1',
+// which ml_dtypes' bfloat16/float8 arrays can turn into) are rejected with
+// that advice.
 package npy
 
 import (
