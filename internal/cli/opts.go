@@ -1,0 +1,40 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/compare"
+	"github.com/kcheck-dev/kcheck/internal/engines"
+)
+
+// policyByName returns the tolerance policy --policy names.
+func policyByName(name string) (compare.Policy, error) {
+	switch name {
+	case "", "three-way":
+		return compare.DefaultPolicy(), nil
+	case "unit-roundoff":
+		return compare.UnitRoundoff{}, nil
+	}
+	return nil, fmt.Errorf("--policy %q: want three-way or unit-roundoff", name)
+}
+
+// checkOpts builds the checker's options from the command line: the
+// tolerance policy, how many worst elements to list, and an engine's
+// conventions (--from: metadata defaults, tensor names and layouts).
+func checkOpts(policy, from string, worstK int) (check.Options, error) {
+	pol, err := policyByName(policy)
+	if err != nil {
+		return check.Options{}, err
+	}
+	opts := check.Options{Policy: pol, WorstK: worstK}
+	if from != "" {
+		e, err := engines.Lookup(from)
+		if err != nil {
+			return opts, err
+		}
+		opts.Conventions = e.Conventions()
+		opts.Adapt = e.Adapt
+	}
+	return opts, nil
+}

@@ -1,0 +1,335 @@
+// Package engines knows how vLLM, SGLang, FlashInfer and FlashMLA name and
+// lay out the tensors of the kernels kcheck checks, so that a capture taken
+// with an engine's own names and layouts checks without editing
+// (`kcheck check --from ENGINE`).
+//
+// An Engine adapts a capture in five steps, per kernel (and per stage of a
+// pipeline, under the stage prefix):
+//  1. parameter names: the engine's spelling of a parameter becomes the
+//     contract's (FlashInfer sm_scale -> softmax_scale);
+//  2. parameter values: the engine's spelling of a value becomes the
+//     contract's (vLLM kv_cache_dtype "fp8" -> "fp8_e4m3", "auto" -> "bf16");
+//  3. defaults: what the engine leaves implicit (lse_base, lse_empty,
+//     ds_mla_scale, scale_layout, global scale direction) is filled in when
+//     the capture does not say it: the capture's own keys always win;
+//  4. tensor names: the engine's argument and return names become the
+//     contract's (FlashMLA k_cache -> kv_cache, cache_seqlens -> seq_lens,
+//     softmax_lse -> lse);
+//  5. layouts: pure data movement (reshape, permutation, concatenation,
+//     stacking) into the contract's layout (FlashMLA's [NB, P, 1, D] cache
+//     -> [NB, P, D]; FlashInfer's q_nope|q_pe -> q; its page lists -> a
+//     block table; its lse [B*s_q, H] -> [B, H, s_q]).
+//
+// Nothing here computes a value the kernel produced, so a capture read
+// through an engine holds exactly the bits the engine wrote. Every step is
+// reported as a note in the check result.
+//
+// What was confirmed where (read from the engines' sources with the project's
+// search tool; their code was not copied):
+//   - FlashMLA flash_mla/flash_mla_interface.py, flash_mla_with_kvcache(q,
+//     k_cache, block_table, cache_seqlens, head_dim_v, ..., softmax_scale,
+//     causal, is_fp8_kvcache, indices) -> (out, softmax_lse): q [B, s_q, H,
+//     D], k_cache [NB, P, h_k = 1, D] (656 bytes a token in fp8 sparse mode),
+//     out [B, s_q, H, Dv], softmax_lse [B, H, s_q] float32.
+//     tests/ref.py: lse = torch.logsumexp (base e); a query that sees no token
+//     gets lse = +inf and out = 0 ("lonely_q_mask").
+//   - vLLM vllm/_custom_ops.py: concat_and_cache_mla(kv_c, k_pe, kv_cache,
+//     slot_mapping, kv_cache_dtype: str, scale); gather_and_maybe_dequant_cache
+//     (src_cache, dst, block_table, cu_seq_lens, batch_size, kv_cache_dtype,
+//     scale, seq_starts); scaled_fp4_quant(input, input_global_scale) ->
+//     (output uint8 [m, n/2], output_scale): output_scale allocated int32
+//     [round_up(m, 128), round_up(n/16, 4)/4] and returned viewed as
+//     float8_e4m3fn (the swizzled 128x4 layout);
+//     cutlass_scaled_fp4_mm(a, b, block_scale_a, block_scale_b, alpha,
+//     out_dtype) -> out [m, n]; merge_attn_states(output, prefix_output,
+//     prefix_lse, suffix_output, suffix_lse, output_lse): outputs [T, H, D],
+//     lse [H, T], base e, a partial lse of +inf read as -inf (empty).
+//     tests' dequantize_nvfp4_to_dtype divides the block scale by the global
+//     scale: vLLM's global scales are in the QUANT direction (2688/amax).
+//     vLLM and SGLang Triton decode kernels store split lse as
+//     e_max + log(e_sum) (base e) and -inf for an empty split.
+//   - FlashInfer: the MLA paged decode reference (flashinfer-bench) takes
+//     (q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
+//     kv_len_arr, sm_scale) and returns (output [total_q, H, L], lse
+//     [total_q, H]) with "2-base LSE" (logsumexp / ln 2), -inf for a request
+//     with no page; cascade merge_states(v [T, S, H, D], s [T, S, H]) -> (V
+//     [T, H, D], S [T, H]) merges with exp2/log2; fp4_quantize(input,
+//     global_scale, sf_vec_size=16, sf_use_ue8m0=False,
+//     is_sf_swizzled_layout=True) -> (x_q, sf).
+//   - SGLang's sgl_kernel flash_mla_with_kvcache(q, kv_cache, block_table,
+//     cache_seqlens, ...) uses FlashMLA's conventions under the name kv_cache.
+//
+// Not confirmed, hence defaults a capture can override: vLLM's "auto" cache
+// dtype is taken as bf16 (it means "the model dtype"); the ds_mla_scale of
+// FlashMLA captures is its tests' pow2 convention (FlashMLA itself only reads
+// the cache, and any reader decodes both).
+package engines
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// Engine is one engine's conventions.
+type Engine struct {
+	Name    string
+	Summary string
+	// Defaults are metadata the engine leaves implicit, for every kernel.
+	Defaults map[string]string
+	// Values translate the engine's spelling of a parameter value.
+	Values map[string]map[string]string
+	// Kernels holds the per-kernel conventions, by contract kernel name.
+	Kernels map[string]Kernel
+}
+
+// Kernel is an engine's conventions for one contract kernel.
+type Kernel struct {
+	// Tensors maps the engine's tensor names to the contract's.
+	Tensors map[string]string
+	// Params maps the engine's parameter names to the contract's.
+	Params map[string]string
+	// Defaults are metadata defaults for this kernel only.
+	Defaults map[string]string
+	// Fixes convert layouts after renaming (pure data movement).
+	Fixes []Fix
+	// Identify lists tensor names (engine or contract) whose presence
+	// identifies the kernel in a capture that does not name it.
+	Identify []string
+}
+
+// Fix is one layout conversion. It reads and writes a stage's tensors and
+// parameters through v and returns a note for each thing it changed.
+type Fix struct {
+	Doc   string
+	Apply func(v *View) ([]string, error)
+}
+
+// View is one kernel's part of a capture: the tensors and metadata under a
+// stage prefix ("" for a single-kernel capture, "attn." for a stage).
+type View struct {
+	Prefix  string
+	Kernel  string
+	Meta    map[string]string
+	Tensors map[string]*tensor.Tensor
+}
+
+// T returns the tensor name of this view, or nil.
+func (v *View) T(name string) *tensor.Tensor { return v.Tensors[v.Prefix+name] }
+
+// Set stores a tensor under name.
+func (v *View) Set(name string, t *tensor.Tensor) { v.Tensors[v.Prefix+name] = t }
+
+// Del removes a tensor.
+func (v *View) Del(name string) { delete(v.Tensors, v.Prefix+name) }
+
+// Param returns a parameter of this view.
+func (v *View) Param(name string) (string, bool) {
+	s, ok := v.Meta[v.Prefix+name]
+	return s, ok
+}
+
+// SetParam sets a parameter of this view.
+func (v *View) SetParam(name, val string) { v.Meta[v.Prefix+name] = val }
+
+var registry = map[string]*Engine{}
+
+func register(e *Engine) { registry[e.Name] = e }
+
+// Lookup returns the engine named name.
+func Lookup(name string) (*Engine, error) {
+	e, ok := registry[strings.ToLower(name)]
+	if !ok {
+		return nil, fmt.Errorf("--from %q: unknown engine (known: %s)", name, strings.Join(Names(), ", "))
+	}
+	return e, nil
+}
+
+// Names lists the engines, sorted.
+func Names() []string {
+	var n []string
+	for k := range registry {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return n
+}
+
+// Conventions returns the engine's kernel-independent metadata defaults, for
+// check.Options.Conventions (the capture's own keys win there too).
+func (e *Engine) Conventions() map[string]string {
+	out := map[string]string{}
+	for k, v := range e.Defaults {
+		out[k] = v
+	}
+	return out
+}
+
+// Adapt rewrites a capture (its metadata and tensors, both modified in
+// place: pass copies) from the engine's conventions to the contract's and
+// returns notes saying what it did. It is check.Options.Adapt.
+func (e *Engine) Adapt(meta map[string]string, tensors map[string]*tensor.Tensor) ([]string, error) {
+	var notes []string
+	kname := meta["kcheck.kernel"]
+	if kname == "" {
+		k, err := e.identify(tensors)
+		if err != nil {
+			return nil, err
+		}
+		if k == "" {
+			return nil, nil // the checker reports the missing kernel
+		}
+		meta["kcheck.kernel"] = k
+		kname = k
+		notes = append(notes, fmt.Sprintf("%s: kcheck.kernel not set; the tensor names say %s", e.Name, k))
+	}
+	var views []*View
+	if kname == "pipeline" {
+		for _, p := range strings.Split(meta["kcheck.stages"], ",") {
+			p = strings.TrimSpace(p)
+			if p == "" {
+				continue
+			}
+			views = append(views, &View{Prefix: p + ".", Kernel: meta["kcheck."+p+".kernel"], Meta: meta, Tensors: tensors})
+		}
+	} else {
+		views = []*View{{Kernel: kname, Meta: meta, Tensors: tensors}}
+	}
+	for _, v := range views {
+		n, err := e.adaptView(v)
+		if err != nil {
+			if v.Prefix != "" {
+				return nil, fmt.Errorf("stage %s: %v", strings.TrimSuffix(v.Prefix, "."), err)
+			}
+			return nil, err
+		}
+		notes = append(notes, n...)
+	}
+	return notes, nil
+}
+
+func (e *Engine) adaptView(v *View) ([]string, error) {
+	var notes []string
+	kc := e.Kernels[v.Kernel]
+	where := ""
+	if v.Prefix != "" {
+		where = " (stage " + strings.TrimSuffix(v.Prefix, ".") + ")"
+	}
+	// 1. parameter names.
+	for _, from := range sortedKeys(kc.Params) {
+		to := kc.Params[from]
+		val, ok := v.Param(from)
+		if !ok {
+			continue
+		}
+		if _, has := v.Param(to); has {
+			notes = append(notes, fmt.Sprintf("%s: parameter %s ignored: %s is also set%s", e.Name, from, to, where))
+			continue
+		}
+		v.SetParam(to, val)
+		notes = append(notes, fmt.Sprintf("%s: parameter %s read as %s%s", e.Name, from, to, where))
+	}
+	// 2. parameter values.
+	for _, key := range sortedKeys(e.Values) {
+		val, ok := v.Param(key)
+		if !ok {
+			continue
+		}
+		if to, ok := e.Values[key][val]; ok && to != val {
+			if to == "" {
+				return nil, fmt.Errorf("parameter %s = %q: %s's %q has no kcheck contract", key, val, e.Name, val)
+			}
+			v.SetParam(key, to)
+			notes = append(notes, fmt.Sprintf("%s: %s = %q read as %q%s", e.Name, key, val, to, where))
+		}
+	}
+	// 3. defaults (the capture's keys win).
+	var filled []string
+	for _, d := range []map[string]string{kc.Defaults, e.Defaults} {
+		for _, key := range sortedKeys(d) {
+			if _, ok := v.Param(key); !ok {
+				v.SetParam(key, d[key])
+				filled = append(filled, key+" = "+d[key])
+			}
+		}
+	}
+	if len(filled) > 0 {
+		notes = append(notes, fmt.Sprintf("%s conventions applied%s: %s", e.Name, where, strings.Join(filled, ", ")))
+	}
+	// 4. tensor names, all at once so that names may trade places.
+	moves := map[string]*tensor.Tensor{}
+	var renamed []string
+	for _, from := range sortedKeys(kc.Tensors) {
+		to := kc.Tensors[from]
+		t := v.T(from)
+		if t == nil || from == to {
+			continue
+		}
+		if _, taken := kc.Tensors[to]; v.T(to) != nil && !taken {
+			notes = append(notes, fmt.Sprintf("%s: tensor %s%s ignored: %s%s is also present", e.Name, v.Prefix, from, v.Prefix, to))
+			continue
+		}
+		if moves[to] != nil {
+			return nil, fmt.Errorf("tensors %s and another engine name both map to %s: keep one", from, to)
+		}
+		moves[to] = t
+		v.Del(from)
+		renamed = append(renamed, from+" -> "+to)
+	}
+	for to, t := range moves {
+		v.Set(to, t)
+	}
+	if len(renamed) > 0 {
+		notes = append(notes, fmt.Sprintf("%s tensor names%s: %s", e.Name, where, strings.Join(renamed, ", ")))
+	}
+	// 5. layouts.
+	for _, f := range kc.Fixes {
+		n, err := f.Apply(v)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range n {
+			notes = append(notes, fmt.Sprintf("%s: %s%s", e.Name, s, where))
+		}
+	}
+	return notes, nil
+}
+
+// identify names the kernel whose identifying tensors are all present;
+// an error when several fit.
+func (e *Engine) identify(tensors map[string]*tensor.Tensor) (string, error) {
+	var fits []string
+	for _, k := range sortedKeys(e.Kernels) {
+		id := e.Kernels[k].Identify
+		if len(id) == 0 {
+			continue
+		}
+		all := true
+		for _, n := range id {
+			if tensors[n] == nil {
+				all = false
+			}
+		}
+		if all {
+			fits = append(fits, k)
+		}
+	}
+	if len(fits) > 1 {
+		return "", fmt.Errorf("metadata kcheck.kernel is missing and the %s tensor names fit %s: set it (--set kcheck.kernel=NAME)", e.Name, strings.Join(fits, " and "))
+	}
+	if len(fits) == 1 {
+		return fits[0], nil
+	}
+	return "", nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	k := make([]string, 0, len(m))
+	for s := range m {
+		k = append(k, s)
+	}
+	sort.Strings(k)
+	return k
+}

@@ -1,0 +1,509 @@
+package engines
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/kcheck-dev/kcheck/cases"
+	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// capture builds a contract-named capture of case c: its inputs, and the
+// reference outputs (what a correct kernel writes) with one element of
+// output `corrupt` perturbed so that the check has failures to locate.
+func capture(t *testing.T, c cases.Case, extra map[string]string, corrupt string, at int) (map[string]string, map[string]*tensor.Tensor) {
+	t.Helper()
+	in, err := c.Inputs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := c.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range extra {
+		meta[k] = v
+		in.Params[k] = v
+	}
+	k, err := kernel.Lookup(c.Kernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prec, err := kernel.PrecisionFrom(in.Params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, err := kernel.Produce(k, in, prec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := map[string]*tensor.Tensor{}
+	for n, v := range in.Tensors {
+		ts[n] = v
+	}
+	for n, v := range outs {
+		ts[n] = v
+	}
+	if corrupt != "" {
+		o := ts[corrupt].Clone()
+		if o.DType.IsFloat() && o.DType.Size() > 1 {
+			o.SetFloat64(at, o.Float64At(at)+0.5)
+		} else {
+			o.Data[at*o.DType.Size()] ^= 0x11 // a code or byte the kernel got wrong
+		}
+		ts[corrupt] = o
+	}
+	return meta, ts
+}
+
+// checksJSON is the comparable part of a result: the per-output checks,
+// worst elements and signatures exactly as --json prints them.
+func checksJSON(t *testing.T, r check.Result) string {
+	t.Helper()
+	if r.Error != nil {
+		t.Fatalf("%s: error: %s (notes %q)", r.File, *r.Error, r.Notes)
+	}
+	b, err := json.Marshal(r.Checks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func mustFail(t *testing.T, r check.Result) check.Result {
+	t.Helper()
+	if r.Verdict != check.Fail {
+		t.Fatalf("the planted error was not detected in the contract-named capture: verdict %s", r.Verdict)
+	}
+	return r
+}
+
+func fromOpts(t *testing.T, name string) check.Options {
+	t.Helper()
+	e, err := Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return check.Options{Conventions: e.Conventions(), Adapt: e.Adapt}
+}
+
+// bf16 tensor helpers for building engine layouts by explicit index loops
+// (independent of the conversions under test).
+func rows(t *tensor.Tensor) [][]byte {
+	es := t.DType.Size()
+	last := t.Shape[len(t.Shape)-1]
+	n := t.Len() / last
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = t.Data[i*last*es : (i+1)*last*es]
+	}
+	return out
+}
+
+func mlaCase() cases.Case {
+	return cases.Case{Name: "mla", Kernel: "mla_decode", Preset: "deepseek-v3", Heads: 2, SeqLens: []int{21, 5},
+		PageSize: 16, KVCacheDType: "bf16", Seed: 7}
+}
+
+// A capture taken with FlashMLA's own names and layouts (k_cache [NB, P, 1,
+// D], cache_seqlens, softmax_lse, no kcheck.kernel, no lse_empty) checks
+// exactly as the contract-named capture of the same run.
+func TestFlashMLANamesCheckIdentically(t *testing.T) {
+	meta, ts := capture(t, mlaCase(), nil, "out", 700)
+	want := check.Run(check.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
+	if want.Verdict != check.Fail {
+		t.Fatalf("planted error not detected: verdict %s", want.Verdict)
+	}
+
+	fm := map[string]string{}
+	for k, v := range meta {
+		if k != "kcheck.kernel" {
+			fm[k] = v
+		}
+	}
+	kc := ts["kv_cache"]
+	ft := map[string]*tensor.Tensor{
+		"q":             ts["q"],
+		"k_cache":       {DType: kc.DType, Shape: []int{kc.Shape[0], kc.Shape[1], 1, kc.Shape[2]}, Data: kc.Data},
+		"block_table":   ts["block_table"],
+		"cache_seqlens": ts["seq_lens"],
+		"out":           ts["out"],
+		"softmax_lse":   ts["lse"],
+	}
+	got := check.Run(check.Capture{Name: "flashmla", Metadata: fm, Tensors: ft}, fromOpts(t, "flashmla"))
+	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
+		t.Errorf("FlashMLA-named capture checks differently:\n got %s\nwant %s", g, w)
+	}
+	if got.Verdict != want.Verdict || got.Kernel != "mla_decode" {
+		t.Errorf("verdict %s kernel %s, want %s mla_decode", got.Verdict, got.Kernel, want.Verdict)
+	}
+	notes := strings.Join(got.Notes, "\n")
+	squeezed := fmt.Sprintf("kv_cache %v read as %v", ft["k_cache"].Shape, kc.Shape)
+	for _, s := range []string{"the tensor names say mla_decode", "lse_empty = +inf", "k_cache -> kv_cache", squeezed} {
+		if !strings.Contains(notes, s) {
+			t.Errorf("notes do not say %q:\n%s", s, notes)
+		}
+	}
+}
+
+// FlashInfer's MLA decode: q_nope/q_pe, ckv/kpe caches, page lists, base-2
+// lse in [B*s_q, H]. With s_q = 2 the lse layout is a real transposition.
+func TestFlashInferMLANamesCheckIdentically(t *testing.T) {
+	c := mlaCase()
+	c.SQ = 2
+	meta, ts := capture(t, c, map[string]string{"lse_base": "2"}, "lse", 3)
+	want := check.Run(check.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
+	if want.Verdict != check.Fail {
+		t.Fatalf("planted error not detected: verdict %s", want.Verdict)
+	}
+	q, kc, bt, sl := ts["q"], ts["kv_cache"], ts["block_table"], ts["seq_lens"]
+	B, SQ, H, D := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
+	L := D - 64
+	split := func(t4 *tensor.Tensor, lead []int) (a, b *tensor.Tensor) {
+		es := t4.DType.Size()
+		var da, db []byte
+		for _, r := range rows(t4) {
+			da = append(da, r[:L*es]...)
+			db = append(db, r[L*es:]...)
+		}
+		return &tensor.Tensor{DType: t4.DType, Shape: append(append([]int(nil), lead...), L), Data: da},
+			&tensor.Tensor{DType: t4.DType, Shape: append(append([]int(nil), lead...), D-L), Data: db}
+	}
+	qn, qp := split(q, []int{B * SQ, H})
+	ckv, kpe := split(kc, kc.Shape[:2])
+	P := kc.Shape[1]
+	var indptr, indices, lens []int64
+	indptr = append(indptr, 0)
+	for b := 0; b < B; b++ {
+		n := int(sl.Int64At(b))
+		for j := 0; j < (n+P-1)/P; j++ {
+			indices = append(indices, bt.Int64At(b*bt.Shape[1]+j))
+		}
+		indptr = append(indptr, int64(len(indices)))
+		lens = append(lens, int64(n))
+	}
+	// lse [B, H, SQ] -> FlashInfer [B*SQ, H], element by element.
+	lse := ts["lse"]
+	fl := tensor.New(tensor.F32, B*SQ, H)
+	for b := 0; b < B; b++ {
+		for h := 0; h < H; h++ {
+			for s := 0; s < SQ; s++ {
+				fl.SetFloat64((b*SQ+s)*H+h, lse.Float64At((b*H+h)*SQ+s))
+			}
+		}
+	}
+	out := ts["out"]
+	fm := map[string]string{"kcheck.format": "1", "sm_scale": meta["softmax_scale"], "causal": "true", "page_size": meta["page_size"]}
+	ft := map[string]*tensor.Tensor{
+		"q_nope": qn, "q_pe": qp, "ckv_cache": ckv, "kpe_cache": kpe,
+		"qo_indptr":  tensor.FromInt64s(tensor.I32, []int{3}, []int64{0, int64(SQ), int64(2 * SQ)}),
+		"kv_indptr":  tensor.FromInt64s(tensor.I32, []int{len(indptr)}, indptr),
+		"kv_indices": tensor.FromInt64s(tensor.I32, []int{len(indices)}, indices),
+		"kv_len_arr": tensor.FromInt64s(tensor.I32, []int{B}, lens),
+		"output":     {DType: out.DType, Shape: []int{B * SQ, H, L}, Data: out.Data},
+		"lse":        fl,
+	}
+	got := check.Run(check.Capture{Name: "flashinfer", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
+	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
+		t.Errorf("FlashInfer-named capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
+	}
+}
+
+// vLLM concat_and_cache_mla with an fp8 cache named "fp8", the scale named
+// scale and the cache saved before and after the call.
+func TestVLLMCacheWriteNames(t *testing.T) {
+	c := cases.Case{Name: "w", Kernel: "kv_cache_write", Preset: "deepseek-v3", SeqLens: []int{9, 4}, PageSize: 4,
+		KVCacheDType: "fp8_e4m3", Seed: 3}
+	meta, ts := capture(t, c, nil, "cache_after", 1000)
+	want := check.Run(check.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
+	vm := map[string]string{}
+	for k, v := range meta {
+		vm[k] = v
+	}
+	vm["kv_cache_dtype"] = "fp8"
+	vt := map[string]*tensor.Tensor{
+		"kv_c": ts["kv_c"], "k_pe": ts["k_pe"], "slot_mapping": ts["slot_mapping"], "scale": ts["k_scale"],
+		"kv_cache_before": ts["cache_before"], "kv_cache": ts["cache_after"],
+	}
+	got := check.Run(check.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
+	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
+		t.Errorf("vLLM-named capture checks differently:\n got %s\nwant %s", g, w)
+	}
+	if want.Verdict != check.Fail || got.Verdict != check.Fail {
+		t.Errorf("verdicts %s/%s, want fail", want.Verdict, got.Verdict)
+	}
+}
+
+// vLLM scaled_fp4_quant: int32 [M_pad, K_pad/4] scales (as allocated), the
+// swizzled layout and the tensor names left implicit.
+func TestVLLMScaledFP4QuantNames(t *testing.T) {
+	c := cases.Case{Name: "q", Kernel: "nvfp4_quantize", M: 8, K: 64, Seed: 11, Params: map[string]string{"scale_layout": "swizzled_128x4"}}
+	meta, ts := capture(t, c, nil, "packed", 5)
+	want := mustFail(t, check.Run(check.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+	sc := ts["block_scale"]
+	if sc.Len()%4 != 0 {
+		t.Fatalf("block_scale %v", sc.Shape)
+	}
+	vm := map[string]string{"kcheck.format": "1"}
+	vt := map[string]*tensor.Tensor{
+		"input": ts["x"], "input_global_scale": ts["global_scale"], "output": ts["packed"],
+		"output_scale": {DType: tensor.I32, Shape: []int{128, 1}, Data: sc.Data}, // [M_pad, K_pad/4]
+	}
+	got := check.Run(check.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
+	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
+		t.Errorf("vLLM-named capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
+	}
+}
+
+// vLLM merge_attn_states (two states, lse [H, T], +inf for an empty state)
+// read as a two-split combine.
+func TestVLLMMergeAttnStates(t *testing.T) {
+	c := cases.Case{Name: "m", Kernel: "splitk_combine", Preset: "deepseek-v3", Heads: 2, Batch: 3, Splits: 2, Seed: 16}
+	meta, ts := capture(t, c, nil, "out", 9)
+	want := mustFail(t, check.Run(check.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+	po, pl := ts["partial_out"], ts["partial_lse"]
+	N, L := po.Shape[0], po.Shape[2]
+	H := 2
+	T := N / H
+	outs := [2]*tensor.Tensor{tensor.New(tensor.F32, T, H, L), tensor.New(tensor.F32, T, H, L)}
+	lses := [2]*tensor.Tensor{tensor.New(tensor.F32, H, T), tensor.New(tensor.F32, H, T)}
+	posInf := 0
+	for tok := 0; tok < T; tok++ {
+		for h := 0; h < H; h++ {
+			row := tok*H + h
+			for s := 0; s < 2; s++ {
+				for l := 0; l < L; l++ {
+					outs[s].SetFloat64((tok*H+h)*L+l, po.Float64At((row*2+s)*L+l))
+				}
+				v := pl.Float64At(row*2 + s)
+				if math.IsInf(v, -1) && s == 0 {
+					v = math.Inf(1) // vLLM's spelling of an empty state
+					posInf++
+				}
+				lses[s].SetFloat64(h*T+tok, v)
+			}
+		}
+	}
+	if posInf == 0 {
+		t.Fatal("the case has no empty prefix state to spell +inf")
+	}
+	lse := ts["lse"]
+	olse := tensor.New(tensor.F32, H, T)
+	for tok := 0; tok < T; tok++ {
+		for h := 0; h < H; h++ {
+			olse.SetFloat64(h*T+tok, lse.Float64At(tok*H+h))
+		}
+	}
+	out := ts["out"]
+	vt := map[string]*tensor.Tensor{
+		"prefix_output": outs[0], "suffix_output": outs[1], "prefix_lse": lses[0], "suffix_lse": lses[1],
+		"output": {DType: out.DType, Shape: []int{T, H, L}, Data: out.Data}, "output_lse": olse,
+	}
+	got := check.Run(check.Capture{Name: "vllm", Metadata: map[string]string{"kcheck.format": "1"}, Tensors: vt}, fromOpts(t, "vllm"))
+	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
+		t.Errorf("merge_attn_states capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
+	}
+	if !strings.Contains(strings.Join(got.Notes, "\n"), "+inf read as -inf") {
+		t.Errorf("notes do not mention the +inf rewrite: %q", got.Notes)
+	}
+}
+
+// FlashInfer merge_states: v [T, S, H, D], s [T, S, H] in base 2.
+func TestFlashInferMergeStates(t *testing.T) {
+	c := cases.Case{Name: "m", Kernel: "splitk_combine", Preset: "deepseek-v3", Heads: 2, Batch: 2, Splits: 3, Seed: 17}
+	meta, ts := capture(t, c, map[string]string{"lse_base": "2"}, "lse", 1)
+	want := mustFail(t, check.Run(check.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+	po, pl := ts["partial_out"], ts["partial_lse"]
+	N, S, L := po.Shape[0], po.Shape[1], po.Shape[2]
+	H := 2
+	T := N / H
+	v := tensor.New(tensor.F32, T, S, H, L)
+	s := tensor.New(tensor.F32, T, S, H)
+	for tok := 0; tok < T; tok++ {
+		for j := 0; j < S; j++ {
+			for h := 0; h < H; h++ {
+				row := tok*H + h
+				s.SetFloat64((tok*S+j)*H+h, pl.Float64At(row*S+j))
+				for l := 0; l < L; l++ {
+					v.SetFloat64(((tok*S+j)*H+h)*L+l, po.Float64At((row*S+j)*L+l))
+				}
+			}
+		}
+	}
+	out, lse := ts["out"], ts["lse"]
+	ft := map[string]*tensor.Tensor{
+		"v": v, "s": s,
+		"v_merged": {DType: out.DType, Shape: []int{T, H, L}, Data: out.Data},
+		"s_merged": {DType: lse.DType, Shape: []int{T, H}, Data: lse.Data},
+	}
+	got := check.Run(check.Capture{Name: "fi", Metadata: map[string]string{"kcheck.format": "1"}, Tensors: ft}, fromOpts(t, "flashinfer"))
+	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
+		t.Errorf("merge_states capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
+	}
+}
+
+// Adapt at the unit level: defaults never override the capture's keys,
+// value spellings are translated, an unsupported spelling is refused with
+// its name, and pipeline stages are adapted under their prefix.
+func TestAdaptTable(t *testing.T) {
+	bf := func(shape ...int) *tensor.Tensor { return tensor.New(tensor.BF16, shape...) }
+	tests := []struct {
+		name     string
+		engine   string
+		meta     map[string]string
+		tensors  map[string]*tensor.Tensor
+		wantMeta map[string]string
+		wantT    map[string][]int // tensor -> shape
+		wantErr  string
+	}{
+		{
+			name: "file keys win", engine: "flashmla",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode", "lse_empty": "-inf"},
+			tensors:  map[string]*tensor.Tensor{"k_cache": bf(2, 64, 1, 576)},
+			wantMeta: map[string]string{"lse_empty": "-inf", "lse_base": "e", "ds_mla_scale": "pow2"},
+			wantT:    map[string][]int{"kv_cache": {2, 64, 576}},
+		},
+		{
+			name: "vllm auto cache dtype", engine: "vllm",
+			meta:     map[string]string{"kcheck.kernel": "kv_cache_write", "kv_cache_dtype": "auto"},
+			wantMeta: map[string]string{"kv_cache_dtype": "bf16", "lse_base": "e"},
+		},
+		{
+			name: "vllm e5m2 refused", engine: "vllm",
+			meta:    map[string]string{"kcheck.kernel": "kv_cache_write", "kv_cache_dtype": "fp8_e5m2"},
+			wantErr: `kv_cache_dtype = "fp8_e5m2"`,
+		},
+		{
+			name: "flashmla fp8 flag, 656-byte entries", engine: "flashmla",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "is_fp8_kvcache": "True"},
+			tensors:  map[string]*tensor.Tensor{"k_cache": tensor.New(tensor.F8E4M3, 3, 64, 1, 656), "indices": tensor.New(tensor.I32, 1, 1, 8)},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp8_ds_mla"},
+			wantT:    map[string][]int{"kv_cache": {3, 64, 656}},
+		},
+		{
+			name: "decode without s_q axis", engine: "flashmla",
+			meta:    map[string]string{"kcheck.kernel": "mla_decode"},
+			tensors: map[string]*tensor.Tensor{"q": bf(2, 16, 576), "out": bf(2, 16, 512), "softmax_lse": tensor.New(tensor.F32, 2, 16)},
+			wantT:   map[string][]int{"q": {2, 1, 16, 576}, "out": {2, 1, 16, 512}, "lse": {2, 16, 1}},
+		},
+		{
+			name: "pipeline stage prefix", engine: "flashinfer",
+			meta:     map[string]string{"kcheck.kernel": "pipeline", "kcheck.stages": "attn,combine", "kcheck.attn.kernel": "mla_decode", "kcheck.combine.kernel": "splitk_combine", "attn.sm_scale": "0.1"},
+			tensors:  map[string]*tensor.Tensor{"combine.v_merged": tensor.New(tensor.F32, 4, 2, 8)},
+			wantMeta: map[string]string{"attn.softmax_scale": "0.1", "attn.lse_base": "2", "combine.lse_base": "2"},
+			wantT:    map[string][]int{"combine.out": {8, 8}},
+		},
+		{
+			name: "ambiguous kernel", engine: "vllm",
+			meta:    map[string]string{},
+			tensors: map[string]*tensor.Tensor{"block_scale_a": tensor.New(tensor.U8, 1), "block_scale_b": tensor.New(tensor.U8, 1), "input": bf(1), "input_global_scale": bf(1), "output_scale": bf(1)},
+			wantErr: "fit nvfp4_gemm and nvfp4_quantize",
+		},
+		{
+			name: "vllm alpha", engine: "vllm",
+			meta:     map[string]string{"kcheck.kernel": "nvfp4_gemm", "a_global_kind": "quant"},
+			tensors:  map[string]*tensor.Tensor{"alpha": tensor.FromFloat64s(tensor.F32, []int{1}, []float64{0.25})},
+			wantMeta: map[string]string{"a_global_kind": "dequant", "b_global_kind": "dequant", "scale_layout": "swizzled_128x4"},
+			wantT:    map[string][]int{"a_global": {1}, "b_global": {1}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := Lookup(tc.engine)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts := tc.tensors
+			if ts == nil {
+				ts = map[string]*tensor.Tensor{}
+			}
+			_, err = e.Adapt(tc.meta, ts)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range tc.wantMeta {
+				if tc.meta[k] != v {
+					t.Errorf("meta %s = %q, want %q", k, tc.meta[k], v)
+				}
+			}
+			for n, shape := range tc.wantT {
+				got := ts[n]
+				if got == nil || !sameInts(got.Shape, shape) {
+					t.Errorf("tensor %s = %v, want shape %v (tensors: %v)", n, got, shape, keys(ts))
+				}
+			}
+		})
+	}
+}
+
+func keys(m map[string]*tensor.Tensor) []string { return sortedKeys(m) }
+
+// The byte-moving helpers against hand-written results.
+func TestLayoutHelpers(t *testing.T) {
+	i32 := func(shape []int, v ...int64) *tensor.Tensor { return tensor.FromInt64s(tensor.I32, shape, v) }
+	// [[0 1 2] [3 4 5]] transposed is [[0 3] [1 4] [2 5]].
+	p, err := permute("x", i32([]int{2, 3}, 0, 1, 2, 3, 4, 5), 1, 0)
+	if err != nil || !sameInts(p.Shape, []int{3, 2}) || !bytes.Equal(p.Data, i32([]int{3, 2}, 0, 3, 1, 4, 2, 5).Data) {
+		t.Errorf("permute: %v %v", p, err)
+	}
+	// x[a][b][c] = 100a+10b+c with shape [2,2,2], perm (0,2,1): y[a][c][b] = x[a][b][c].
+	var v []int64
+	for a := 0; a < 2; a++ {
+		for b := 0; b < 2; b++ {
+			for c := 0; c < 2; c++ {
+				v = append(v, int64(100*a+10*b+c))
+			}
+		}
+	}
+	p, _ = permute("x", i32([]int{2, 2, 2}, v...), 0, 2, 1)
+	if want := i32([]int{2, 2, 2}, 0, 10, 1, 11, 100, 110, 101, 111); !bytes.Equal(p.Data, want.Data) {
+		t.Errorf("permute 3d: got %v", p.Data)
+	}
+	c, _ := concatLast("a", i32([]int{2, 1}, 1, 2), "b", i32([]int{2, 2}, 10, 11, 20, 21))
+	if want := i32([]int{2, 3}, 1, 10, 11, 2, 20, 21); !bytes.Equal(c.Data, want.Data) || !sameInts(c.Shape, want.Shape) {
+		t.Errorf("concatLast: %v", c)
+	}
+	s, _ := stack(1, []string{"a", "b"}, []*tensor.Tensor{i32([]int{2, 2}, 1, 2, 3, 4), i32([]int{2, 2}, 5, 6, 7, 8)})
+	if want := i32([]int{2, 2, 2}, 1, 2, 5, 6, 3, 4, 7, 8); !bytes.Equal(s.Data, want.Data) || !sameInts(s.Shape, want.Shape) {
+		t.Errorf("stack: %v", s)
+	}
+	bt, err := csrToBlockTable([]int64{0, 2, 2, 5}, []int64{7, 3, 9, 1, 4})
+	if want := i32([]int{3, 3}, 7, 3, 0, 0, 0, 0, 9, 1, 4); err != nil || !bytes.Equal(bt.Data, want.Data) {
+		t.Errorf("csrToBlockTable: %v %v", bt, err)
+	}
+	if _, err := csrToBlockTable([]int64{0, 3}, []int64{1}); err == nil || !strings.Contains(err.Error(), "kv_indptr[0..1] = 0..3") {
+		t.Errorf("bad indptr: %v", err)
+	}
+	l, _ := lensFromCumulative("cu", []int64{0, 5, 5, 12})
+	if want := i32([]int{3}, 5, 0, 7); !bytes.Equal(l.Data, want.Data) {
+		t.Errorf("lensFromCumulative: %v", l)
+	}
+	w, _ := bytesOf("s", tensor.FromInt64s(tensor.I32, []int{1, 1}, []int64{0x04030201}), tensor.U8)
+	if !bytes.Equal(w.Data, []byte{1, 2, 3, 4}) || !sameInts(w.Shape, []int{1, 4}) {
+		t.Errorf("bytesOf: %v", w)
+	}
+}
+
+func TestLookup(t *testing.T) {
+	if got := strings.Join(Names(), ","); got != "flashinfer,flashmla,sglang,vllm" {
+		t.Errorf("engines %s", got)
+	}
+	if _, err := Lookup("trtllm"); err == nil || !strings.Contains(err.Error(), "flashinfer, flashmla, sglang, vllm") {
+		t.Errorf("unknown engine error: %v", err)
+	}
+	if e, err := Lookup("FlashMLA"); err != nil || e.Conventions()["lse_empty"] != "+inf" {
+		t.Errorf("FlashMLA conventions: %v %v", e, err)
+	}
+}

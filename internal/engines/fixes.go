@@ -1,0 +1,406 @@
+package engines
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// squeezeHeads drops the num_heads_k = 1 axis of a [NB, P, 1, D] cache
+// (FlashMLA's k_cache; vLLM passes its [NB, P, D] cache unsqueezed).
+func squeezeHeads(names ...string) Fix {
+	return Fix{Doc: "cache [NB, P, 1, D] read as [NB, P, D]", Apply: func(v *View) ([]string, error) {
+		var notes []string
+		for _, n := range names {
+			t := v.T(n)
+			if t == nil || len(t.Shape) != 4 {
+				continue
+			}
+			if t.Shape[2] != 1 {
+				return nil, fmt.Errorf("tensor %s%s has shape %v: an MLA cache has one KV head (dimension 2 must be 1)", v.Prefix, n, t.Shape)
+			}
+			r, err := reshape(v.Prefix+n, t, t.Shape[0], t.Shape[1], t.Shape[3])
+			if err != nil {
+				return nil, err
+			}
+			v.Set(n, r)
+			notes = append(notes, fmt.Sprintf("%s %v read as %v (one KV head)", n, t.Shape, r.Shape))
+		}
+		return notes, nil
+	}}
+}
+
+// decodeRank adds the s_q = 1 axis to a decode captured without it: q [B,
+// H, D] -> [B, 1, H, D], out [B, H, L] -> [B, 1, H, L], lse [B, H] -> [B,
+// H, 1]. All three are pure reshapes because s_q = 1.
+var decodeRank = Fix{Doc: "q [B, H, D], out [B, H, L], lse [B, H] read with s_q = 1", Apply: func(v *View) ([]string, error) {
+	q := v.T("q")
+	if q == nil || len(q.Shape) != 3 {
+		return nil, nil
+	}
+	b, h := q.Shape[0], q.Shape[1]
+	var notes []string
+	set := func(name string, t *tensor.Tensor, shape ...int) error {
+		r, err := reshape(v.Prefix+name, t, shape...)
+		if err != nil {
+			return err
+		}
+		v.Set(name, r)
+		notes = append(notes, fmt.Sprintf("%s %v read as %v (s_q = 1)", name, t.Shape, r.Shape))
+		return nil
+	}
+	if err := set("q", q, b, 1, h, q.Shape[2]); err != nil {
+		return nil, err
+	}
+	if o := v.T("out"); o != nil && len(o.Shape) == 3 {
+		if err := set("out", o, o.Shape[0], 1, o.Shape[1], o.Shape[2]); err != nil {
+			return nil, err
+		}
+	}
+	if l := v.T("lse"); l != nil && len(l.Shape) == 2 {
+		if err := set("lse", l, l.Shape[0], l.Shape[1], 1); err != nil {
+			return nil, err
+		}
+	}
+	return notes, nil
+}}
+
+// flashMLAFP8 turns FlashMLA's is_fp8_kvcache flag into kv_cache_dtype: a
+// 656-byte entry is DeepSeek-V3.2's fp8_ds_mla, any other width per-tensor
+// fp8_e4m3. A capture that names kv_cache_dtype keeps it.
+var flashMLAFP8 = Fix{Doc: "is_fp8_kvcache -> kv_cache_dtype", Apply: func(v *View) ([]string, error) {
+	flag, ok := v.Param("is_fp8_kvcache")
+	if !ok {
+		return nil, nil
+	}
+	if _, set := v.Param("kv_cache_dtype"); set {
+		return nil, nil
+	}
+	switch strings.ToLower(flag) {
+	case "false", "0":
+		v.SetParam("kv_cache_dtype", "bf16")
+		return []string{"is_fp8_kvcache = false: kv_cache_dtype = bf16"}, nil
+	case "true", "1":
+	default:
+		return nil, fmt.Errorf("parameter is_fp8_kvcache = %q: want true or false", flag)
+	}
+	c := v.T("kv_cache")
+	if c == nil || len(c.Shape) != 3 {
+		return nil, fmt.Errorf("parameter is_fp8_kvcache = true but tensor kv_cache is missing or not [NB, P, entry]")
+	}
+	kind := "fp8_e4m3"
+	if c.Shape[2] == 656 {
+		kind = "fp8_ds_mla"
+	}
+	v.SetParam("kv_cache_dtype", kind)
+	return []string{fmt.Sprintf("is_fp8_kvcache = true with %d-byte entries: kv_cache_dtype = %s", c.Shape[2], kind)}, nil
+}}
+
+// flashInferMLA assembles FlashInfer's split MLA operands into the contract:
+// q = q_nope | q_pe, kv_cache = ckv_cache | kpe_cache, block_table and
+// seq_lens from the page lists (kv_indptr, kv_indices, kv_len_arr), and the
+// ragged [B*s_q, ...] outputs in [B, s_q, ...] order (lse [B*s_q, H] ->
+// [B, H, s_q], a transposition when s_q > 1).
+var flashInferMLA = Fix{Doc: "FlashInfer MLA operands assembled into q, kv_cache, block_table, seq_lens", Apply: func(v *View) ([]string, error) {
+	var notes []string
+	indptr := v.T("kv_indptr")
+	b := 0
+	switch {
+	case indptr != nil:
+		b = indptr.Len() - 1
+	case v.T("kv_len_arr") != nil:
+		b = v.T("kv_len_arr").Len()
+	case v.T("seq_lens") != nil:
+		b = v.T("seq_lens").Len()
+	}
+	if qn, qp := v.T("q_nope"), v.T("q_pe"); qn != nil && qp != nil {
+		if b < 1 {
+			return nil, fmt.Errorf("tensors q_nope and q_pe need kv_indptr (or kv_len_arr) to know the batch size")
+		}
+		q, err := concatLast(v.Prefix+"q_nope", qn, v.Prefix+"q_pe", qp)
+		if err != nil {
+			return nil, err
+		}
+		if len(q.Shape) != 3 || q.Shape[0]%b != 0 {
+			return nil, fmt.Errorf("tensor q_nope has shape %v; FlashInfer's MLA query is [B*s_q, H, L] with B = %d", qn.Shape, b)
+		}
+		sq := q.Shape[0] / b
+		if qo := v.T("qo_indptr"); qo != nil {
+			off, err := ints(v.Prefix+"qo_indptr", qo)
+			if err != nil {
+				return nil, err
+			}
+			for i, o := range off {
+				if o != int64(i*sq) {
+					return nil, fmt.Errorf("qo_indptr[%d] = %d: the contract needs every request to have s_q = %d queries (want %d)", i, o, sq, i*sq)
+				}
+			}
+			v.Del("qo_indptr")
+		}
+		if q, err = reshape("q", q, b, sq, q.Shape[1], q.Shape[2]); err != nil {
+			return nil, err
+		}
+		v.Set("q", q)
+		v.Del("q_nope")
+		v.Del("q_pe")
+		notes = append(notes, fmt.Sprintf("q = q_nope %v | q_pe %v as %v", qn.Shape, qp.Shape, q.Shape))
+		if o := v.T("out"); o != nil && len(o.Shape) == 3 {
+			r, err := reshape(v.Prefix+"out", o, b, sq, o.Shape[1], o.Shape[2])
+			if err != nil {
+				return nil, err
+			}
+			v.Set("out", r)
+			notes = append(notes, fmt.Sprintf("out %v read as %v", o.Shape, r.Shape))
+		}
+		if l := v.T("lse"); l != nil && len(l.Shape) == 2 {
+			r, err := reshape(v.Prefix+"lse", l, b, sq, l.Shape[1])
+			if err == nil {
+				r, err = permute(v.Prefix+"lse", r, 0, 2, 1)
+			}
+			if err != nil {
+				return nil, err
+			}
+			v.Set("lse", r)
+			notes = append(notes, fmt.Sprintf("lse [B*s_q, H] %v read as [B, H, s_q] %v", l.Shape, r.Shape))
+		}
+	}
+	if ckv, kpe := v.T("ckv_cache"), v.T("kpe_cache"); ckv != nil && kpe != nil {
+		c, err := concatLast(v.Prefix+"ckv_cache", ckv, v.Prefix+"kpe_cache", kpe)
+		if err != nil {
+			return nil, err
+		}
+		v.Set("kv_cache", c)
+		v.Del("ckv_cache")
+		v.Del("kpe_cache")
+		notes = append(notes, fmt.Sprintf("kv_cache = ckv_cache %v | kpe_cache %v", ckv.Shape, kpe.Shape))
+	}
+	if indptr != nil && v.T("kv_indices") != nil {
+		ip, err := ints(v.Prefix+"kv_indptr", indptr)
+		if err != nil {
+			return nil, err
+		}
+		idx, err := ints(v.Prefix+"kv_indices", v.T("kv_indices"))
+		if err != nil {
+			return nil, err
+		}
+		bt, err := csrToBlockTable(ip, idx)
+		if err != nil {
+			return nil, err
+		}
+		v.Set("block_table", bt)
+		if kl := v.T("kv_len_arr"); kl != nil {
+			v.Set("seq_lens", kl)
+			v.Del("kv_len_arr")
+		} else if c := v.T("kv_cache"); c != nil && len(c.Shape) == 3 && c.Shape[1] == 1 {
+			lens := make([]int64, len(ip)-1)
+			for i := range lens {
+				lens[i] = ip[i+1] - ip[i]
+			}
+			v.Set("seq_lens", tensor.FromInt64s(tensor.I32, []int{len(lens)}, lens))
+		} else {
+			return nil, fmt.Errorf("tensor kv_len_arr is missing: with pages of more than one token the page lists do not give the sequence lengths")
+		}
+		v.Del("kv_indptr")
+		v.Del("kv_indices")
+		notes = append(notes, fmt.Sprintf("block_table %v and seq_lens from kv_indptr/kv_indices", bt.Shape))
+	}
+	return notes, nil
+}}
+
+// flashInferMergeStates reads cascade merge_states operands as a split-K
+// combine: v [T, S, H, D] -> partial_out [T*H, S, D], s [T, S, H] ->
+// partial_lse [T*H, S], V [T, H, D] -> out [T*H, D], S [T, H] -> lse [T*H]
+// (rows in the contract's (token, head) order).
+var flashInferMergeStates = Fix{Doc: "merge_states [T, S, H, ...] read as rows (T*H) of S splits", Apply: func(v *View) ([]string, error) {
+	var notes []string
+	if po := v.T("partial_out"); po != nil && len(po.Shape) == 4 {
+		p, err := permute(v.Prefix+"partial_out", po, 0, 2, 1, 3)
+		if err == nil {
+			p, err = reshape(v.Prefix+"partial_out", p, po.Shape[0]*po.Shape[2], po.Shape[1], po.Shape[3])
+		}
+		if err != nil {
+			return nil, err
+		}
+		v.Set("partial_out", p)
+		notes = append(notes, fmt.Sprintf("partial_out [T, S, H, D] %v read as [T*H, S, D] %v", po.Shape, p.Shape))
+	}
+	if pl := v.T("partial_lse"); pl != nil && len(pl.Shape) == 3 {
+		p, err := permute(v.Prefix+"partial_lse", pl, 0, 2, 1)
+		if err == nil {
+			p, err = reshape(v.Prefix+"partial_lse", p, pl.Shape[0]*pl.Shape[2], pl.Shape[1])
+		}
+		if err != nil {
+			return nil, err
+		}
+		v.Set("partial_lse", p)
+		notes = append(notes, fmt.Sprintf("partial_lse [T, S, H] %v read as [T*H, S] %v", pl.Shape, p.Shape))
+	}
+	return append(notes, flattenRows(v)...), nil
+}}
+
+// flattenRows reads out [T, H, D] as [T*H, D] and lse [T, H] as [T*H].
+func flattenRows(v *View) []string {
+	var notes []string
+	if o := v.T("out"); o != nil && len(o.Shape) == 3 {
+		r := &tensor.Tensor{DType: o.DType, Shape: []int{o.Shape[0] * o.Shape[1], o.Shape[2]}, Data: o.Data}
+		v.Set("out", r)
+		notes = append(notes, fmt.Sprintf("out %v read as %v", o.Shape, r.Shape))
+	}
+	if l := v.T("lse"); l != nil && len(l.Shape) == 2 {
+		r := &tensor.Tensor{DType: l.DType, Shape: []int{l.Len()}, Data: l.Data}
+		v.Set("lse", r)
+		notes = append(notes, fmt.Sprintf("lse %v read as %v", l.Shape, r.Shape))
+	}
+	return notes
+}
+
+// vllmMergeAttnStates reads merge_attn_states(output, prefix_output,
+// prefix_lse, suffix_output, suffix_lse, output_lse) as a two-split combine:
+// outputs [T, H, D] and lse [H, T] become partial_out [T*H, 2, D] and
+// partial_lse [T*H, 2]. vLLM reads a partial lse of +inf as an empty state
+// (-inf); the contract's empty split is -inf, so +inf is rewritten, and said.
+var vllmMergeAttnStates = Fix{Doc: "merge_attn_states prefix/suffix read as a two-split combine", Apply: func(v *View) ([]string, error) {
+	po, so, pl, sl := v.T("prefix_output"), v.T("suffix_output"), v.T("prefix_lse"), v.T("suffix_lse")
+	if po == nil || so == nil || pl == nil || sl == nil {
+		return nil, nil
+	}
+	if len(po.Shape) != 3 {
+		return nil, fmt.Errorf("tensor prefix_output has shape %v; vLLM's is [T, H, D]", po.Shape)
+	}
+	t, h, d := po.Shape[0], po.Shape[1], po.Shape[2]
+	out, err := stack(2, []string{"prefix_output", "suffix_output"}, []*tensor.Tensor{po, so})
+	if err != nil {
+		return nil, err
+	}
+	if out, err = reshape("partial_out", out, t*h, 2, d); err != nil {
+		return nil, err
+	}
+	var lses []*tensor.Tensor
+	for _, n := range []string{"prefix_lse", "suffix_lse"} {
+		l := v.T(n)
+		if len(l.Shape) != 2 || l.Shape[0] != h || l.Shape[1] != t {
+			return nil, fmt.Errorf("tensor %s has shape %v; vLLM's lse is [H, T] = [%d, %d]", n, l.Shape, h, t)
+		}
+		lt, err := permute(n, l, 1, 0)
+		if err != nil {
+			return nil, err
+		}
+		lses = append(lses, lt)
+	}
+	lse, err := stack(2, []string{"prefix_lse", "suffix_lse"}, lses)
+	if err != nil {
+		return nil, err
+	}
+	if lse, err = reshape("partial_lse", lse, t*h, 2); err != nil {
+		return nil, err
+	}
+	notes := []string{fmt.Sprintf("prefix/suffix outputs [T, H, D] = %v and lse [H, T] read as partial_out %v, partial_lse %v", po.Shape, out.Shape, lse.Shape)}
+	if lse.DType == tensor.F32 {
+		posInf := 0
+		for i := 0; i < lse.Len(); i++ {
+			if math.IsInf(lse.Float64At(i), 1) {
+				lse.SetFloat64(i, math.Inf(-1))
+				posInf++
+			}
+		}
+		if posInf > 0 {
+			notes = append(notes, fmt.Sprintf("%d partial lse of +inf read as -inf (vLLM treats +inf as an empty state)", posInf))
+		}
+	}
+	v.Set("partial_out", out)
+	v.Set("partial_lse", lse)
+	for _, n := range []string{"prefix_output", "suffix_output", "prefix_lse", "suffix_lse"} {
+		v.Del(n)
+	}
+	if o := v.T("out"); o != nil && len(o.Shape) == 3 {
+		v.Set("out", &tensor.Tensor{DType: o.DType, Shape: []int{t * h, d}, Data: o.Data})
+		notes = append(notes, fmt.Sprintf("out %v read as [%d, %d]", o.Shape, t*h, d))
+	}
+	if l := v.T("lse"); l != nil && len(l.Shape) == 2 {
+		lt, err := permute("output_lse", l, 1, 0)
+		if err != nil {
+			return nil, err
+		}
+		v.Set("lse", &tensor.Tensor{DType: lt.DType, Shape: []int{lt.Len()}, Data: lt.Data})
+		notes = append(notes, fmt.Sprintf("output_lse [H, T] %v read as [T*H]", l.Shape))
+	}
+	return notes, nil
+}}
+
+// cumulativeSeqLens turns vLLM's cu_seq_lens [B+1] into seq_lens [B]; the
+// contract has no seq_starts, so a non-zero one is refused.
+var cumulativeSeqLens = Fix{Doc: "cu_seq_lens -> seq_lens", Apply: func(v *View) ([]string, error) {
+	if s := v.T("seq_starts"); s != nil {
+		st, err := ints(v.Prefix+"seq_starts", s)
+		if err != nil {
+			return nil, err
+		}
+		for i, x := range st {
+			if x != 0 {
+				return nil, fmt.Errorf("seq_starts[%d] = %d: the kv_cache_gather contract gathers from token 0 (no seq_starts)", i, x)
+			}
+		}
+		v.Del("seq_starts")
+	}
+	cu := v.T("cu_seq_lens")
+	if cu == nil || v.T("seq_lens") != nil {
+		return nil, nil
+	}
+	c, err := ints(v.Prefix+"cu_seq_lens", cu)
+	if err != nil {
+		return nil, err
+	}
+	lens, err := lensFromCumulative(v.Prefix+"cu_seq_lens", c)
+	if err != nil {
+		return nil, err
+	}
+	v.Set("seq_lens", lens)
+	v.Del("cu_seq_lens")
+	return []string{fmt.Sprintf("seq_lens from cu_seq_lens %v", cu.Shape)}, nil
+}}
+
+// int32Scales reads block scales stored as vLLM allocates them (int32, four
+// E4M3 codes a word) as bytes.
+func int32Scales(names ...string) Fix {
+	return Fix{Doc: "int32-packed scales read as bytes", Apply: func(v *View) ([]string, error) {
+		var notes []string
+		for _, n := range names {
+			t := v.T(n)
+			if t == nil || (t.DType != tensor.I32 && t.DType != tensor.U32) {
+				continue
+			}
+			b, err := bytesOf(v.Prefix+n, t, tensor.F8E4M3)
+			if err != nil {
+				return nil, err
+			}
+			v.Set(n, b)
+			notes = append(notes, fmt.Sprintf("%s %s %v read as F8_E4M3 %v (four codes a word, as vLLM views it)", n, t.DType, t.Shape, b.Shape))
+		}
+		return notes, nil
+	}}
+}
+
+// fp4Alpha reads cutlass_scaled_fp4_mm's single alpha (= 1/(a_gs·b_gs), or
+// input_scale·weight_scale_2) as a_global = alpha, b_global = 1, both
+// dequant: the reference forms the same fp32 product a_global·b_global for
+// its epilogue, so the factorisation is exact.
+var fp4Alpha = Fix{Doc: "alpha -> a_global = alpha, b_global = 1", Apply: func(v *View) ([]string, error) {
+	a := v.T("alpha")
+	if a == nil {
+		return nil, nil
+	}
+	if v.T("a_global") != nil || v.T("b_global") != nil {
+		return []string{"alpha ignored: a_global or b_global is present"}, nil
+	}
+	if a.DType != tensor.F32 || a.Len() != 1 {
+		return nil, fmt.Errorf("tensor alpha is %s %v; cutlass_scaled_fp4_mm's alpha is one float32", a.DType, a.Shape)
+	}
+	v.Set("a_global", a)
+	v.Set("b_global", tensor.FromFloat64s(tensor.F32, []int{1}, []float64{1}))
+	v.Del("alpha")
+	v.SetParam("a_global_kind", "dequant")
+	v.SetParam("b_global_kind", "dequant")
+	return []string{"alpha read as a_global (dequant) with b_global = 1"}, nil
+}}

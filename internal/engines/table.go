@@ -1,0 +1,160 @@
+package engines
+
+// The engines' conventions as data. Each entry cites the source it was
+// confirmed from in the package comment.
+
+// vllmCacheDTypes translates vLLM's --kv-cache-dtype spellings ("auto" is
+// the model dtype, bf16 for the models kcheck targets; e5m2 caches have no
+// contract and are refused with a message).
+var vllmCacheDTypes = map[string]string{
+	"auto": "bf16", "bfloat16": "bf16", "bf16": "bf16",
+	"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_ds_mla": "fp8_ds_mla",
+	"fp8_e5m2": "",
+}
+
+// vllmKernels are vLLM's custom-op argument names (vllm/_custom_ops.py).
+func vllmKernels() map[string]Kernel {
+	mla := Kernel{
+		// vLLM's MLA backends call the attention kernel with the cache
+		// named kv_c_and_k_pe_cache, FlashMLA's argument names, and the
+		// softmax scale as the layer's `scale`.
+		Tensors: map[string]string{
+			"kv_c_and_k_pe_cache": "kv_cache", "k_cache": "kv_cache", "cache_seqlens": "seq_lens",
+			"block_tables": "block_table", "softmax_lse": "lse", "output": "out",
+		},
+		Params:   map[string]string{"scale": "softmax_scale"},
+		Fixes:    []Fix{squeezeHeads("kv_cache"), decodeRank, flashMLAFP8},
+		Identify: []string{"cache_seqlens", "block_table"},
+	}
+	return map[string]Kernel{
+		// scaled_fp4_quant(input, input_global_scale) -> (output, output_scale)
+		"nvfp4_quantize": {
+			Tensors:  map[string]string{"input": "x", "input_global_scale": "global_scale", "output": "packed", "output_scale": "block_scale"},
+			Defaults: map[string]string{"scale_layout": "swizzled_128x4"},
+			Fixes:    []Fix{int32Scales("block_scale")},
+			Identify: []string{"input", "input_global_scale", "output_scale"},
+		},
+		// tests' dequantize_nvfp4_to_dtype(tensor_fp4, tensor_sf, global_scale): divides.
+		"nvfp4_dequantize": {
+			Tensors:  map[string]string{"tensor_fp4": "packed", "tensor_sf": "block_scale", "output": "out"},
+			Defaults: map[string]string{"scale_layout": "swizzled_128x4", "global_scale_kind": "quant"},
+			Fixes:    []Fix{int32Scales("block_scale")},
+			Identify: []string{"tensor_fp4", "tensor_sf"},
+		},
+		// cutlass_scaled_fp4_mm(a, b, block_scale_a, block_scale_b, alpha, out_dtype) -> out
+		"nvfp4_gemm": {
+			Tensors:  map[string]string{"a": "a_packed", "b": "b_packed", "block_scale_a": "a_scale", "block_scale_b": "b_scale", "output": "out"},
+			Defaults: map[string]string{"scale_layout": "swizzled_128x4"},
+			Fixes:    []Fix{int32Scales("a_scale", "b_scale"), fp4Alpha},
+			Identify: []string{"block_scale_a", "block_scale_b"},
+		},
+		// concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale):
+		// the cache is written in place, so a capture holds it twice; the
+		// copy taken before the call is kv_cache_before (or kv_cache_in),
+		// the one after is kv_cache_after, kv_cache_out or plain kv_cache.
+		"kv_cache_write": {
+			Tensors: map[string]string{
+				"scale": "k_scale", "kv_cache_before": "cache_before", "kv_cache_in": "cache_before",
+				"kv_cache_after": "cache_after", "kv_cache_out": "cache_after", "kv_cache": "cache_after",
+			},
+			Fixes:    []Fix{squeezeHeads("cache_before", "cache_after")},
+			Identify: []string{"kv_c", "k_pe", "slot_mapping"},
+		},
+		// gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens, batch_size, kv_cache_dtype, scale, seq_starts)
+		"kv_cache_gather": {
+			Tensors:  map[string]string{"src_cache": "cache", "dst": "gathered", "scale": "k_scale"},
+			Fixes:    []Fix{squeezeHeads("cache"), cumulativeSeqLens},
+			Identify: []string{"src_cache", "dst"},
+		},
+		"mla_decode": mla,
+		"mla_decode_sparse": {
+			Tensors:  map[string]string{"kv_c_and_k_pe_cache": "kv_cache", "k_cache": "kv_cache", "softmax_lse": "lse", "output": "out"},
+			Params:   map[string]string{"scale": "softmax_scale"},
+			Fixes:    []Fix{squeezeHeads("kv_cache"), flashMLAFP8},
+			Identify: []string{"indices", "k_cache"},
+		},
+		// merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse)
+		"splitk_combine": {
+			Tensors:  map[string]string{"output": "out", "output_lse": "lse"},
+			Fixes:    []Fix{vllmMergeAttnStates},
+			Identify: []string{"prefix_output", "suffix_output"},
+		},
+	}
+}
+
+func init() {
+	register(&Engine{
+		Name:    "vllm",
+		Summary: "vLLM custom ops: natural-log lse, -inf for empty rows, amax ds_mla scales, swizzled NVFP4 scales, quant-direction global scales",
+		Defaults: map[string]string{
+			"lse_base": "e", "lse_empty": "-inf", "ds_mla_scale": "amax",
+		},
+		Values:  map[string]map[string]string{"kv_cache_dtype": vllmCacheDTypes},
+		Kernels: vllmKernels(),
+	})
+
+	// SGLang calls FlashMLA through sgl_kernel with the cache named
+	// kv_cache, and shares vLLM's NVFP4 op names (sgl_kernel
+	// scaled_fp4_quant, cutlass_scaled_fp4_mm) and cache dtype spellings.
+	sgl := vllmKernels()
+	delete(sgl, "splitk_combine")   // merge_state_v2's lse layout is not confirmed
+	delete(sgl, "kv_cache_write")   // SGLang writes its pool in Python
+	delete(sgl, "kv_cache_gather")  // no gather op
+	delete(sgl, "nvfp4_dequantize") // no dequantize op
+	register(&Engine{
+		Name:     "sglang",
+		Summary:  "SGLang (sgl_kernel): FlashMLA's decode with the cache named kv_cache, vLLM's NVFP4 ops, natural-log lse",
+		Defaults: map[string]string{"lse_base": "e", "lse_empty": "-inf", "ds_mla_scale": "amax"},
+		Values:   map[string]map[string]string{"kv_cache_dtype": vllmCacheDTypes},
+		Kernels:  sgl,
+	})
+
+	register(&Engine{
+		Name:     "flashinfer",
+		Summary:  "FlashInfer: base-2 lse ([B*s_q, H] layout), -inf for empty rows, split q_nope/q_pe and ckv/kpe caches with page lists, swizzled NVFP4 scales",
+		Defaults: map[string]string{"lse_base": "2", "lse_empty": "-inf"},
+		Kernels: map[string]Kernel{
+			// BatchMLAPagedAttentionWrapper: plan(qo_indptr, kv_indptr,
+			// kv_indices, kv_len_arr, ..., sm_scale, ...), run(q_nope, q_pe,
+			// ckv_cache, kpe_cache) -> (out, lse).
+			"mla_decode": {
+				Tensors:  map[string]string{"output": "out"},
+				Params:   map[string]string{"sm_scale": "softmax_scale"},
+				Fixes:    []Fix{flashInferMLA},
+				Identify: []string{"q_nope", "q_pe", "ckv_cache", "kpe_cache"},
+			},
+			// merge_states(v, s) -> (V, S)
+			"splitk_combine": {
+				Tensors: map[string]string{"v": "partial_out", "s": "partial_lse", "v_merged": "out", "s_merged": "lse",
+					"V": "out", "S": "lse"},
+				Fixes:    []Fix{flashInferMergeStates},
+				Identify: []string{"v", "s"},
+			},
+			// fp4_quantize(input, global_scale, ..., is_sf_swizzled_layout=True) -> (x_q, sf)
+			"nvfp4_quantize": {
+				Tensors:  map[string]string{"input": "x", "x_q": "packed", "sf": "block_scale"},
+				Defaults: map[string]string{"scale_layout": "swizzled_128x4"},
+				Identify: []string{"x_q", "sf"},
+			},
+		},
+	})
+
+	register(&Engine{
+		Name:     "flashmla",
+		Summary:  "FlashMLA: natural-log lse [B, H, s_q], +inf for a row that sees no token, k_cache [NB, P, 1, D], pow2 ds_mla scales (its tests)",
+		Defaults: map[string]string{"lse_base": "e", "lse_empty": "+inf", "ds_mla_scale": "pow2"},
+		Kernels: map[string]Kernel{
+			// flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, ..., softmax_scale, causal, is_fp8_kvcache, indices) -> (out, softmax_lse)
+			"mla_decode": {
+				Tensors:  map[string]string{"k_cache": "kv_cache", "cache_seqlens": "seq_lens", "softmax_lse": "lse"},
+				Fixes:    []Fix{squeezeHeads("kv_cache"), decodeRank, flashMLAFP8},
+				Identify: []string{"k_cache", "cache_seqlens", "block_table"},
+			},
+			"mla_decode_sparse": {
+				Tensors:  map[string]string{"k_cache": "kv_cache", "softmax_lse": "lse"},
+				Fixes:    []Fix{squeezeHeads("kv_cache"), flashMLAFP8},
+				Identify: []string{"k_cache", "indices"},
+			},
+		},
+	})
+}
