@@ -2,11 +2,19 @@ package faults
 
 import (
 	"fmt"
+	"math"
 
+	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/nvfp4"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
+
+// NVFP4 faults (stage quant). A fault that lives on both sides of a format
+// (the writer and the reader) would cancel in a pipeline: a quantizer that
+// packs high-nibble-first feeding a GEMM that unpacks high-nibble-first is
+// correct end to end. So each fault names the side the bug is on, as real
+// bugs are: one kernel disagreeing with everyone else.
 
 var nvfp4Kernels = []string{"nvfp4_quantize", "nvfp4_dequantize", "nvfp4_gemm"}
 
@@ -26,16 +34,40 @@ func flip(kind string) string {
 	return "quant"
 }
 
+// scaleOperands are the (scale, packed) tensor pairs of the NVFP4 kernels.
+var scaleOperands = [][2]string{{"block_scale", "packed"}, {"a_scale", "a_packed"}, {"b_scale", "b_packed"}}
+
+// isSubnormalE4M3 reports whether an E4M3FN code is a nonzero subnormal
+// (exponent field 0, mantissa not 0): values 2^-9 .. 7·2^-9.
+func isSubnormalE4M3(c uint8) bool { return c&0x78 == 0 && c&0x07 != 0 }
+
+// isNaNE4M3 reports whether an E4M3FN code is NaN (0x7F, 0xFF).
+func isNaNE4M3(c uint8) bool { return c&0x7F == 0x7F }
+
+// scaleIndex maps linear scale (m, k) of a [rows, kSF] scale matrix to its
+// byte in the stored layout.
+func scaleIndex(swizzled bool, m, k, kSF int) int {
+	if swizzled {
+		return nvfp4.SwizzledOffset(m, k, kSF)
+	}
+	return m*kSF + k
+}
+
+// smallCase is a quick NVFP4 case for triggers.
+func smallCase(kern string, m, n, k int, params map[string]string) cases.Case {
+	return cases.Case{Name: "trigger/" + kern, Kernel: kern, M: m, N: n, K: k, Seed: 101, Params: params}
+}
+
 func init() {
 	Register(&Fault{
-		Name: "nibble_order", Stage: kernel.StageQuant, Kernels: nvfp4Kernels,
+		Name: "nibble_order", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_quantize", "nvfp4_dequantize"},
 		BugClass: "FP4 packing with element 2i in the HIGH nibble (ModelOpt, vLLM and FlashInfer put it in the low one)",
-		Doc:      "The kernel packs or unpacks the two E2M1 codes of a byte in the wrong order, so every pair of neighbouring elements is exchanged.",
+		Doc: "The quantizer packs (and the dequantizer unpacks) the two E2M1 codes of a byte in the wrong order, so every pair of " +
+			"neighbouring elements is exchanged for whoever reads it the standard way (a CUTLASS GEMM, a ModelOpt checkpoint). " +
+			"A GEMM that unpacked both operands this way would be self-consistent, so the GEMM is not planted.",
 		Inputs: func(in map[string]*tensor.Tensor, _ kernel.Params) (map[string]*tensor.Tensor, error) {
-			for _, name := range []string{"packed", "a_packed", "b_packed"} {
-				if t, ok := in[name]; ok {
-					in[name] = swapNibbles(t)
-				}
+			if t, ok := in["packed"]; ok {
+				in["packed"] = swapNibbles(t)
 			}
 			return in, nil
 		},
@@ -45,6 +77,7 @@ func init() {
 			}
 			return nil
 		},
+		Trigger: &Trigger{Case: smallCase("nvfp4_quantize", 16, 0, 256, nil)},
 	})
 	Register(&Fault{
 		Name: "global_scale_inverted", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_dequantize", "nvfp4_gemm"},
@@ -56,13 +89,15 @@ func init() {
 			}
 			return p
 		},
+		Trigger: &Trigger{Case: smallCase("nvfp4_dequantize", 16, 0, 256, nil)},
 	})
 	Register(&Fault{
-		Name: "swizzled_scales_read_linear", Stage: kernel.StageQuant, Kernels: nvfp4Kernels,
-		BugClass: "block scales in the CUTLASS 128x4 swizzled layout read as a row-major [M, K/16] array (or written linear where swizzled is declared)",
-		Doc:      "The kernel indexes swizzled_128x4 scales as if they were linear, so most 16-element blocks get another block's scale.",
-		// Reading: the kernel takes scale (m, k) from flat offset m*K_sf + k of
-		// the swizzled buffer, i.e. it sees the buffer's bytes as a linear
+		Name: "swizzled_scales_read_linear", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_dequantize", "nvfp4_gemm"},
+		BugClass: "block scales in the CUTLASS 128x4 swizzled layout read as a row-major [M, K/16] array",
+		Doc: "The kernel indexes swizzled_128x4 scales as if they were linear, so most 16-element blocks get another block's scale " +
+			"(or a padding zero). Only the reader is planted: a writer and a reader that both used the linear offsets would agree.",
+		// The kernel takes scale (m, k) from flat offset m*K_sf + k of the
+		// swizzled buffer, i.e. it sees the buffer's bytes as a linear
 		// array; planted by handing the reference those bytes as linear
 		// scales.
 		Params: func(p kernel.Params) kernel.Params {
@@ -76,7 +111,7 @@ func init() {
 			if p["kcheck.fault.read_swizzled_as_linear"] != "true" {
 				return in, nil
 			}
-			for _, pair := range [][2]string{{"block_scale", "packed"}, {"a_scale", "a_packed"}, {"b_scale", "b_packed"}} {
+			for _, pair := range scaleOperands {
 				sc, ok1 := in[pair[0]]
 				pk, ok2 := in[pair[1]]
 				if !ok1 || !ok2 || len(pk.Shape) != 2 {
@@ -90,20 +125,280 @@ func init() {
 			}
 			return in, nil
 		},
-		// Writing: the quantizer stores scale (m, k) at m*K_sf + k of the
-		// padded buffer it was asked to swizzle. The Params hook already made
-		// the reference write linear scales; they go at the buffer's start.
+		Trigger:  &Trigger{Case: smallCase("nvfp4_gemm", 16, 64, 256, map[string]string{"scale_layout": "swizzled_128x4"})},
+		Simulate: map[string]string{"scale-layout": "swizzled_128x4"},
+	})
+	Register(&Fault{
+		Name: "e4m3_subnormal_scale_flushed", Stage: kernel.StageQuant, Kernels: nvfp4Kernels,
+		BugClass: "E4M3 block scales in the subnormal range (below 2^-6) flushed to zero: an FTZ conversion path, or a hand-written decoder without the subnormal branch",
+		Doc: "Block scales whose E4M3 exponent field is 0 are read (and written) as 0, so every element of such a block becomes 0. " +
+			"Subnormal scales appear where a block's amax is ~3e4 times below the tensor's (gs·amax/6 < 2^-6): small activations " +
+			"under a static input_scale calibrated on a massive activation.",
+		Inputs: func(in map[string]*tensor.Tensor, _ kernel.Params) (map[string]*tensor.Tensor, error) {
+			for _, pair := range scaleOperands {
+				sc, ok := in[pair[0]]
+				if !ok || pair[0] == "block_scale" && in["x"] != nil {
+					continue
+				}
+				c := replaced(sc)
+				for i, b := range c.Data {
+					if isSubnormalE4M3(b) {
+						c.Data[i] = 0
+					}
+				}
+				in[pair[0]] = c
+			}
+			return in, nil
+		},
+		// The quantizer stores the flushed scale and, as s = 0 demands,
+		// zero codes for the block.
 		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
-			sc, ok := out["block_scale"]
-			if !ok || in.Params["scale_layout"] != "swizzled_128x4" {
+			sc, ok1 := out["block_scale"]
+			pk, ok2 := out["packed"]
+			if !ok1 || !ok2 {
 				return nil
 			}
-			x := in.Tensors["x"]
-			mPad, kPad := nvfp4.PaddedShape(x.Shape[0], x.Shape[1]/16)
-			bad := tensor.New(sc.DType, mPad, kPad)
-			copy(bad.Data, sc.Data)
-			out["block_scale"] = bad
+			sw := in.Params.String("scale_layout", "linear") == "swizzled_128x4"
+			rows, kSF := pk.Shape[0], pk.Shape[1]*2/nvfp4.BlockSize
+			sc, pk = replaced(sc), replaced(pk)
+			for m := 0; m < rows; m++ {
+				for k := 0; k < kSF; k++ {
+					i := scaleIndex(sw, m, k, kSF)
+					if !isSubnormalE4M3(sc.Data[i]) {
+						continue
+					}
+					sc.Data[i] = 0
+					row := pk.Data[m*pk.Shape[1]:]
+					for j := k * nvfp4.BlockSize / 2; j < (k+1)*nvfp4.BlockSize/2; j++ {
+						row[j] = 0
+					}
+				}
+			}
+			out["block_scale"], out["packed"] = sc, pk
 			return nil
 		},
+		// Rows 0..3 of x are scaled down by 2^-10 .. 2^-13, below the
+		// tensor's amax (set by the other rows and the generator's outlier
+		// channel) by ~5e4 and more: their block scales land on E4M3
+		// subnormals 2^-9..7·2^-9.
+		Trigger: &Trigger{Case: smallCase("nvfp4_quantize", 16, 0, 256, nil), Shape: func(in kernel.Inputs) (kernel.Inputs, error) {
+			x := replaced(in.Tensors["x"])
+			k := x.Shape[1]
+			for r := 0; r < 4; r++ {
+				for j := 0; j < k; j++ {
+					x.SetFloat64(r*k+j, x.Float64At(r*k+j)*math.Ldexp(1, -10-r))
+				}
+			}
+			in.Tensors["x"] = x
+			return in, nil
+		}},
+		Simulate: map[string]string{"act-calib": "100000"},
 	})
+	Register(&Fault{
+		Name: "fused_shard_global_scale", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_gemm"},
+		BugClass: "a fused GEMM (gate/up, or DeepSeek's fused q_a/kv_a) whose checkpoint shards carry their own weight_scale_2, run with the first shard's global scale for both",
+		Doc: "The second half of the N output columns is dequantized with the first half's global scale. The planted factor is the " +
+			"ratio the two shards' own globals would have (amax of the first half of B over amax of the second), which is what a " +
+			"ModelOpt checkpoint calibrated per shard and an engine keeping one scale produce.",
+		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+			o, ok := out["out"]
+			if !ok || len(o.Shape) != 2 {
+				return nil
+			}
+			r, err := shardRatio(in)
+			if err != nil || r == 1 {
+				return err
+			}
+			o = replaced(o)
+			m, n := o.Shape[0], o.Shape[1]
+			for i := 0; i < m; i++ {
+				for j := n / 2; j < n; j++ {
+					rewrite(o, i*n+j, o.Float64At(i*n+j)*r)
+				}
+			}
+			out["out"] = o
+			return nil
+		},
+		// The second half of B's rows gets block scales twice as large
+		// (E4M3 code + 8 is one binade up): the "up" shard's weights are
+		// twice the "gate" shard's.
+		Trigger: &Trigger{Case: smallCase("nvfp4_gemm", 16, 64, 256, nil), Shape: func(in kernel.Inputs) (kernel.Inputs, error) {
+			sc := replaced(in.Tensors["b_scale"])
+			n := in.Tensors["b_packed"].Shape[0]
+			half := len(sc.Data) / n * (n / 2)
+			for i := half; i < len(sc.Data); i++ {
+				if sc.Data[i] != 0 && sc.Data[i] < 0x76 {
+					sc.Data[i] += 8
+				}
+			}
+			in.Tensors["b_scale"] = sc
+			return in, nil
+		}},
+	})
+	Register(&Fault{
+		Name: "zero_block_nan", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_quantize"},
+		BugClass: "no guard for an all-zero block: the block's scale comes out of 0/0 (TensorRT-LLM's and vLLM's quantizers test SFValue != 0 for this reason)",
+		Doc: "A 16-element block whose amax is 0 gets the E4M3 NaN (0x7F) as its block scale instead of 0, so every element " +
+			"dequantized from it, and every GEMM output that reads it, is NaN. Zero blocks are common: dead or padded hidden " +
+			"channels, padded batch rows.",
+		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+			x, ok1 := in.Tensors["x"]
+			sc, ok2 := out["block_scale"]
+			if !ok1 || !ok2 || len(x.Shape) != 2 {
+				return nil
+			}
+			sw := in.Params.String("scale_layout", "linear") == "swizzled_128x4"
+			rows, k := x.Shape[0], x.Shape[1]
+			kSF := k / nvfp4.BlockSize
+			sc = replaced(sc)
+			for m := 0; m < rows; m++ {
+				for b := 0; b < kSF; b++ {
+					zero := true
+					for j := b * nvfp4.BlockSize; j < (b+1)*nvfp4.BlockSize && zero; j++ {
+						zero = x.Float64At(m*k+j) == 0
+					}
+					if zero {
+						sc.Data[scaleIndex(sw, m, b, kSF)] = 0x7F
+					}
+				}
+			}
+			out["block_scale"] = sc
+			return nil
+		},
+		// Block 3 of every row is zeroed (a dead channel group).
+		Trigger: &Trigger{Case: smallCase("nvfp4_quantize", 16, 0, 256, nil), Shape: func(in kernel.Inputs) (kernel.Inputs, error) {
+			x := replaced(in.Tensors["x"])
+			k := x.Shape[1]
+			for r := 0; r < x.Shape[0]; r++ {
+				for j := 3 * nvfp4.BlockSize; j < 4*nvfp4.BlockSize; j++ {
+					x.SetFloat64(r*k+j, 0)
+				}
+			}
+			in.Tensors["x"] = x
+			return in, nil
+		}},
+	})
+	Register(&Fault{
+		Name: "scale_padding_uninitialised", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_quantize", "nvfp4_gemm"},
+		BugClass: "swizzled scale buffer allocated with torch.empty and its padding never zeroed, read by a GEMM whose last K tile spans the padded scale columns",
+		Doc: "The quantizer leaves the padding of the 128x4 swizzled scales as it found it (here 0xFF, the E4M3 NaN a poisoned " +
+			"or recycled buffer holds; spec 5 says padding is zero). The GEMM's last K tile reads the padded scale columns " +
+			"(K/16 not a multiple of 4) and multiplies them by its zero-filled out-of-range data: 0 x NaN poisons every " +
+			"output of a row whose padding is NaN.",
+		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+			if in.Params.String("scale_layout", "linear") != "swizzled_128x4" {
+				return nil
+			}
+			if sc, ok := out["block_scale"]; ok {
+				x := in.Tensors["x"]
+				rows, kSF := x.Shape[0], x.Shape[1]/nvfp4.BlockSize
+				sc = replaced(sc)
+				for off := range sc.Data {
+					if m, k := nvfp4.SwizzledPosition(off, kSF); m >= rows || k >= kSF {
+						sc.Data[off] = 0xFF
+					}
+				}
+				out["block_scale"] = sc
+			}
+			if o, ok := out["out"]; ok && len(o.Shape) == 2 {
+				aNaN, err := paddingNaN(in.Tensors, "a_scale", "a_packed")
+				if err != nil {
+					return err
+				}
+				bNaN, err := paddingNaN(in.Tensors, "b_scale", "b_packed")
+				if err != nil {
+					return err
+				}
+				o = replaced(o)
+				m, n := o.Shape[0], o.Shape[1]
+				for i := 0; i < m; i++ {
+					for j := 0; j < n; j++ {
+						if aNaN[i] || bNaN[j] {
+							rewrite(o, i*n+j, nan)
+						}
+					}
+				}
+				out["out"] = o
+			}
+			return nil
+		},
+		// K = 80: 5 scale columns padded to 8. The activation scales'
+		// padding holds 0xFF, as an unzeroed buffer would.
+		Trigger: &Trigger{Case: smallCase("nvfp4_gemm", 16, 64, 80, map[string]string{"scale_layout": "swizzled_128x4"}),
+			Shape: func(in kernel.Inputs) (kernel.Inputs, error) {
+				sc := replaced(in.Tensors["a_scale"])
+				rows, kSF := in.Tensors["a_packed"].Shape[0], in.Tensors["a_packed"].Shape[1]*2/nvfp4.BlockSize
+				for off := range sc.Data {
+					if m, k := nvfp4.SwizzledPosition(off, kSF); m < rows && k >= kSF {
+						sc.Data[off] = 0xFF
+					}
+				}
+				in.Tensors["a_scale"] = sc
+				return in, nil
+			}},
+		Simulate: map[string]string{"scale-layout": "swizzled_128x4"},
+	})
+}
+
+// paddingNaN reports, for each row of a swizzled operand, whether the
+// padded scale columns its last K tile reads hold a NaN code. Rows beyond
+// the operand are not reported (their outputs are discarded).
+func paddingNaN(in map[string]*tensor.Tensor, scale, packed string) ([]bool, error) {
+	pk, ok1 := in[packed]
+	sc, ok2 := in[scale]
+	if !ok1 || !ok2 || len(pk.Shape) != 2 {
+		return nil, fmt.Errorf("tensors %s and %s are needed", packed, scale)
+	}
+	rows, kSF := pk.Shape[0], pk.Shape[1]*2/nvfp4.BlockSize
+	mPad, kPad := nvfp4.PaddedShape(rows, kSF)
+	if len(sc.Data) != mPad*kPad {
+		return nil, fmt.Errorf("tensor %s holds %d bytes; swizzled [%d, %d] needs %d", scale, len(sc.Data), mPad, kPad, mPad*kPad)
+	}
+	bad := make([]bool, rows)
+	for m := 0; m < rows; m++ {
+		for k := kSF; k < kPad; k++ {
+			bad[m] = bad[m] || isNaNE4M3(sc.Data[nvfp4.SwizzledOffset(m, k, kSF)])
+		}
+	}
+	return bad, nil
+}
+
+// shardRatio is amax(dequantized B rows < N/2) / amax(rows >= N/2), the
+// factor between the two shards' own global scales (the common global
+// cancels).
+func shardRatio(in kernel.Inputs) (float64, error) {
+	pk, ok1 := in.Tensors["b_packed"]
+	sc, ok2 := in.Tensors["b_scale"]
+	if !ok1 || !ok2 || len(pk.Shape) != 2 {
+		return 1, nil
+	}
+	n, k := pk.Shape[0], pk.Shape[1]*2
+	kSF := k / nvfp4.BlockSize
+	scales := sc.Data
+	if in.Params.String("scale_layout", "linear") == "swizzled_128x4" {
+		var err error
+		if scales, err = nvfp4.UnswizzleScales(sc.Data, n, kSF); err != nil {
+			return 1, fmt.Errorf("tensor b_scale: %v", err)
+		}
+	}
+	if len(scales) < n*kSF {
+		return 1, fmt.Errorf("tensor b_scale holds %d scales; [%d, %d] needs %d", len(scales), n, kSF, n*kSF)
+	}
+	var amax [2]float64
+	for r := 0; r < n; r++ {
+		h := 0
+		if r >= n/2 {
+			h = 1
+		}
+		for c := 0; c < k; c++ {
+			v := math.Abs(nvfp4.CodeValue(nvfp4.CodeAt(pk.Data, r*k+c)) * nvfp4.ScaleValue(scales[r*kSF+c/nvfp4.BlockSize]))
+			if v > amax[h] {
+				amax[h] = v
+			}
+		}
+	}
+	if amax[0] == 0 || amax[1] == 0 {
+		return 1, nil
+	}
+	return amax[0] / amax[1], nil
 }

@@ -1,0 +1,48 @@
+# kcheck build. `make test` is the test command the README and CI use;
+# `make demo` is the newcomer's main job on the shipped example captures.
+
+GO      ?= go
+PKGS    ?= ./...
+FUZZTIME ?= 10s
+
+.PHONY: all build test demo fixtures fixtures-check bench fuzz-short cuda-vet ci clean
+
+all: build
+
+build:
+	$(GO) build -o bin/kcheck ./cmd/kcheck
+
+# The test command: vet, then every test under the race detector.
+test:
+	$(GO) vet $(PKGS)
+	$(GO) test -race $(PKGS)
+
+# The main job: check every shipped example capture (some are planted
+# faults, so kcheck exits 1 by design) and diagnose the faulty pipeline.
+demo:
+	@$(GO) run ./cmd/kcheck check fixtures/examples; \
+	  echo "(kcheck exited $$?: 0 all pass, 1 a planted fault was found, as expected here)"
+
+# Regenerate the golden fixtures bit-identically (a test fails when they drift).
+fixtures:
+	$(GO) run ./fixtures/gen -out fixtures
+
+# Short fuzzing of every fuzz target, for CI (make fuzz-short FUZZTIME=10m for a campaign).
+fuzz-short:
+	@for spec in $$($(GO) run ./internal/fuzzlist); do \
+	  pkg=$${spec%%:*}; target=$${spec##*:}; \
+	  echo "fuzz $$pkg $$target ($(FUZZTIME))"; \
+	  $(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
+
+bench:
+	$(GO) run ./internal/bench/cmd/benchtable
+
+clean:
+	rm -rf bin build cuda/ptx
+
+-include cuda/kernels.mk
+
+# What CI runs (.ci/run): the test command, the kernels, the cuda-tagged Go
+# code compiled without a GPU, and a short fuzz of every target.
+ci: test kernels cuda-vet fuzz-short

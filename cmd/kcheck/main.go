@@ -1,0 +1,13 @@
+// Command kcheck verifies inference kernels numerically: it checks evidence
+// files captured from engines or GPU runs against pure-Go references, runs
+// the case catalog on a backend, and diagnoses which stage of a decode
+// pipeline (quant, cache, attn, combine) is at fault. See README.md.
+package main
+
+import (
+	"os"
+
+	"github.com/kcheck-dev/kcheck/internal/cli"
+)
+
+func main() { os.Exit(int(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))) }

@@ -1,0 +1,348 @@
+// Package check turns an evidence file into a verdict: it reads the capture,
+// runs the reference on the captured inputs, compares every captured output
+// three-way (exact, expected at the declared precision, actual) and, for a
+// pipeline capture, attributes the failure to the first stage whose local
+// error leaves its budget. It is the one mechanism behind `kcheck check`,
+// `kcheck run` and the diagnosis commands.
+package check
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/kcheck-dev/kcheck/internal/compare"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// Verdicts, as spec section 7 spells them.
+const (
+	Pass         = string(compare.Pass)
+	Fail         = string(compare.Fail)
+	Inconclusive = string(compare.Inconclusive)
+	Error        = string(compare.Error)
+)
+
+// Result is one evidence file's outcome: the object `kcheck check --json`
+// prints, one per file.
+type Result struct {
+	File    string          `json:"file"`
+	Kernel  string          `json:"kernel"`
+	Verdict string          `json:"verdict"`
+	Stage   *string         `json:"stage"`
+	Checks  []compare.Check `json:"checks"`
+	Error   *string         `json:"error"`
+	// Stages holds a pipeline's per-stage outcome, in execution order.
+	Stages []StageResult `json:"stages,omitempty"`
+	// Notes are things worth knowing that do not change the verdict:
+	// ignored extra tensors, NaN or Inf in inputs, conventions applied.
+	Notes      []string          `json:"notes,omitempty"`
+	Precision  *PrecisionInfo    `json:"precision,omitempty"`
+	Policy     string            `json:"policy,omitempty"`
+	Provenance map[string]string `json:"provenance,omitempty"`
+}
+
+// PrecisionInfo is the declared precision the expected reference emulated.
+type PrecisionInfo struct {
+	Acc         string `json:"acc_dtype"`
+	P           string `json:"p_dtype"`
+	KVDequant   string `json:"kv_dequant_dtype"`
+	FP8Saturate bool   `json:"fp8_saturate"`
+}
+
+func precisionInfo(p kernel.Precision) *PrecisionInfo {
+	return &PrecisionInfo{Acc: string(p.Acc), P: string(p.P), KVDequant: string(p.KVDequant), FP8Saturate: p.FP8Saturate}
+}
+
+// StageResult is one pipeline stage: its LOCAL checks (reference run on the
+// stage's own captured inputs) and PROPAGATED checks (reference chain run
+// from the first stage's inputs).
+type StageResult struct {
+	Prefix     string          `json:"prefix"`
+	Kernel     string          `json:"kernel"`
+	Stage      string          `json:"stage"`
+	Verdict    string          `json:"verdict"`
+	Local      []compare.Check `json:"local"`
+	Propagated []compare.Check `json:"propagated,omitempty"`
+	Error      *string         `json:"error,omitempty"`
+}
+
+// Options tune a check.
+type Options struct {
+	// Policy is the tolerance policy; nil means compare.DefaultPolicy().
+	Policy compare.Policy
+	// WorstK is how many worst elements each check lists.
+	WorstK int
+	// Conventions fills in metadata an engine leaves implicit (--from).
+	Conventions map[string]string
+	// Aliases renames capture tensors to contract names before anything
+	// reads them (name in the file -> contract name; also matched after a
+	// pipeline stage prefix).
+	Aliases map[string]string
+	// Adapt, when set, rewrites a capture's metadata and tensors (copies)
+	// from an engine's conventions to the contract's and returns notes
+	// saying what it did (internal/engines: --from).
+	Adapt func(meta map[string]string, tensors map[string]*tensor.Tensor) ([]string, error)
+	// Observe, when set, sees every output comparison (reports build error
+	// profiles from it).
+	Observe func(Observation)
+
+	stage, kind string // labels for Observe within a pipeline
+}
+
+func (o Options) policy() compare.Policy {
+	if o.Policy != nil {
+		return o.Policy
+	}
+	return compare.DefaultPolicy()
+}
+
+func (o Options) worstK() int {
+	if o.WorstK > 0 {
+		return o.WorstK
+	}
+	return 5
+}
+
+// Capture is an evidence file's content, already read.
+type Capture struct {
+	Name     string
+	Metadata map[string]string
+	Tensors  map[string]*tensor.Tensor
+}
+
+func errorResult(file, kern string, err error) Result {
+	msg := err.Error()
+	return Result{File: file, Kernel: kern, Verdict: Error, Error: &msg, Checks: []compare.Check{}}
+}
+
+// provenanceKeys are the metadata keys spec section 1 lists as provenance.
+var provenanceKeys = []string{"source", "device", "driver", "kernel_build", "captured_at"}
+
+// Run checks one capture.
+func Run(c Capture, opts Options) Result {
+	c, adaptNotes, err := prepare(c, opts)
+	if err != nil {
+		return errorResult(c.Name, c.Metadata["kcheck.kernel"], err)
+	}
+	meta := c.Metadata
+	if f, ok := meta["kcheck.format"]; ok && f != "1" {
+		return errorResult(c.Name, meta["kcheck.kernel"], fmt.Errorf("metadata kcheck.format = %q: this kcheck reads format 1", f))
+	}
+	kname, ok := meta["kcheck.kernel"]
+	if !ok || kname == "" {
+		return errorResult(c.Name, "", errors.New("metadata kcheck.kernel is missing: the file does not say which kernel it captured"))
+	}
+	var res Result
+	if kname == "pipeline" {
+		res = runPipeline(c, meta, opts)
+	} else {
+		res = runSingle(c, kname, meta, opts)
+	}
+	res.Notes = append(adaptNotes, res.Notes...)
+	for _, k := range provenanceKeys {
+		if v, ok := meta[k]; ok {
+			if res.Provenance == nil {
+				res.Provenance = map[string]string{}
+			}
+			res.Provenance[k] = v
+		}
+	}
+	return res
+}
+
+func withConventions(meta, conv map[string]string) map[string]string {
+	if len(conv) == 0 {
+		return meta
+	}
+	out := make(map[string]string, len(meta)+len(conv))
+	for k, v := range conv {
+		out[k] = v
+	}
+	for k, v := range meta { // the file's own declarations win
+		out[k] = v
+	}
+	return out
+}
+
+// params returns the kernel's parameters: metadata keys without a "kcheck."
+// prefix (spec section 1 stores each parameter under its own name).
+func params(meta map[string]string) kernel.Params {
+	p := kernel.Params{}
+	for k, v := range meta {
+		if !strings.HasPrefix(k, "kcheck.") {
+			p[k] = v
+		}
+	}
+	return p
+}
+
+func runSingle(c Capture, kname string, meta map[string]string, opts Options) Result {
+	k, err := kernel.Lookup(kname)
+	if err != nil {
+		return errorResult(c.Name, kname, fmt.Errorf("metadata kcheck.kernel: %v", err))
+	}
+	p := params(meta)
+	prec, err := kernel.PrecisionFrom(p)
+	if err != nil {
+		return errorResult(c.Name, kname, err)
+	}
+	in, outs, notes := split(k, c.Tensors, "")
+	if len(outs) == 0 {
+		return errorResult(c.Name, kname, fmt.Errorf("the file holds none of %s's outputs (%s): nothing to check", kname, specNames(k.Outputs)))
+	}
+	notes = append(notes, inputAnomalies(k, in)...)
+	checks, err := compareOutputs(k, kernel.Inputs{Tensors: in, Params: p}, prec, outs, opts)
+	if err != nil {
+		return errorResult(c.Name, kname, err)
+	}
+	return Result{
+		File: c.Name, Kernel: kname, Verdict: string(compare.FileVerdict(checks)), Checks: checks,
+		Notes: notes, Precision: precisionInfo(prec), Policy: opts.policy().Name(),
+	}
+}
+
+// split sorts a capture's tensors (names under prefix) into the kernel's
+// inputs and outputs; anything else is noted and ignored.
+func split(k *kernel.Kernel, tensors map[string]*tensor.Tensor, prefix string) (in, out map[string]*tensor.Tensor, notes []string) {
+	in, out = map[string]*tensor.Tensor{}, map[string]*tensor.Tensor{}
+	known := map[string]bool{}
+	for _, s := range k.Inputs {
+		known[s.Name] = true
+		if t, ok := tensors[prefix+s.Name]; ok {
+			in[s.Name] = t
+		}
+	}
+	for _, s := range k.Outputs {
+		known[s.Name] = true
+		if t, ok := tensors[prefix+s.Name]; ok {
+			out[s.Name] = t
+		}
+	}
+	if prefix == "" {
+		var extra []string
+		for name := range tensors {
+			if !known[name] {
+				extra = append(extra, name)
+			}
+		}
+		sort.Strings(extra)
+		for _, name := range extra {
+			notes = append(notes, fmt.Sprintf("tensor %s is not part of the %s contract: ignored", name, k.Name))
+		}
+	}
+	return in, out, notes
+}
+
+func specNames(specs []kernel.TensorSpec) string {
+	n := make([]string, len(specs))
+	for i, s := range specs {
+		n[i] = s.Name
+	}
+	return strings.Join(n, ", ")
+}
+
+// inputAnomalies reports NaN and Inf in float inputs: kernels must carry
+// them through, so they are not an error, but a reader of the report must
+// know they were there.
+func inputAnomalies(k *kernel.Kernel, in map[string]*tensor.Tensor) []string {
+	var notes []string
+	for _, s := range k.Inputs {
+		t, ok := in[s.Name]
+		if !ok || !t.DType.IsFloat() || t.Check() != nil {
+			continue
+		}
+		nan, inf, first := 0, 0, -1
+		for i := 0; i < t.Len(); i++ {
+			v := t.Float64At(i)
+			if math.IsNaN(v) {
+				nan++
+			} else if math.IsInf(v, 0) {
+				inf++
+			} else {
+				continue
+			}
+			if first < 0 {
+				first = i
+			}
+		}
+		if nan+inf > 0 {
+			notes = append(notes, fmt.Sprintf("input anomaly: tensor %s holds %d NaN and %d Inf (first at %v)", s.Name, nan, inf, tensor.Unravel(first, t.Shape)))
+		}
+	}
+	return notes
+}
+
+// compareOutputs runs the reference on in and compares each captured output.
+func compareOutputs(k *kernel.Kernel, in kernel.Inputs, prec kernel.Precision, outs map[string]*tensor.Tensor, opts Options) ([]compare.Check, error) {
+	for name, t := range outs {
+		if err := t.Check(); err != nil {
+			return nil, fmt.Errorf("tensor %s: %v", name, err)
+		}
+	}
+	for name, t := range in.Tensors {
+		if err := t.Check(); err != nil {
+			return nil, fmt.Errorf("tensor %s: %v", name, err)
+		}
+	}
+	dtypes := map[string]tensor.DType{}
+	for name, t := range outs {
+		dtypes[name] = t.DType
+	}
+	refs, err := k.Reference(in, prec, dtypes)
+	if err != nil {
+		return nil, err
+	}
+	var checks []compare.Check
+	for _, spec := range k.Outputs {
+		actual, ok := outs[spec.Name]
+		if !ok {
+			continue
+		}
+		var ref *kernel.Output
+		for i := range refs {
+			if refs[i].Name == spec.Name {
+				ref = &refs[i]
+			}
+		}
+		if ref == nil {
+			continue
+		}
+		if err := kernel.CheckDType(spec.Name, actual, spec.DTypes...); err != nil {
+			return nil, err
+		}
+		if !sameShape(ref.Shape, actual.Shape) {
+			return nil, fmt.Errorf("tensor %s has shape %v; the inputs make it %v", spec.Name, actual.Shape, ref.Shape)
+		}
+		// A flat capture of a multi-dimensional output (swizzled scales
+		// stored as [M_pad*K_pad]) is read in the reference's shape.
+		actual = &tensor.Tensor{DType: actual.DType, Shape: ref.Shape, Data: actual.Data}
+		c, err := compare.Compare(*ref, actual, opts.policy(), compare.Options{WorstK: opts.worstK()})
+		if err != nil {
+			return nil, err
+		}
+		opts.observe(k, in.Params, ref, actual, c)
+		checks = append(checks, c)
+	}
+	return checks, nil
+}
+
+// sameShape compares shapes, treating [] and [1] alike and allowing a flat
+// form of the same element count for Bitwise byte layouts.
+func sameShape(a, b []int) bool {
+	if tensor.NumElements(a) != tensor.NumElements(b) {
+		return false
+	}
+	if len(a) == len(b) {
+		for i := range a {
+			if a[i] != b[i] {
+				return false
+			}
+		}
+		return true
+	}
+	return len(a) <= 1 || len(b) <= 1
+}

@@ -1,0 +1,247 @@
+package check
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	"github.com/kcheck-dev/kcheck/internal/compare"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// stage is one resolved pipeline stage.
+type stage struct {
+	prefix string
+	k      *kernel.Kernel
+	params kernel.Params
+	prec   kernel.Precision
+	links  map[string]string // input name -> "<earlier prefix>.<tensor>"
+}
+
+// parseStages reads kcheck.stages and each stage's kernel, params and links
+// (spec section 4).
+func parseStages(meta map[string]string) ([]stage, error) {
+	list, ok := meta["kcheck.stages"]
+	if !ok || strings.TrimSpace(list) == "" {
+		return nil, fmt.Errorf("metadata kcheck.stages is missing: a pipeline must list its stages")
+	}
+	var stages []stage
+	seen := map[string]bool{}
+	for _, prefix := range strings.Split(list, ",") {
+		prefix = strings.TrimSpace(prefix)
+		if prefix == "" || seen[prefix] {
+			return nil, fmt.Errorf("metadata kcheck.stages = %q: stage prefix %q is empty or repeated", list, prefix)
+		}
+		seen[prefix] = true
+		kname := meta["kcheck."+prefix+".kernel"]
+		if kname == "" {
+			return nil, fmt.Errorf("metadata kcheck.%s.kernel is missing: stage %s does not say its kernel", prefix, prefix)
+		}
+		k, err := kernel.Lookup(kname)
+		if err != nil {
+			return nil, fmt.Errorf("metadata kcheck.%s.kernel: %v", prefix, err)
+		}
+		st := stage{prefix: prefix, k: k, params: kernel.Params{}, links: map[string]string{}}
+		for key, v := range meta {
+			if strings.HasPrefix(key, prefix+".") {
+				st.params[strings.TrimPrefix(key, prefix+".")] = v
+			}
+			if from := "kcheck." + prefix + ".from."; strings.HasPrefix(key, from) {
+				st.links[strings.TrimPrefix(key, from)] = v
+			}
+		}
+		if st.prec, err = kernel.PrecisionFrom(st.params); err != nil {
+			return nil, fmt.Errorf("stage %s: %v", prefix, err)
+		}
+		stages = append(stages, st)
+	}
+	// A link must name an earlier stage's output.
+	for i, st := range stages {
+		for input, src := range st.links {
+			if !hasInput(st.k, input) {
+				return nil, fmt.Errorf("metadata kcheck.%s.from.%s: %s has no input %s", st.prefix, input, st.k.Name, input)
+			}
+			dot := strings.LastIndex(src, ".")
+			if dot <= 0 {
+				return nil, fmt.Errorf("metadata kcheck.%s.from.%s = %q: want <earlier stage>.<tensor>", st.prefix, input, src)
+			}
+			srcPrefix, srcTensor := src[:dot], src[dot+1:]
+			found := false
+			for _, earlier := range stages[:i] {
+				if earlier.prefix == srcPrefix {
+					found = hasOutput(earlier.k, srcTensor)
+					if !found {
+						return nil, fmt.Errorf("metadata kcheck.%s.from.%s = %q: stage %s (%s) has no output %s", st.prefix, input, src, srcPrefix, earlier.k.Name, srcTensor)
+					}
+				}
+			}
+			if !found {
+				return nil, fmt.Errorf("metadata kcheck.%s.from.%s = %q: %s is not an earlier stage", st.prefix, input, src, srcPrefix)
+			}
+		}
+	}
+	return stages, nil
+}
+
+func hasInput(k *kernel.Kernel, name string) bool {
+	for _, s := range k.Inputs {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func hasOutput(k *kernel.Kernel, name string) bool {
+	for _, s := range k.Outputs {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func specOf(k *kernel.Kernel, name string) kernel.TensorSpec {
+	for _, s := range k.Inputs {
+		if s.Name == name {
+			return s
+		}
+	}
+	return kernel.TensorSpec{Name: name}
+}
+
+// fitLink reshapes a linked tensor to what the consumer expects: the
+// consumer's own stored copy's shape when there is one, else the
+// contract's rank by flattening leading dimensions. Element counts must agree.
+func fitLink(src *tensor.Tensor, spec kernel.TensorSpec, stored *tensor.Tensor, name string) (*tensor.Tensor, error) {
+	want := src.Shape
+	switch {
+	case stored != nil:
+		want = stored.Shape
+	case spec.Rank > 0 && len(src.Shape) > spec.Rank:
+		lead := tensor.NumElements(src.Shape[:len(src.Shape)-spec.Rank+1])
+		want = append([]int{lead}, src.Shape[len(src.Shape)-spec.Rank+1:]...)
+	}
+	if tensor.NumElements(want) != src.Len() {
+		return nil, fmt.Errorf("link into %s: shape %v cannot be read as %v (element counts differ)", name, src.Shape, want)
+	}
+	return &tensor.Tensor{DType: src.DType, Shape: want, Data: src.Data}, nil
+}
+
+// stageInputs gathers a stage's inputs: its own stored tensors, and linked
+// inputs taken from outputs (captured ones for the local check, the
+// reference chain's for the propagated one).
+func stageInputs(st stage, captured map[string]*tensor.Tensor, outputs map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
+	in := map[string]*tensor.Tensor{}
+	for _, s := range st.k.Inputs {
+		stored := captured[st.prefix+"."+s.Name]
+		src, linked := st.links[s.Name]
+		if !linked {
+			if stored != nil {
+				in[s.Name] = stored
+			}
+			continue
+		}
+		from, ok := outputs[src]
+		if !ok {
+			return nil, fmt.Errorf("stage %s: input %s links to %s, which the file does not hold", st.prefix, s.Name, src)
+		}
+		fitted, err := fitLink(from, s, stored, st.prefix+"."+s.Name)
+		if err != nil {
+			return nil, err
+		}
+		in[s.Name] = fitted
+	}
+	return in, nil
+}
+
+func runPipeline(c Capture, meta map[string]string, opts Options) Result {
+	stages, err := parseStages(meta)
+	if err != nil {
+		return errorResult(c.Name, "pipeline", err)
+	}
+	res := Result{File: c.Name, Kernel: "pipeline", Policy: opts.policy().Name(), Checks: []compare.Check{}}
+	// A linked input stored under the consumer's name must equal its source.
+	for _, st := range stages {
+		for input, src := range st.links {
+			stored, ok := c.Tensors[st.prefix+"."+input]
+			from, ok2 := c.Tensors[src]
+			if ok && ok2 && (stored.DType != from.DType || !bytes.Equal(stored.Data, from.Data)) {
+				return errorResult(c.Name, "pipeline", fmt.Errorf("tensor %s.%s is linked to %s but holds different data", st.prefix, input, src))
+			}
+		}
+	}
+	chain := map[string]*tensor.Tensor{} // reference chain outputs, by "<prefix>.<tensor>"
+	var culprit *string
+	verdicts := []string{}
+	for _, st := range stages {
+		sr := StageResult{Prefix: st.prefix, Kernel: st.k.Name, Stage: st.k.Stage, Local: []compare.Check{}}
+		_, outs, _ := split(st.k, c.Tensors, st.prefix+".")
+		local, err := stageInputs(st, c.Tensors, c.Tensors)
+		if err == nil {
+			sr.Local, err = compareOutputs(st.k, kernel.Inputs{Tensors: local, Params: st.params}, st.prec, outs, opts.forStage(st.prefix, "local"))
+		}
+		var prop map[string]*tensor.Tensor
+		if err == nil {
+			prop, err = stageInputs(st, c.Tensors, chain)
+		}
+		if err == nil && len(st.links) > 0 {
+			sr.Propagated, err = compareOutputs(st.k, kernel.Inputs{Tensors: prop, Params: st.params}, st.prec, outs, opts.forStage(st.prefix, "propagated"))
+		}
+		if err == nil {
+			dtypes := map[string]tensor.DType{}
+			for name, t := range outs {
+				dtypes[name] = t.DType
+			}
+			var produced map[string]*tensor.Tensor
+			produced, err = kernel.Produce(st.k, kernel.Inputs{Tensors: prop, Params: st.params}, st.prec, dtypes)
+			for name, t := range produced {
+				chain[st.prefix+"."+name] = t
+			}
+		}
+		if err != nil {
+			msg := fmt.Sprintf("stage %s (%s): %v", st.prefix, st.k.Name, err)
+			return errorResult(c.Name, "pipeline", fmt.Errorf("%s", msg))
+		}
+		if len(outs) == 0 {
+			sr.Verdict = Inconclusive
+			res.Notes = append(res.Notes, fmt.Sprintf("stage %s stores none of its outputs: not checked", st.prefix))
+		} else {
+			sr.Verdict = string(compare.FileVerdict(sr.Local))
+		}
+		if sr.Verdict == Fail && culprit == nil {
+			p := st.prefix
+			culprit = &p
+		}
+		verdicts = append(verdicts, sr.Verdict)
+		res.Stages = append(res.Stages, sr)
+		res.Checks = append(res.Checks, prefixed(st.prefix, sr.Local)...)
+	}
+	res.Stage = culprit
+	res.Verdict = worst(verdicts)
+	return res
+}
+
+func prefixed(prefix string, checks []compare.Check) []compare.Check {
+	out := make([]compare.Check, len(checks))
+	for i, c := range checks {
+		c.Tensor = prefix + "." + c.Tensor
+		out[i] = c
+	}
+	return out
+}
+
+// worst orders verdicts fail > inconclusive > pass.
+func worst(vs []string) string {
+	v := Pass
+	for _, x := range vs {
+		switch {
+		case x == Fail:
+			return Fail
+		case x == Inconclusive:
+			v = Inconclusive
+		}
+	}
+	return v
+}

@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/report"
+)
+
+type checkOptions struct {
+	io     *IO
+	json   bool
+	bisect bool
+	worstK int
+	set    []string
+	from   string
+	policy string
+	quiet  bool
+	files  []string
+}
+
+func newCheckCmd(s *IO) *cobra.Command {
+	o := &checkOptions{io: s}
+	cmd := &cobra.Command{
+		Use:   "check FILE|DIR...",
+		Short: "Check evidence files (.safetensors, .npy, .npz) against the references",
+		Long: `check reads each evidence file, runs the reference kernel on its inputs, and
+compares every captured output three-way: the exact float64 reference, the
+reference at the kernel's declared precision (its noise floor), and the actual.
+A pipeline capture (kcheck.kernel = pipeline) is checked stage by stage and the
+first stage whose local error leaves its budget is named.`,
+		Example: `  kcheck check fixtures/nvfp4/dequant_ok.safetensors
+  kcheck check --json fixtures/ | jq .verdict
+  git bisect run kcheck check --bisect capture.safetensors`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.files = args
+			return o.run()
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&o.json, "json", false, "print one JSON object per file on stdout")
+	f.BoolVar(&o.bisect, "bisect", false, "exit 125 (git bisect skip) for inconclusive results and unusable input")
+	f.IntVar(&o.worstK, "worst", 5, "how many worst elements to list per output")
+	f.StringArrayVar(&o.set, "set", nil, "add or override a metadata key (KEY=VALUE); needed for .npy/.npz files")
+	f.StringVar(&o.from, "from", "", "apply an engine's conventions: vllm, sglang, flashinfer or flashmla")
+	f.StringVar(&o.policy, "policy", "three-way", "tolerance policy: three-way or unit-roundoff")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "print only the verdict line of each file")
+	return cmd
+}
+
+func parseSet(set []string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, kv := range set {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--set %q: want KEY=VALUE", kv)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+func (o *checkOptions) run() error {
+	extra, err := parseSet(o.set)
+	if err != nil {
+		return err
+	}
+	opts, err := checkOpts(o.policy, o.from, o.worstK)
+	if err != nil {
+		return exitWith(o.io, ExitUsage, o.bisect, err)
+	}
+	files, err := check.Expand(o.files)
+	if err != nil {
+		return exitWith(o.io, ExitUsage, o.bisect, err)
+	}
+	code := ExitPass
+	enc := json.NewEncoder(o.io.Out)
+	for _, path := range files {
+		res := check.File(path, extra, opts)
+		if o.json {
+			if err := enc.Encode(res); err != nil {
+				return err
+			}
+		} else {
+			report.Text(o.io.Out, res, report.TextOptions{Quiet: o.quiet})
+		}
+		code = worseExit(code, exitForVerdict(res.Verdict, o.bisect))
+	}
+	if code != ExitPass {
+		return exitError{code}
+	}
+	return nil
+}
+
+// exitWith reports err on stderr and exits with code (mapped for --bisect).
+func exitWith(s *IO, code ExitCode, bisect bool, err error) error {
+	fmt.Fprintln(s.Err, "kcheck:", err)
+	if bisect && (code == ExitUsage || code == ExitInconclusive) {
+		code = ExitSkip
+	}
+	return exitError{code}
+}

@@ -1,0 +1,109 @@
+// Package cli is kcheck's command line: one cobra command per verb, each an
+// options struct with injected writers so tests drive it without a process,
+// data on stdout and diagnostics on stderr, and one table of exit codes
+// (spec section 7).
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+)
+
+// ExitCode is the process status, as spec section 7 fixes it.
+type ExitCode int
+
+const (
+	ExitPass         ExitCode = 0
+	ExitFail         ExitCode = 1
+	ExitUsage        ExitCode = 2 // unusable input or usage
+	ExitInconclusive ExitCode = 3
+	// ExitSkip is git bisect's "skip", used with --bisect for
+	// inconclusive results and unusable input.
+	ExitSkip ExitCode = 125
+)
+
+// exitForVerdict maps a verdict to the exit status.
+func exitForVerdict(v string, bisect bool) ExitCode {
+	var c ExitCode
+	switch v {
+	case "pass":
+		c = ExitPass
+	case "fail":
+		c = ExitFail
+	case "inconclusive":
+		c = ExitInconclusive
+	default:
+		c = ExitUsage
+	}
+	if bisect && (c == ExitInconclusive || c == ExitUsage) {
+		return ExitSkip
+	}
+	return c
+}
+
+// worseExit combines the status of several files: fail dominates
+// inconclusive, which dominates pass; unusable input dominates all but fail.
+func worseExit(a, b ExitCode) ExitCode {
+	rank := map[ExitCode]int{ExitPass: 0, ExitInconclusive: 1, ExitSkip: 2, ExitUsage: 2, ExitFail: 3}
+	if rank[b] > rank[a] {
+		return b
+	}
+	return a
+}
+
+// IO carries the process's streams.
+type IO struct {
+	In       io.Reader
+	Out, Err io.Writer
+}
+
+// exitError carries an exit code out of a cobra RunE.
+type exitError struct{ code ExitCode }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+// Main runs kcheck with args and returns the exit status.
+func Main(args []string, in io.Reader, out, errw io.Writer) ExitCode {
+	s := &IO{In: in, Out: out, Err: errw}
+	root := newRoot(s)
+	root.SetArgs(args)
+	root.SetOut(out)
+	root.SetErr(errw)
+	err := root.Execute()
+	var ee exitError
+	switch {
+	case err == nil:
+		return ExitPass
+	case errors.As(err, &ee):
+		return ee.code
+	default:
+		fmt.Fprintln(errw, "kcheck:", err)
+		return ExitUsage
+	}
+}
+
+func newRoot(s *IO) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "kcheck",
+		Short: "Numerical verification of NVFP4, KV-cache, MLA attention and split-K kernels",
+		Long: `kcheck compares inference kernels tensor by tensor against exact Go references
+and names the culprit stage (quant, cache, attn, combine) with evidence anyone can re-run.
+
+Exit status: 0 all pass, 1 any fail, 2 unusable input or usage, 3 inconclusive;
+with --bisect, inconclusive and unusable input exit 125 (git bisect's skip).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newCheckCmd(s))
+	for _, extra := range extraCommands {
+		root.AddCommand(extra(s))
+	}
+	return root
+}
+
+// extraCommands lets each verb's file add itself, so adding a command
+// touches no list here.
+var extraCommands []func(*IO) *cobra.Command

@@ -1,0 +1,291 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kcheck-dev/kcheck/cases"
+	"github.com/kcheck-dev/kcheck/internal/backend"
+	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/compare"
+	"github.com/kcheck-dev/kcheck/internal/report"
+	"github.com/kcheck-dev/kcheck/internal/safetensors"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+func init() { extraCommands = append(extraCommands, newRunCmd, newCasesCmd) }
+
+type runOptions struct {
+	io        *IO
+	names     []string
+	match     string
+	casesFile string
+	backend   string
+	shard     string
+	json      bool
+	bisect    bool
+	long      bool
+	outDir    string
+	force     bool
+	timeout   time.Duration
+	worstK    int
+	quiet     bool
+}
+
+func newRunCmd(s *IO) *cobra.Command {
+	o := &runOptions{io: s}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run catalog cases on a backend and check the outputs",
+		Long: `run builds each selected case's inputs (deterministically from its seed), runs
+the kernel on the backend, and checks the outputs exactly as 'check' checks a
+capture. --shard I/N runs a deterministic slice of the selection (cases sorted
+by name, every N-th from the I-th), for a Slurm job array or a Kubernetes
+indexed Job; 'kcheck merge' combines the JSON results.`,
+		Example: `  kcheck run --case mla_decode/deepseek-v3/tp8/bf16/p64/ctx-P+1
+  kcheck run --match 'nvfp4_*' --backend faulty:nibble_order
+  kcheck run --backend cuda --shard 3/16 --json > shard-3.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context()) },
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&o.names, "case", nil, "case name (repeatable)")
+	f.StringVar(&o.match, "match", "", "run the cases whose name matches this glob (* matches any characters)")
+	f.StringVar(&o.casesFile, "cases", "", "read cases from this file instead of the built-in catalog")
+	f.StringVar(&o.backend, "backend", "reference", "reference, cuda, or faulty:NAME (see 'kcheck faults')")
+	f.StringVar(&o.shard, "shard", "", "run slice I of N (I/N, 0-based)")
+	f.BoolVar(&o.json, "json", false, "print one JSON object per case")
+	f.BoolVar(&o.bisect, "bisect", false, "exit 125 (git bisect skip) for inconclusive results and unusable input")
+	f.BoolVar(&o.long, "long", false, "include cases tagged long (contexts up to 128K)")
+	f.StringVar(&o.outDir, "out", "", "write each case's capture (inputs and backend outputs) into this directory")
+	f.BoolVar(&o.force, "force", false, "overwrite existing files in --out")
+	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "per-case time limit")
+	f.IntVar(&o.worstK, "worst", 5, "how many worst elements to list per output")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "print only the verdict line of each case")
+	return cmd
+}
+
+// loadCases reads the catalog or a user file.
+func loadCases(file string) ([]cases.Case, error) {
+	if file != "" {
+		return cases.Load(file)
+	}
+	return cases.Catalog()
+}
+
+// selectCases picks cases by exact name, glob, and the long tag.
+func selectCases(all []cases.Case, names []string, match string, long bool) ([]cases.Case, error) {
+	if len(names) > 0 {
+		byName := map[string]cases.Case{}
+		for _, c := range all {
+			byName[c.Name] = c
+		}
+		var out []cases.Case
+		for _, n := range names {
+			c, ok := byName[n]
+			if !ok {
+				return nil, fmt.Errorf("no case named %q ('kcheck cases' lists them)", n)
+			}
+			out = append(out, c)
+		}
+		return out, nil
+	}
+	var out []cases.Case
+	for _, c := range all {
+		if match != "" && !globMatch(match, c.Name) {
+			continue
+		}
+		if c.HasTag("long") && !long {
+			continue
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no case matches (match %q, long %v)", match, long)
+	}
+	return out, nil
+}
+
+// globMatch matches name against a pattern whose * stands for any run of
+// characters, slashes included (case names are paths of their axes).
+func globMatch(pattern, name string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == name
+	}
+	if !strings.HasPrefix(name, parts[0]) {
+		return false
+	}
+	name = name[len(parts[0]):]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(name, p)
+		if i < 0 {
+			return false
+		}
+		name = name[i+len(p):]
+	}
+	return strings.HasSuffix(name, parts[len(parts)-1])
+}
+
+// parseShard reads "I/N".
+func parseShard(s string) (i, n int, err error) {
+	if s == "" {
+		return 0, 1, nil
+	}
+	a, b, ok := strings.Cut(s, "/")
+	i, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || n < 1 || i < 0 || i >= n {
+		return 0, 0, fmt.Errorf("--shard %q: want I/N with 0 <= I < N", s)
+	}
+	return i, n, nil
+}
+
+// shardOf returns every n-th case starting at i (cases are sorted by name,
+// so every shard of every machine agrees).
+func shardOf(cs []cases.Case, i, n int) []cases.Case {
+	var out []cases.Case
+	for j := i; j < len(cs); j += n {
+		out = append(out, cs[j])
+	}
+	return out
+}
+
+func (o *runOptions) run(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	all, err := loadCases(o.casesFile)
+	if err != nil {
+		return exitWith(o.io, ExitUsage, o.bisect, err)
+	}
+	sel, err := selectCases(all, o.names, o.match, o.long)
+	if err != nil {
+		return exitWith(o.io, ExitUsage, o.bisect, err)
+	}
+	si, sn, err := parseShard(o.shard)
+	if err != nil {
+		return exitWith(o.io, ExitUsage, o.bisect, err)
+	}
+	sel = shardOf(sel, si, sn)
+	be, err := backend.Parse(o.backend)
+	if err != nil {
+		return exitWith(o.io, ExitUsage, o.bisect, err)
+	}
+	code := ExitPass
+	enc := json.NewEncoder(o.io.Out)
+	opts := check.Options{WorstK: o.worstK}
+	for _, c := range sel {
+		res := RunCase(ctx, c, be, opts, o.timeout, o.outDir, o.force)
+		if o.json {
+			if err := enc.Encode(res); err != nil {
+				return err
+			}
+		} else {
+			report.Text(o.io.Out, res, report.TextOptions{Quiet: o.quiet})
+		}
+		code = worseExit(code, exitForVerdict(res.Verdict, o.bisect))
+	}
+	if code != ExitPass {
+		return exitError{code}
+	}
+	return nil
+}
+
+// RunCase builds a case, runs it on be and checks the outputs; the
+// capture is written to outDir when it is set.
+func RunCase(ctx context.Context, c cases.Case, be backend.Backend, opts check.Options, timeout time.Duration, outDir string, force bool) check.Result {
+	capture, err := Capture(ctx, c, be, timeout)
+	if err != nil {
+		msg := err.Error()
+		return check.Result{File: c.Name, Kernel: c.Kernel, Verdict: check.Error, Error: &msg, Checks: []compare.Check{}}
+	}
+	if outDir != "" {
+		file := filepath.Join(outDir, strings.ReplaceAll(c.Name, "/", "__")+".safetensors")
+		if err := safetensors.Write(file, capture.Metadata, capture.Tensors, safetensors.WriteOptions{Force: force}); err != nil {
+			msg := err.Error()
+			return check.Result{File: c.Name, Kernel: c.Kernel, Verdict: check.Error, Error: &msg, Checks: []compare.Check{}}
+		}
+		capture.Name = file
+	}
+	res := check.Run(capture, opts)
+	res.File = c.Name
+	return res
+}
+
+// Capture builds c's inputs, runs be on them, and returns inputs and outputs
+// together as an evidence capture.
+func Capture(ctx context.Context, c cases.Case, be backend.Backend, timeout time.Duration) (check.Capture, error) {
+	in, err := c.Inputs()
+	if err != nil {
+		return check.Capture{}, err
+	}
+	meta, err := c.Metadata()
+	if err != nil {
+		return check.Capture{}, err
+	}
+	meta["kcheck.backend"] = be.Name()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	outs, err := be.Run(ctx, c.Kernel, in)
+	if err != nil {
+		return check.Capture{}, fmt.Errorf("backend %s: %v", be.Name(), err)
+	}
+	ts := map[string]*tensor.Tensor{}
+	for k, v := range in.Tensors {
+		ts[k] = v
+	}
+	for k, v := range outs {
+		ts[k] = v
+	}
+	return check.Capture{Name: c.Name, Metadata: meta, Tensors: ts}, nil
+}
+
+func newCasesCmd(s *IO) *cobra.Command {
+	var file, match string
+	var asJSON, long bool
+	cmd := &cobra.Command{
+		Use:   "cases",
+		Short: "List the case catalog",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			all, err := loadCases(file)
+			if err != nil {
+				return exitWith(s, ExitUsage, false, err)
+			}
+			sel, err := selectCases(all, nil, match, true)
+			if err != nil {
+				return exitWith(s, ExitUsage, false, err)
+			}
+			if asJSON {
+				return json.NewEncoder(s.Out).Encode(sel)
+			}
+			for _, c := range sel {
+				if c.HasTag("long") && !long {
+					continue
+				}
+				tags := ""
+				if len(c.Tags) > 0 {
+					tags = "  [" + strings.Join(c.Tags, ",") + "]"
+				}
+				fmt.Fprintf(s.Out, "%s%s\n", c.Name, tags)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&file, "cases", "", "list this case file instead of the built-in catalog")
+	cmd.Flags().StringVar(&match, "match", "", "only names matching this glob")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the cases as a JSON array")
+	cmd.Flags().BoolVar(&long, "long", false, "include cases tagged long")
+	return cmd
+}

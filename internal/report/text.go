@@ -1,0 +1,109 @@
+// Package report renders check results for people: the terminal summary
+// `kcheck check` prints, and the Markdown, JSON and plots that `--report`
+// writes for a bug report.
+package report
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/compare"
+)
+
+// TextOptions tune the terminal summary.
+type TextOptions struct {
+	// Quiet prints only the verdict line.
+	Quiet bool
+}
+
+// Text writes a readable summary of res: special-value mismatches first,
+// then the error metrics against their noise floor, the worst elements in
+// the kernel's coordinates, and the signature, as FlashMLA's compare.py
+// orders them.
+func Text(w io.Writer, res check.Result, opt TextOptions) {
+	label := res.Kernel
+	if res.Stage != nil {
+		label += ", culprit stage " + *res.Stage
+	}
+	fmt.Fprintf(w, "%-12s %s  (%s)\n", strings.ToUpper(res.Verdict), res.File, label)
+	if opt.Quiet {
+		return
+	}
+	if res.Error != nil {
+		fmt.Fprintf(w, "  error: %s\n", *res.Error)
+	}
+	for _, n := range res.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
+	if len(res.Stages) > 0 {
+		fmt.Fprintf(w, "  %-10s %-18s %-13s %-28s %s\n", "stage", "kernel", "local", "local worst err/tol", "propagated worst err/tol")
+		for _, st := range res.Stages {
+			fmt.Fprintf(w, "  %-10s %-18s %-13s %-28s %s\n", st.Prefix, st.Kernel, st.Verdict, worstExcess(st.Local), worstExcess(st.Propagated))
+		}
+	}
+	for _, c := range res.Checks {
+		writeCheck(w, c)
+	}
+}
+
+func worstExcess(cs []compare.Check) string {
+	if len(cs) == 0 {
+		return "-"
+	}
+	best, name := -1.0, ""
+	for _, c := range cs {
+		if v := float64(c.Metrics.MaxExcess); v > best || name == "" {
+			best, name = v, c.Tensor
+		}
+	}
+	return fmt.Sprintf("%.3g (%s)", best, name)
+}
+
+func writeCheck(w io.Writer, c compare.Check) {
+	m := c.Metrics
+	fmt.Fprintf(w, "  %s %s %v: %s", c.Tensor, c.DType, c.Shape, c.Verdict)
+	if c.Reason != "" {
+		fmt.Fprintf(w, ": %s", c.Reason)
+	}
+	fmt.Fprintln(w)
+	if c.Verdict == compare.Pass {
+		fmt.Fprintf(w, "      max abs %.3g, max ulp %.3g, cos diff %.3g (floor %.3g), worst err/tol %.3g\n",
+			float64(m.MaxAbs), float64(m.MaxULP), float64(m.CosDiff), float64(m.FloorCosDiff), float64(m.MaxExcess))
+		return
+	}
+	if m.NaNMismatch+m.InfMismatch > 0 {
+		fmt.Fprintf(w, "      special values: %d NaN and %d Inf positions differ from the reference\n", m.NaNMismatch, m.InfMismatch)
+	}
+	fmt.Fprintf(w, "      %d of %d elements over tolerance (%.3g%%); %d excused as rounding ties\n", m.OverTol, m.N, 100*float64(m.OverFrac), m.Excused)
+	fmt.Fprintf(w, "      max abs %.4g, max rel %.4g, max ulp %.4g\n", float64(m.MaxAbs), float64(m.MaxRel), float64(m.MaxULP))
+	fmt.Fprintf(w, "      cos diff %.3g (floor %.3g), rmse %.3g (floor %.3g), sqnr %.1f dB\n",
+		float64(m.CosDiff), float64(m.FloorCosDiff), float64(m.RMSE), float64(m.FloorRMSE), float64(m.SQNRdB))
+	for i, e := range c.Worst {
+		if i == 0 {
+			fmt.Fprintln(w, "      worst elements:")
+		}
+		fmt.Fprintf(w, "        %s: actual %.6g, expected %.6g, exact %.6g (err %.3g, tol %.3g)\n",
+			e.Where(), float64(e.Actual), float64(e.Expected), float64(e.Exact), float64(e.Err), float64(e.Tol))
+	}
+	if c.Signature != nil {
+		fmt.Fprintf(w, "      signature: %s\n", signatureLine(c))
+	}
+	if c.Tolerance != "" {
+		fmt.Fprintf(w, "      tolerance: %s\n", c.Tolerance)
+	}
+}
+
+// signatureLine renders the named pattern and its evidence in one line.
+func signatureLine(c compare.Check) string {
+	s := c.Signature
+	line := s.Pattern
+	if s.Coord != "" {
+		line += " (by " + s.Coord + ")"
+	}
+	if s.Detail != "" {
+		line += ": " + s.Detail
+	}
+	return line
+}
