@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -37,6 +38,35 @@ type Fault struct {
 	Params    func(p kernel.Params) kernel.Params                                                    `json:"-"`
 	Precision func(p kernel.Precision) kernel.Precision                                              `json:"-"`
 	Outputs   func(in kernel.Inputs, out map[string]*tensor.Tensor) error                            `json:"-"`
+
+	// Trigger is a small case on which the fault changes its kernel's
+	// outputs; the catalog's table test runs every fault's trigger.
+	Trigger *Trigger `json:"-"`
+	// Simulate holds the `kcheck diagnose --simulate` settings (flag name
+	// without dashes, value) under which the fault fires in the simulated
+	// decoder; nil when the default simulation already triggers it. Faults
+	// that need an fp8 cache, s_q > 1 or high block ids say so here.
+	Simulate map[string]string `json:"simulate,omitempty"`
+}
+
+// Trigger is a configuration that makes a fault visible: a case, and for
+// faults that need particular data (an all-zero block, subnormal block
+// scales, a page from an earlier sequence) a reshaping of the case's
+// generated inputs.
+type Trigger struct {
+	Case cases.Case
+	// Shape, when set, edits the generated inputs. It owns in.Tensors (a
+	// fresh map of freshly generated tensors) and may replace entries.
+	Shape func(in kernel.Inputs) (kernel.Inputs, error)
+}
+
+// Inputs builds the trigger's inputs.
+func (t *Trigger) Inputs() (kernel.Inputs, error) {
+	in, err := t.Case.Inputs()
+	if err != nil || t.Shape == nil {
+		return in, err
+	}
+	return t.Shape(in)
 }
 
 var catalog = map[string]*Fault{}

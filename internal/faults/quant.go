@@ -137,7 +137,7 @@ func init() {
 		Inputs: func(in map[string]*tensor.Tensor, _ kernel.Params) (map[string]*tensor.Tensor, error) {
 			for _, pair := range scaleOperands {
 				sc, ok := in[pair[0]]
-				if !ok || pair[0] == "block_scale" && in["x"] != nil {
+				if !ok {
 					continue
 				}
 				c := replaced(sc)

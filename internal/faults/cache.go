@@ -1,0 +1,369 @@
+package faults
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/kcheck-dev/kcheck/cases"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/kvcache"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// KV-cache faults (stage cache). Most live in the writer, where the
+// simulated decoder meets them every step; the read-side ones also plant
+// the gather.
+//
+// A write kernel that derives slots from the page table itself (FlashInfer's
+// append_paged_kv_cache takes the page table, batch indices and positions
+// rather than a slot mapping) gets those as extra tensors named
+// engine.block_table, engine.batch_indices and engine.positions. The
+// reference ignores them (the contract writes through slot_mapping); the
+// simulated decoder passes them so that table-indexing bugs can be planted
+// on the write side.
+
+const (
+	// engineBlockTable, engineBatch and enginePositions are the extra
+	// inputs of a page-table-driven write (see above).
+	engineBlockTable = "engine.block_table"
+	engineBatch      = "engine.batch_indices"
+	enginePositions  = "engine.positions"
+	// int32LimitParam scales the int32 overflow threshold (bytes; default
+	// 2^31) so that a small cache can show it. Only the fault reads it.
+	int32LimitParam = "kcheck.fault.int32_limit"
+)
+
+// EngineTensors lists the extra inputs of a page-table-driven write.
+var EngineTensors = []string{engineBlockTable, engineBatch, enginePositions}
+
+var writeKernel = []string{"kv_cache_write"}
+
+// kvCase is a quick cache case for triggers: two requests over pages of 16
+// (L = 32, R = 16 unless the dtype fixes them).
+func kvCase(kern, dtype string, params map[string]string) cases.Case {
+	c := cases.Case{Name: "trigger/" + kern, Kernel: kern, KVCacheDType: dtype, PageSize: 16,
+		SeqLens: []int{37, 20}, Seed: 102, Params: params}
+	if dtype != "fp8_ds_mla" {
+		c.Latent, c.Rope = 32, 16
+	}
+	return c
+}
+
+// slotBytes is the byte size of one cache entry of t [NB, P, entry].
+func slotBytes(t *tensor.Tensor) int { return t.Shape[2] * t.DType.Size() }
+
+func init() {
+	Register(&Fault{
+		Name: "negative_slot_wraps", Stage: kernel.StageCache, Kernels: writeKernel,
+		BugClass: "padded tokens' slot -1 written through PyTorch indexing (index_put wraps -1 to the last element) instead of being skipped",
+		Doc: "Tokens with slot_mapping = -1 (CUDA-graph padding) are written to slot NB*P-1, the cache's last entry, as " +
+			"`cache.view(-1, D)[slot_mapping] = kv` does: whichever sequence owns the last block loses its last token.",
+		Inputs: func(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*tensor.Tensor, error) {
+			nb, page, _, err := cacheGeometry(in["cache_before"], p, "cache_before")
+			if err != nil {
+				return nil, err
+			}
+			slots := ints(in["slot_mapping"])
+			for i, s := range slots {
+				if s < 0 && int64(nb*page)+s >= 0 {
+					slots[i] = int64(nb*page) + s
+				}
+			}
+			withSlots(in, slots)
+			return in, nil
+		},
+		Trigger: &Trigger{Case: kvCase("kv_cache_write", "bf16", nil)},
+	})
+	Register(&Fault{
+		Name: "page_boundary_off_by_one", Stage: kernel.StageCache, Kernels: []string{"kv_cache_write", "kv_cache_gather"},
+		BugClass: "page index computed as (t-1)/P (or block = (slot-1)/P): the token at each page start goes to the previous page",
+		Doc: "The writer splits a slot as block = (slot-1)/P, offset = slot%P, so a token at offset 0 of a page lands on offset 0 " +
+			"of the block before (overwriting it) and its own entry stays stale; the gather reads token t at block_table[(t-1)/P], " +
+			"so every page-start token t >= P comes back as token t-P.",
+		Inputs: func(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*tensor.Tensor, error) {
+			if _, ok := in["slot_mapping"]; !ok {
+				return in, nil
+			}
+			_, page, _, err := cacheGeometry(in["cache_before"], p, "cache_before")
+			if err != nil {
+				return nil, err
+			}
+			slots := ints(in["slot_mapping"])
+			for i, s := range slots {
+				if s > 0 && s%int64(page) == 0 {
+					slots[i] = s - int64(page)
+				}
+			}
+			withSlots(in, slots)
+			return in, nil
+		},
+		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+			g, ok := out["gathered"]
+			if !ok {
+				return nil
+			}
+			_, page, _, err := cacheGeometry(in.Tensors["cache"], in.Params, "cache")
+			if err != nil {
+				return err
+			}
+			g = replaced(g)
+			row := g.Shape[1] * g.DType.Size()
+			start := 0
+			for _, n := range ints(in.Tensors["seq_lens"]) {
+				for t := page; t < int(n); t += page {
+					copy(g.Data[(start+t)*row:(start+t+1)*row], g.Data[(start+t-page)*row:(start+t-page+1)*row])
+				}
+				start += int(n)
+			}
+			out["gathered"] = g
+			return nil
+		},
+		Trigger: &Trigger{Case: kvCase("kv_cache_write", "bf16", nil)},
+	})
+	Register(&Fault{
+		Name: "neighbour_block_table_row", Stage: kernel.StageCache, Kernels: []string{"kv_cache_gather", "kv_cache_write"},
+		BugClass: "block-table row stride slip: request b's last page looked up in row b+1",
+		Doc: "The gather (and a write that derives its slots from the page table) takes request b's last page from the next " +
+			"request's row (the last request wraps to row 0; an unused entry reads block 0): the last page's tokens are read " +
+			"from, or written into, another sequence's page.",
+		Inputs: func(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*tensor.Tensor, error) {
+			if bt, ok := in["block_table"]; ok && in["cache"] != nil { // gather
+				nb, page, _, err := cacheGeometry(in["cache"], p, "cache")
+				if err != nil {
+					return nil, err
+				}
+				lens := ints(in["seq_lens"])
+				tab := ints(bt)
+				B, mb := bt.Shape[0], bt.Shape[1]
+				out := append([]int64(nil), tab...)
+				for b, n := range lens {
+					if n == 0 {
+						continue
+					}
+					last := int(n-1) / page
+					out[b*mb+last] = validBlock(tab[((b+1)%B)*mb+last], nb)
+				}
+				in["block_table"] = tensor.FromInt64s(bt.DType, bt.Shape, out)
+				return in, nil
+			}
+			return neighbourWrite(in, p)
+		},
+		Trigger: &Trigger{Case: kvCase("kv_cache_gather", "bf16", nil)},
+	})
+	Register(&Fault{
+		Name: "int32_offset_overflow", Stage: kernel.StageCache, Kernels: writeKernel,
+		BugClass: "cache byte offset slot*entry_bytes computed in int32: it wraps negative past 2 GiB, i.e. at high block ids of a large cache",
+		Doc: "A token whose entry starts at byte 2^31 or beyond gets a wrapped (negative) offset: its write lands outside the cache, " +
+			"so its slot keeps stale content (an offset that wraps back inside would clobber another entry). Real caches reach " +
+			"2^31 bytes at block 29127 (bf16, P = 64); the parameter kcheck.fault.int32_limit lowers the threshold so a small " +
+			"cache shows it.",
+		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+			limit, ok, err := in.Params.Float(int32LimitParam)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				limit = math.Ldexp(1, 31)
+			}
+			before, after := in.Tensors["cache_before"], out["cache_after"]
+			e := int64(slotBytes(before))
+			lim := int64(limit)
+			if lim <= 0 {
+				return fmt.Errorf("parameter %s = %v: want a positive byte count", int32LimitParam, limit)
+			}
+			ref := after
+			after = replaced(after)
+			type move struct{ from, to int64 }
+			var moves []move
+			for _, s := range ints(in.Tensors["slot_mapping"]) {
+				off := s * e
+				if s < 0 || off < lim {
+					continue
+				}
+				copy(after.Data[off:off+e], before.Data[off:off+e]) // never written there
+				w := (off+lim)%(2*lim) - lim                         // the narrow int's two's complement
+				if w >= 0 && w+e <= int64(len(after.Data)) {
+					moves = append(moves, move{off, w})
+				}
+			}
+			for _, m := range moves {
+				copy(after.Data[m.to:m.to+e], ref.Data[m.from:m.from+e])
+			}
+			out["cache_after"] = after
+			return nil
+		},
+		// Entries are 96 bytes (bf16, D = 48) and the cache 5 blocks of 16:
+		// a 3072-byte limit puts blocks 2 and up beyond it.
+		Trigger:  &Trigger{Case: kvCase("kv_cache_write", "bf16", map[string]string{int32LimitParam: "3072"})},
+		Simulate: map[string]string{"set": int32LimitParam + "=65536"},
+	})
+	Register(&Fault{
+		Name: "fp8_scale_ignored", Stage: kernel.StageCache, Kernels: writeKernel,
+		BugClass: "fp8 KV cache written without its k_scale (e4m3(x) instead of e4m3(x / k_scale)), as when a calibrated scale is not loaded and defaults to 1 on the write path only",
+		Doc:      "The fp8_e4m3 writer stores e4m3(x) saturating; readers multiply by k_scale, so every cached value comes back scaled by k_scale (or clipped at 448).",
+		Inputs: func(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*tensor.Tensor, error) {
+			if _, ok := in["k_scale"]; ok && p.String("kv_cache_dtype", "bf16") == "fp8_e4m3" {
+				in["k_scale"] = f32Scalar(1)
+			}
+			return in, nil
+		},
+		Trigger:  &Trigger{Case: kvCase("kv_cache_write", "fp8_e4m3", nil)},
+		Simulate: map[string]string{"kv-cache-dtype": "fp8_e4m3"},
+	})
+	Register(&Fault{
+		Name: "fp8_scale_applied_twice", Stage: kernel.StageCache, Kernels: []string{"kv_cache_write", "kv_cache_gather"},
+		BugClass: "fp8 KV scale applied twice: a scale folded into the projection and applied again by the cache kernel (x / k_scale^2 stored, or e4m3 * k_scale^2 read)",
+		Doc:      "The fp8_e4m3 writer divides by k_scale twice (and the gather multiplies twice), so cached values come back off by a factor k_scale.",
+		Inputs: func(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*tensor.Tensor, error) {
+			if _, ok := in["k_scale"]; !ok || p.String("kv_cache_dtype", "bf16") != "fp8_e4m3" {
+				return in, nil
+			}
+			k, err := scalarOf(in, "k_scale")
+			if err != nil {
+				return nil, err
+			}
+			in["k_scale"] = f32Scalar(float64(float32(k) * float32(k)))
+			return in, nil
+		},
+		Trigger:  &Trigger{Case: kvCase("kv_cache_write", "fp8_e4m3", nil)},
+		Simulate: map[string]string{"kv-cache-dtype": "fp8_e4m3"},
+	})
+	Register(&Fault{
+		Name: "kpe_saturated_by_kvc_scale", Stage: kernel.StageCache, Kernels: writeKernel,
+		BugClass: "fp8_e4m3 cache scale derived from kv_c alone: the rope part k_pe, larger than the normalized latent, saturates",
+		Doc: "The writer quantizes each token with a scale computed over kv_c only (amax(kv_c)/448), so k_pe values beyond kv_c's " +
+			"amax clip at it: positions (rope) stop being encoded once they outgrow the latent.",
+		Inputs: func(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*tensor.Tensor, error) {
+			if p.String("kv_cache_dtype", "bf16") != "fp8_e4m3" {
+				return in, nil
+			}
+			kvc, kpe := in["kv_c"], in["k_pe"]
+			if kvc == nil || kpe == nil || len(kvc.Shape) != 2 || len(kpe.Shape) != 2 {
+				return in, nil
+			}
+			l, r := kvc.Shape[1], kpe.Shape[1]
+			c := replaced(kpe)
+			for t := 0; t < kvc.Shape[0] && t < kpe.Shape[0]; t++ {
+				amax := 0.0
+				for j := 0; j < l; j++ {
+					amax = math.Max(amax, math.Abs(kvc.Float64At(t*l+j)))
+				}
+				for j := 0; j < r; j++ {
+					if v := c.Float64At(t*r + j); math.Abs(v) > amax {
+						c.SetFloat64(t*r+j, math.Copysign(amax, v))
+					}
+				}
+			}
+			in["k_pe"] = c
+			return in, nil
+		},
+		Trigger:  &Trigger{Case: kvCase("kv_cache_write", "fp8_e4m3", nil)},
+		Simulate: map[string]string{"kv-cache-dtype": "fp8_e4m3"},
+	})
+	Register(&Fault{
+		Name: "ds_mla_scale_convention", Stage: kernel.StageCache, Kernels: writeKernel,
+		BugClass: "fp8_ds_mla tile-scale convention mixed up: values quantized with vLLM's amax/448 scale, the scale stored in FlashMLA's power-of-two convention (or the reverse)",
+		Doc: "The writer divides each 128-value tile by the scale of the declared ds_mla_scale convention but stores the other " +
+			"convention's scale, so a reader (which multiplies by the stored F32) gets the tile back off by up to 2x.",
+		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+			if in.Params.String("kv_cache_dtype", "bf16") != string(kvcache.FP8DSMLA) {
+				return nil
+			}
+			other := kvcache.ScalePow2
+			if in.Params.String("ds_mla_scale", string(kvcache.ScaleAmax)) == string(kvcache.ScalePow2) {
+				other = kvcache.ScaleAmax
+			}
+			kvc := in.Tensors["kv_c"]
+			after := replaced(out["cache_after"])
+			for t, s := range ints(in.Tensors["slot_mapping"]) {
+				if s < 0 {
+					continue
+				}
+				for tile := 0; tile < kvcache.DSTiles; tile++ {
+					amax := 0.0
+					for j := tile * kvcache.DSTile; j < (tile+1)*kvcache.DSTile; j++ {
+						amax = math.Max(amax, math.Abs(kvc.Float64At(t*kvcache.DSLatent+j)))
+					}
+					off := int(s)*kvcache.DSEntryBytes + kvcache.DSScaleOff + 4*tile
+					binary.LittleEndian.PutUint32(after.Data[off:], math.Float32bits(kvcache.TileScale(amax, other)))
+				}
+			}
+			out["cache_after"] = after
+			return nil
+		},
+		Trigger:  &Trigger{Case: kvCase("kv_cache_write", "fp8_ds_mla", nil)},
+		Simulate: map[string]string{"kv-cache-dtype": "fp8_ds_mla"},
+	})
+	Register(&Fault{
+		Name: "stale_pages", Stage: kernel.StageCache, Kernels: writeKernel,
+		BugClass: "recycled pages taken as already holding the tokens (a prefix-cache hit on a freed block): the new sequence's tokens are not written over an earlier sequence's",
+		Doc: "The writer skips every slot whose entry is not all zero, as if a populated entry were a cached prefix. A fresh " +
+			"(zeroed) cache is written correctly; once a finished sequence's pages are freed and reused, the new sequence " +
+			"reads the old one's keys and values.",
+		Inputs: func(in map[string]*tensor.Tensor, _ kernel.Params) (map[string]*tensor.Tensor, error) {
+			before := in["cache_before"]
+			e := slotBytes(before)
+			slots := ints(in["slot_mapping"])
+			for i, s := range slots {
+				if s < 0 || int(s+1)*e > len(before.Data) {
+					continue
+				}
+				for _, b := range before.Data[int(s)*e : int(s+1)*e] {
+					if b != 0 {
+						slots[i] = -1
+						break
+					}
+				}
+			}
+			withSlots(in, slots)
+			return in, nil
+		},
+		Trigger: &Trigger{Case: kvCase("kv_cache_write", "bf16", nil)},
+	})
+}
+
+// validBlock returns blk when it names a block of the cache, else 0 (an
+// unused block-table entry, which engines pad with 0).
+func validBlock(blk int64, nb int) int64 {
+	if blk < 0 || blk >= int64(nb) {
+		return 0
+	}
+	return blk
+}
+
+// neighbourWrite plants the row slip in a page-table-driven write: each
+// request's tokens on its last page (in this call) are written through the
+// next request's row.
+func neighbourWrite(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*tensor.Tensor, error) {
+	bt, bi, pos := in[engineBlockTable], in[engineBatch], in[enginePositions]
+	if bt == nil || bi == nil || pos == nil {
+		return in, nil // a slot-mapping write: nothing to slip on
+	}
+	nb, page, _, err := cacheGeometry(in["cache_before"], p, "cache_before")
+	if err != nil {
+		return nil, err
+	}
+	if len(bt.Shape) != 2 || bi.Len() != pos.Len() {
+		return nil, fmt.Errorf("tensors %s %v, %s %v and %s %v disagree", engineBlockTable, bt.Shape, engineBatch, bi.Shape, enginePositions, pos.Shape)
+	}
+	B, mb := bt.Shape[0], bt.Shape[1]
+	tab, batch, at := ints(bt), ints(bi), ints(pos)
+	slots := ints(in["slot_mapping"])
+	last := map[int64]int64{}
+	for i, b := range batch {
+		if slots[i] >= 0 && at[i]/int64(page) > last[b] {
+			last[b] = at[i] / int64(page)
+		}
+	}
+	for i, b := range batch {
+		pg := at[i] / int64(page)
+		if slots[i] < 0 || pg != last[b] || b < 0 || int(b) >= B || int(pg) >= mb {
+			continue
+		}
+		blk := validBlock(tab[((int(b)+1)%B)*mb+int(pg)], nb)
+		slots[i] = blk*int64(page) + at[i]%int64(page)
+	}
+	withSlots(in, slots)
+	return in, nil
+}

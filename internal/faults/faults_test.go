@@ -1,0 +1,136 @@
+package faults
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/kcheck-dev/kcheck/internal/backend"
+	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// runTrigger runs f's trigger on be and checks the outputs as `kcheck run`
+// would: the capture holds the (reshaped) inputs and be's outputs.
+func runTrigger(t *testing.T, f *Fault, be backend.Backend) check.Result {
+	t.Helper()
+	in, err := f.Trigger.Inputs()
+	if err != nil {
+		t.Fatalf("%s: trigger inputs: %v", f.Name, err)
+	}
+	meta, err := f.Trigger.Case.Metadata()
+	if err != nil {
+		t.Fatalf("%s: trigger metadata: %v", f.Name, err)
+	}
+	outs, err := be.Run(context.Background(), f.Trigger.Case.Kernel, in)
+	if err != nil {
+		t.Fatalf("%s on %s: %v", f.Trigger.Case.Kernel, be.Name(), err)
+	}
+	ts := map[string]*tensor.Tensor{}
+	for k, v := range in.Tensors {
+		ts[k] = v
+	}
+	for k, v := range outs {
+		ts[k] = v
+	}
+	return check.Run(check.Capture{Name: f.Name, Metadata: meta, Tensors: ts}, check.Options{})
+}
+
+// Every fault of the catalog must be caught on its own trigger, while the
+// reference passes the very same inputs: the catalog proves the checker
+// detects each bug class, and the trigger proves the fault is not a no-op.
+func TestEveryFaultFailsItsTrigger(t *testing.T) {
+	all := All()
+	if len(all) < 24 {
+		t.Errorf("catalog holds %d faults; the issue asks for at least 24", len(all))
+	}
+	for _, f := range all {
+		t.Run(f.Name, func(t *testing.T) {
+			if f.Trigger == nil {
+				t.Fatalf("fault %s has no trigger case", f.Name)
+			}
+			if !f.Affects(f.Trigger.Case.Kernel) {
+				t.Fatalf("trigger kernel %s is not one of the fault's kernels %v", f.Trigger.Case.Kernel, f.Kernels)
+			}
+			ref := runTrigger(t, f, backend.Reference{})
+			if ref.Verdict != check.Pass {
+				t.Errorf("reference on %s's trigger: verdict %s, want pass (%v)", f.Name, ref.Verdict, reasons(ref))
+			}
+			bad := runTrigger(t, f, Backend{Fault: f})
+			if bad.Verdict != check.Fail {
+				t.Errorf("faulty:%s on its trigger: verdict %s, want fail (%v)", f.Name, bad.Verdict, reasons(bad))
+			}
+		})
+	}
+}
+
+func reasons(r check.Result) string {
+	var s []string
+	if r.Error != nil {
+		s = append(s, *r.Error)
+	}
+	for _, c := range r.Checks {
+		s = append(s, c.Tensor+": "+string(c.Verdict)+": "+c.Reason)
+	}
+	return strings.Join(s, "; ")
+}
+
+// Every fault names a spec stage, a bug class, a doc and kernels that exist
+// and belong to that stage (a fault in two stages could not be attributed).
+func TestCatalogIsWellFormed(t *testing.T) {
+	for _, f := range All() {
+		if f.BugClass == "" || f.Doc == "" || len(f.Kernels) == 0 {
+			t.Errorf("%s: bug class, doc and kernels are required", f.Name)
+		}
+		for _, kn := range f.Kernels {
+			k, err := kernel.Lookup(kn)
+			if err != nil {
+				t.Errorf("%s: %v", f.Name, err)
+				continue
+			}
+			if k.Stage != f.Stage {
+				t.Errorf("%s (stage %s) lives in %s, a %s kernel", f.Name, f.Stage, kn, k.Stage)
+			}
+		}
+	}
+	// All is sorted by stage order, then name.
+	order := map[string]int{kernel.StageQuant: 0, kernel.StageCache: 1, kernel.StageAttn: 2, kernel.StageCombine: 3}
+	all := All()
+	if !sort.SliceIsSorted(all, func(i, j int) bool {
+		if order[all[i].Stage] != order[all[j].Stage] {
+			return order[all[i].Stage] < order[all[j].Stage]
+		}
+		return all[i].Name < all[j].Name
+	}) {
+		t.Error("All() is not sorted by stage then name")
+	}
+	stages := map[string]int{}
+	for _, f := range all {
+		stages[f.Stage]++
+	}
+	for _, s := range []string{kernel.StageQuant, kernel.StageCache, kernel.StageAttn, kernel.StageCombine} {
+		if stages[s] == 0 {
+			t.Errorf("no fault in stage %s", s)
+		}
+	}
+}
+
+func TestLookupAndBackend(t *testing.T) {
+	if _, err := Lookup("no_such_fault"); err == nil || !strings.Contains(err.Error(), "nibble_order") {
+		t.Errorf("Lookup of an unknown fault: %v, want an error listing the known ones", err)
+	}
+	be, err := backend.Parse("faulty:nibble_order")
+	if err != nil || be.Name() != "faulty:nibble_order" {
+		t.Errorf("backend.Parse(faulty:nibble_order) = %v, %v", be, err)
+	}
+	if _, err := backend.Parse("faulty:bogus"); err == nil {
+		t.Error("backend.Parse(faulty:bogus) accepted")
+	}
+	b, _ := json.Marshal(All()[0])
+	if !strings.Contains(string(b), `"bug_class"`) || strings.Contains(string(b), "Inputs") {
+		t.Errorf("fault JSON %s: want bug_class and no hooks", b)
+	}
+}
