@@ -182,7 +182,7 @@ func init() {
 					continue
 				}
 				copy(after.Data[off:off+e], before.Data[off:off+e]) // never written there
-				w := (off+lim)%(2*lim) - lim                         // the narrow int's two's complement
+				w := (off+lim)%(2*lim) - lim                        // the narrow int's two's complement
 				if w >= 0 && w+e <= int64(len(after.Data)) {
 					moves = append(moves, move{off, w})
 				}
