@@ -1,0 +1,150 @@
+package check
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kcheck-dev/kcheck/internal/safetensors"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+const golden = "../../fixtures/golden/"
+
+// load reads a golden capture into memory the test may change.
+func load(t *testing.T, name string) Capture {
+	t.Helper()
+	f, err := safetensors.Open(golden + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := Capture{Name: name, Metadata: map[string]string{}, Tensors: map[string]*tensor.Tensor{}}
+	for k, v := range f.Metadata {
+		c.Metadata[k] = v
+	}
+	for k, v := range f.Tensors {
+		c.Tensors[k] = v.Clone()
+	}
+	return c
+}
+
+// Each bad capture gives verdict error with a message naming the tensor
+// (or key) and the problem, never a panic.
+func TestBadCaptures(t *testing.T) {
+	tests := []struct {
+		name, file string
+		mutate     func(c *Capture)
+		want       []string
+	}{
+		{"no kernel", "nvfp4_dequantize.safetensors", func(c *Capture) { delete(c.Metadata, "kcheck.kernel") }, []string{"kcheck.kernel", "missing"}},
+		{"unknown kernel", "nvfp4_dequantize.safetensors", func(c *Capture) { c.Metadata["kcheck.kernel"] = "flash_attn_9" }, []string{"unknown kernel", "flash_attn_9"}},
+		{"future format", "nvfp4_dequantize.safetensors", func(c *Capture) { c.Metadata["kcheck.format"] = "2" }, []string{"kcheck.format"}},
+		{"missing input", "nvfp4_dequantize.safetensors", func(c *Capture) { delete(c.Tensors, "block_scale") }, []string{"block_scale", "missing"}},
+		{"no outputs", "nvfp4_dequantize.safetensors", func(c *Capture) { delete(c.Tensors, "out") }, []string{"none of", "outputs"}},
+		{"wrong input dtype", "nvfp4_dequantize.safetensors", func(c *Capture) {
+			p := c.Tensors["packed"]
+			c.Tensors["packed"] = &tensor.Tensor{DType: tensor.I8, Shape: p.Shape, Data: p.Data}
+		}, []string{"packed", "I8"}},
+		{"wrong output dtype", "nvfp4_dequantize.safetensors", func(c *Capture) {
+			o := c.Tensors["out"]
+			c.Tensors["out"] = &tensor.Tensor{DType: tensor.I16, Shape: o.Shape, Data: o.Data}
+		}, []string{"out", "I16"}},
+		{"K not a multiple of 16", "nvfp4_quantize.safetensors", func(c *Capture) {
+			x := c.Tensors["x"]
+			rows, k := x.Shape[0], x.Shape[1]
+			cut := tensor.New(x.DType, rows, k-8)
+			for r := 0; r < rows; r++ {
+				copy(cut.Data[r*(k-8)*2:(r+1)*(k-8)*2], x.Data[r*k*2:])
+			}
+			c.Tensors["x"] = cut
+		}, []string{"x", "multiple of 16"}},
+		{"output shape disagrees", "splitk_combine.safetensors", func(c *Capture) {
+			o := c.Tensors["out"]
+			c.Tensors["out"] = &tensor.Tensor{DType: o.DType, Shape: []int{o.Shape[1], o.Shape[0]}, Data: o.Data}
+		}, []string{"out", "shape"}},
+		{"block table outside the cache", "mla_decode.safetensors", func(c *Capture) {
+			c.Tensors["block_table"].SetInt64(0, 9412)
+		}, []string{"block_table[0,0] = 9412"}},
+		{"seq_len beyond the table", "mla_decode.safetensors", func(c *Capture) {
+			c.Tensors["seq_lens"].SetInt64(1, 5000)
+		}, []string{"seq_lens[1] = 5000"}},
+		{"slot outside the cache", "kv_cache_write.safetensors", func(c *Capture) {
+			c.Tensors["slot_mapping"].SetInt64(2, 1<<40)
+		}, []string{"slot_mapping[2]"}},
+		{"softmax_scale missing", "mla_decode.safetensors", func(c *Capture) { delete(c.Metadata, "softmax_scale") }, []string{"softmax_scale"}},
+		{"bad parameter", "mla_decode.safetensors", func(c *Capture) { c.Metadata["lse_base"] = "10" }, []string{"lse_base"}},
+		{"data shorter than shape", "splitk_combine.safetensors", func(c *Capture) {
+			p := c.Tensors["partial_lse"]
+			p.Data = p.Data[:len(p.Data)-4]
+		}, []string{"partial_lse"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := load(t, tc.file)
+			tc.mutate(&c)
+			res := Run(c, Options{})
+			if res.Verdict != Error || res.Error == nil {
+				t.Fatalf("verdict %s, want error", res.Verdict)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(*res.Error, w) {
+					t.Errorf("error %q does not mention %q", *res.Error, w)
+				}
+			}
+		})
+	}
+}
+
+// NaN in an input is not an error: the kernel must carry it through, and
+// the report says it was there.
+func TestNaNInputIsAnAnomalyNotAnError(t *testing.T) {
+	c := load(t, "nvfp4_quantize.safetensors")
+	x := c.Tensors["x"]
+	binary.LittleEndian.PutUint16(x.Data[2*5:], 0x7FC0) // x[0,5] = NaN
+	res := Run(c, Options{})
+	if res.Verdict == Error {
+		t.Fatalf("verdict error (%s); a NaN input must be checked", *res.Error)
+	}
+	found := false
+	for _, n := range res.Notes {
+		found = found || strings.Contains(n, "input anomaly: tensor x holds 1 NaN")
+	}
+	if !found {
+		t.Errorf("notes %q do not report the NaN in x", res.Notes)
+	}
+}
+
+// Unreadable files are verdict error naming the file's problem.
+func TestBadFiles(t *testing.T) {
+	good, err := os.ReadFile(golden + "splitk_combine.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"truncated", good[:5], "8"},
+		{"header past the end", append(binary.LittleEndian.AppendUint64(nil, 1<<40), good[8:]...), "header"},
+		{"header not JSON", append(binary.LittleEndian.AppendUint64(nil, 4), []byte("nope")...), "JSON"},
+		{"data cut short", good[:len(good)-10], "partial"},
+		{"unknown dtype", []byte(strings.Replace(string(good), `"F32"`, `"F31"`, 1)), "F31"},
+	}
+	dir := t.TempDir()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".safetensors")
+			if err := os.WriteFile(path, tc.data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			res := File(path, nil, Options{})
+			if res.Verdict != Error || res.Error == nil || !strings.Contains(*res.Error, tc.want) {
+				t.Fatalf("verdict %s error %v, want error mentioning %q", res.Verdict, res.Error, tc.want)
+			}
+		})
+	}
+}

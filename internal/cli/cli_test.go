@@ -1,0 +1,145 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const fx = "../../fixtures/"
+
+func run(t *testing.T, args ...string) (ExitCode, string, string) {
+	t.Helper()
+	var out, errw bytes.Buffer
+	code := Main(args, strings.NewReader(""), &out, &errw)
+	return code, out.String(), errw.String()
+}
+
+// Exit status as spec section 7 fixes it, with and without --bisect.
+func TestCheckExitCodes(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.safetensors")
+	if err := os.WriteFile(bad, []byte("not a safetensors file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want ExitCode
+	}{
+		{"pass", []string{"check", fx + "examples/nvfp4_dequant_ok.safetensors"}, ExitPass},
+		{"fail", []string{"check", fx + "examples/nvfp4_dequant_nibble_order.safetensors"}, ExitFail},
+		{"fail beats pass", []string{"check", fx + "examples/nvfp4_dequant_ok.safetensors", fx + "examples/nvfp4_dequant_nibble_order.safetensors"}, ExitFail},
+		{"unusable input", []string{"check", bad}, ExitUsage},
+		{"unusable input, bisect", []string{"check", "--bisect", bad}, ExitSkip},
+		{"fail, bisect", []string{"check", "--bisect", fx + "examples/nvfp4_dequant_nibble_order.safetensors"}, ExitFail},
+		{"missing file", []string{"check", "/nonexistent.safetensors"}, ExitUsage},
+		{"usage", []string{"check"}, ExitUsage},
+		{"unknown flag", []string{"check", "--frobnicate", bad}, ExitUsage},
+		{"directory", []string{"check", fx + "golden"}, ExitPass},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if code, out, errs := run(t, tc.args...); code != tc.want {
+				t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.want, out, errs)
+			}
+		})
+	}
+}
+
+func TestExitForVerdict(t *testing.T) {
+	tests := []struct {
+		verdict string
+		bisect  bool
+		want    ExitCode
+	}{
+		{"pass", false, 0}, {"fail", false, 1}, {"error", false, 2}, {"inconclusive", false, 3},
+		{"pass", true, 0}, {"fail", true, 1}, {"error", true, 125}, {"inconclusive", true, 125},
+	}
+	for _, tc := range tests {
+		if got := exitForVerdict(tc.verdict, tc.bisect); got != tc.want {
+			t.Errorf("exitForVerdict(%s, bisect=%v) = %d, want %d", tc.verdict, tc.bisect, got, tc.want)
+		}
+	}
+}
+
+// --json prints one object per file with the fields scripts rely on.
+func TestCheckJSON(t *testing.T) {
+	code, out, _ := run(t, "check", "--json", fx+"examples/pipeline_ok.safetensors", fx+"examples/pipeline_quant_nibble_order.safetensors")
+	if code != ExitFail {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	var objs []map[string]any
+	for dec.More() {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, m)
+	}
+	if len(objs) != 2 {
+		t.Fatalf("%d JSON objects, want one per file", len(objs))
+	}
+	for _, m := range objs {
+		for _, key := range []string{"file", "kernel", "verdict", "stage", "checks", "error"} {
+			if _, ok := m[key]; !ok {
+				t.Errorf("object for %v lacks %q", m["file"], key)
+			}
+		}
+	}
+	if objs[0]["stage"] != nil || objs[1]["stage"] != "quant" {
+		t.Errorf("stages %v, %v; want null and quant", objs[0]["stage"], objs[1]["stage"])
+	}
+	checks := objs[1]["checks"].([]any)
+	first := checks[0].(map[string]any)
+	if _, ok := first["signature"]; !ok {
+		t.Errorf("failing check has no signature: %v", first)
+	}
+}
+
+func TestRunSharding(t *testing.T) {
+	code, out, errs := run(t, "cases", "--match", "splitk_combine/*")
+	if code != 0 {
+		t.Fatalf("cases: %d %s", code, errs)
+	}
+	all := strings.Fields(out)
+	seen := map[string]int{}
+	for i := 0; i < 3; i++ {
+		code, out, errs := run(t, "run", "--match", "splitk_combine/*", "--shard", []string{"0/3", "1/3", "2/3"}[i], "-q")
+		if code != 0 {
+			t.Fatalf("shard %d: exit %d %s", i, code, errs)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			seen[strings.Fields(line)[1]]++
+		}
+	}
+	if len(seen) != len(all) {
+		t.Errorf("shards ran %d distinct cases, the selection has %d", len(seen), len(all))
+	}
+	for name, n := range seen {
+		if n != 1 {
+			t.Errorf("case %s ran %d times across shards", name, n)
+		}
+	}
+	for _, bad := range []string{"3/3", "x", "1/0", "-1/2"} {
+		if code, _, _ := run(t, "run", "--match", "splitk_combine/*", "--shard", bad); code != ExitUsage {
+			t.Errorf("--shard %s: exit %d, want 2", bad, code)
+		}
+	}
+}
+
+func TestRunFaultyBackendFails(t *testing.T) {
+	code, out, errs := run(t, "run", "--case", "nvfp4_dequantize/m16/k2048/linear/dequant", "--backend", "faulty:nibble_order", "-q")
+	if code != ExitFail || !strings.HasPrefix(out, "FAIL") {
+		t.Fatalf("exit %d out %q err %q, want a fail", code, out, errs)
+	}
+	if code, _, errs := run(t, "run", "--case", "nope"); code != ExitUsage || !strings.Contains(errs, "no case named") {
+		t.Errorf("unknown case: exit %d, stderr %q", code, errs)
+	}
+	if code, _, errs := run(t, "run", "--backend", "warp-drive", "--case", "nvfp4_dequantize/m16/k2048/linear/dequant"); code != ExitUsage || !strings.Contains(errs, "unknown backend") {
+		t.Errorf("unknown backend: exit %d, stderr %q", code, errs)
+	}
+}
