@@ -105,7 +105,9 @@ func TestFitLinkFlattens(t *testing.T) {
 	}
 }
 
-func kernelSpec(name string, rank int) kernel.TensorSpec { return kernel.TensorSpec{Name: name, Rank: rank} }
+func kernelSpec(name string, rank int) kernel.TensorSpec {
+	return kernel.TensorSpec{Name: name, Rank: rank}
+}
 
 func equalInts(a, b []int) bool {
 	if len(a) != len(b) {
