@@ -14,6 +14,7 @@
 //	last_page, page_tail        partial_last_page (1 on the partially filled last page)
 //	page_offset, token_mod_page page_boundary when the failures sit at offsets 0 and/or P-1
 //	split                       split_boundary
+//	pad                         padding (the padding of a swizzled layout)
 //	parity, nibble, <axis>%2    alternating_nibbles (the last axis' parity is added automatically)
 //	block16, scale_block        scale_block (16-element scale blocks; a bare
 //	                            "block" is a cache block and stays generic)
@@ -45,7 +46,8 @@
 // number of failing elements, must exceed MinScore, and S must be at most a
 // quarter of the values (one value when K < 8) holding most of the mass
 // (q >= 0.75) in a small part of the elements (q >= 3e; for a half of
-// the elements, such as one parity, q >= 0.9).
+// the elements, such as one parity, q >= 0.9), or else hold every failure
+// with at least 16 clean elements outside (all of a layout's padding).
 package signature
 
 import (
@@ -75,6 +77,7 @@ const (
 	GrowthWithContext = "growth_with_context"
 	ConstantFactor    = "constant_factor"
 	Zeros             = "zeros"
+	Padding           = "padding"
 )
 
 // Signature is the named pattern of a check's errors.
@@ -245,16 +248,20 @@ func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
 		})
 		var q, e float64
 		// A pattern is a few values holding the failures: at most a quarter
-		// of the values (one of two or three for a parity or a split).
+		// of the values (one of two or three for a parity or a split), in
+		// at most half the elements, unless the set holds every failure and
+		// leaves at least 16 clean elements outside (errors in all of the
+		// padding, however much of the tensor it is).
 		kmax := max(1, K/4)
 		for k := 1; k <= kmax; k++ {
 			v := order[k-1]
 			q += st.mass[v] / sw
 			e += st.count[v] / float64(N)
-			if e > 0.5 {
+			all := q >= 1-1e-9 && float64(N)*(1-e) >= 16
+			if e > 0.5 && !all {
 				break
 			}
-			if q < 0.75 || q < min(3*e, 0.9) {
+			if !all && (q < 0.75 || q < min(3*e, 0.9)) {
 				continue
 			}
 			s := mEff*kl(min(q, 1), e) - lnChoose(K, k) - nameTry
@@ -496,6 +503,8 @@ func patternFor(st *coordStats, set []int) string {
 		return PageBoundary
 	case strings.Contains(n, "split"):
 		return SplitBoundary
+	case strings.Contains(n, "pad"):
+		return Padding
 	case strings.Contains(n, "parity") || strings.Contains(n, "nibble") || strings.HasSuffix(n, "%2"):
 		return AlternatingNibble
 	case strings.Contains(n, "block16") || strings.Contains(n, "scale_block"):
@@ -531,6 +540,8 @@ func gloss(pat string) string {
 		return " (split-K splits)"
 	case PartialLastPage:
 		return " (the partially filled last page)"
+	case Padding:
+		return " (layout padding: written where it should be zero, or left unwritten)"
 	case AlternatingNibble:
 		return " (alternate elements: nibble order)"
 	case ScaleBlock:

@@ -139,6 +139,20 @@ func TestPatterns(t *testing.T) {
 				// err/tol ∝ sqrt(context): 0.3 at 128 tokens, 3.4 at 16K.
 				return 0.3 * math.Sqrt(float64(int(1)<<idx[0])) * (0.8 + 0.4*r.Float64())
 			}}, GrowthWithContext, "context_len", nil},
+		{"uninitialised padding of a 128-row scale tile (most of the tensor)", synth{shape: []int{128, 8}, axes: []string{"sf_row", "sf_col"},
+			derived: func(idx []int) []kernel.Coord {
+				pad := 0
+				if idx[0] >= 16 {
+					pad = 1
+				}
+				return []kernel.Coord{{Name: "padding", Value: pad}}
+			},
+			bug: func(idx []int, r *rand.Rand) float64 {
+				if idx[0] >= 16 {
+					return math.Inf(1)
+				}
+				return 0
+			}}, Padding, "padding", []int{1}},
 		{"noise only", synth{shape: []int{64, 64}, axes: []string{"row", "col"}}, None, "", nil},
 		{"one corrupted element", synth{shape: []int{64, 64}, axes: []string{"head", "latent"},
 			bug: func(idx []int, r *rand.Rand) float64 {
@@ -296,6 +310,7 @@ func TestNamesTheKernelsUse(t *testing.T) {
 		{"page_offset", []int{0, 15}, PageBoundary},
 		{"page_offset", []int{0, 5}, Concentrated},
 		{"part", []int{1}, Concentrated},
+		{"padding", []int{1}, Padding},
 	}
 	for _, tc := range tests {
 		st := &coordStats{name: tc.name, vals: []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}}
