@@ -143,3 +143,32 @@ func TestRunFaultyBackendFails(t *testing.T) {
 		t.Errorf("unknown backend: exit %d, stderr %q", code, errs)
 	}
 }
+
+func TestMerge(t *testing.T) {
+	dir := t.TempDir()
+	var files []string
+	for i, shard := range []string{"0/2", "1/2"} {
+		_, out, _ := run(t, "run", "--match", "splitk_combine/kimi-k2/*", "--shard", shard, "--json")
+		f := filepath.Join(dir, []string{"a.json", "b.json"}[i])
+		if err := os.WriteFile(f, []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	code, out, errs := run(t, append([]string{"merge"}, files...)...)
+	if code != ExitPass || !strings.Contains(errs, "5 results: 5 pass") {
+		t.Fatalf("merge: exit %d, stderr %q", code, errs)
+	}
+	if n := strings.Count(out, "\n"); n != 5 {
+		t.Errorf("%d merged objects, want 5", n)
+	}
+	// The same shard twice is an overlap, not a bigger run.
+	if code, _, errs := run(t, "merge", files[0], files[0]); code != ExitUsage || !strings.Contains(errs, "appears twice") {
+		t.Errorf("duplicate shard: exit %d, stderr %q", code, errs)
+	}
+	garbage := filepath.Join(dir, "g.json")
+	os.WriteFile(garbage, []byte(`{"file": 3}`), 0o644)
+	if code, _, errs := run(t, "merge", garbage); code != ExitUsage || !strings.Contains(errs, "g.json") {
+		t.Errorf("garbage: exit %d, stderr %q", code, errs)
+	}
+}
