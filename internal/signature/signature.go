@@ -234,7 +234,7 @@ func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
 		q, e  float64
 		score float64
 	}
-	var best, bestCtx *cand
+	var best *cand
 	for _, st := range stats {
 		K := len(st.vals)
 		if K < 2 {
@@ -269,13 +269,9 @@ func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
 				continue
 			}
 			c := &cand{st, append([]int(nil), order[:k]...), q, e, s}
-			target := &best
-			if contextLike(st.name) {
-				target = &bestCtx
-			}
-			if *target == nil || c.score > (*target).score ||
-				(c.score == (*target).score && specificity(c.st.name) > specificity((*target).st.name)) {
-				*target = c
+			if best == nil || c.score > best.score ||
+				(c.score == best.score && specificity(c.st.name) > specificity(best.st.name)) {
+				best = c
 			}
 		}
 	}
@@ -291,14 +287,17 @@ func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
 			Groups: topGroups(c.st, sw, N, maxGroups),
 		}
 	}
-	if best != nil {
+	// The best concentration wins, unless it is on a request or context
+	// coordinate and the excess grows with the context: then the growth is
+	// the better explanation (the longest requests fail most).
+	if best != nil && !contextLike(best.st.name) {
 		return sig(best)
 	}
 	if t := trend(stats, N, maxGroups); t != nil {
 		return t
 	}
-	if bestCtx != nil {
-		return sig(bestCtx)
+	if best != nil {
+		return sig(best)
 	}
 	if mEff < 5 {
 		return &Signature{Pattern: Isolated, Detail: isolatedDetail(o, shape, ex, thr, failing)}

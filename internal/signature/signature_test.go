@@ -153,6 +153,14 @@ func TestPatterns(t *testing.T) {
 				}
 				return 0
 			}}, Padding, "padding", []int{1}},
+		{"one request's rows (a neighbour's block-table row)", synth{shape: []int{64, 32}, axes: []string{"row", "dim"},
+			derived: func(idx []int) []kernel.Coord { return []kernel.Coord{{Name: "request", Value: idx[0] / 8}} },
+			bug: func(idx []int, r *rand.Rand) float64 {
+				if idx[0]/8 == 3 {
+					return 2 + r.Float64()
+				}
+				return 0
+			}}, Concentrated, "request", []int{3}},
 		{"noise only", synth{shape: []int{64, 64}, axes: []string{"row", "col"}}, None, "", nil},
 		{"one corrupted element", synth{shape: []int{64, 64}, axes: []string{"head", "latent"},
 			bug: func(idx []int, r *rand.Rand) float64 {
