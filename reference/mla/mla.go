@@ -501,31 +501,53 @@ type state struct {
 	acc    []float64
 }
 
+// A worker holds one goroutine's scratch space, reused from unit to unit.
+// Per block of tokens it decodes the cache rows once, computes the scores of
+// every row of the unit against them in one blocked pass (scoresExact,
+// scoresExpected), runs each row's online-softmax step on its column of
+// scores, and adds the probability-weighted values in blocked passes
+// (pvExact, pvExpected). Every output element sees the same operations in
+// the same order as the one-row-at-a-time loops of the package doc.
 type worker struct {
-	e        *engine
-	kx, kr   []float64 // a block of cache rows: exact, and as the Expected kernel holds them
-	s        []float64 // scores of one row over one block
-	ex, xp   []state
-	accSpace []float64
+	e      *engine
+	kx, kr []float64 // a block of cache rows [Block][D]: exact, and as the Expected kernel holds them
+	q      qpack     // the unit's query rows
+	sx, sr []float64 // raw scores [Block][q.stride]: exact dots, expected dots
+	px, pr []float64 // probabilities [rows][Block]: exact, and as Expected rounds them
+	sc     []float64 // one row's scaled exact scores
+	nj     []int     // tokens of the current block each row attends
+	ex, xp []state
+	acc    []float64
 }
 
 func (w *worker) do(u *unit) {
 	e := w.e
 	D, L := e.q.D, e.cache.Layout.L
+	n := len(u.rows)
 	if w.kx == nil {
 		w.kx = make([]float64, Block*D)
-		w.kr = make([]float64, Block*D)
-		w.s = make([]float64, Block)
+		if !e.deqSame {
+			w.kr = make([]float64, Block*D)
+		}
+		w.sc = make([]float64, Block)
 	}
-	n := len(u.rows)
+	if e.deqSame {
+		w.kr = w.kx
+	}
+	w.q.pack(e.q.Data, u.rows, D)
 	if cap(w.ex) < n {
 		w.ex, w.xp = make([]state, n), make([]state, n)
-		w.accSpace = make([]float64, 2*n*L)
+		w.acc = make([]float64, 2*n*L)
+		w.px, w.pr = make([]float64, n*Block), make([]float64, n*Block)
+		w.nj = make([]int, n)
 	}
-	w.ex, w.xp = w.ex[:n], w.xp[:n]
+	if len(w.sx) < Block*w.q.stride {
+		w.sx, w.sr = make([]float64, Block*w.q.stride), make([]float64, Block*w.q.stride)
+	}
+	w.ex, w.xp, w.nj = w.ex[:n], w.xp[:n], w.nj[:n]
 	maxLim := 0
 	for r := range u.rows {
-		a := w.accSpace[2*r*L : (2*r+2)*L]
+		a := w.acc[2*r*L : (2*r+2)*L]
 		clear(a)
 		w.ex[r] = state{m: math.Inf(-1), acc: a[:L]}
 		w.xp[r] = state{m: math.Inf(-1), acc: a[L:]}
@@ -533,24 +555,40 @@ func (w *worker) do(u *unit) {
 	}
 	for c0 := 0; c0 < maxLim; c0 += Block {
 		c1 := min(c0+Block, maxLim)
+		nj := c1 - c0
 		for t := c0; t < c1; t++ {
 			blk, off := u.token(t)
-			x := w.kx[(t-c0)*D : (t-c0+1)*D]
-			e.cache.Row(blk, off, x, tensor.F64)
-			if e.deqSame {
-				copy(w.kr[(t-c0)*D:], x)
-			} else {
+			e.cache.Row(blk, off, w.kx[(t-c0)*D:(t-c0+1)*D], tensor.F64)
+			if !e.deqSame {
 				e.cache.Row(blk, off, w.kr[(t-c0)*D:(t-c0+1)*D], e.prec.KVDequant)
 			}
 		}
+		scoresExact(&w.q, w.kx, D, nj, w.sx)
+		scoresExpected(&w.q, w.kr, D, nj, w.sr, e.acc)
 		for r, rs := range u.rows {
-			nj := min(c1, rs.limit) - c0
-			if nj <= 0 {
+			w.nj[r] = max(0, min(c1, rs.limit)-c0)
+			if w.nj[r] > 0 {
+				w.softmaxExact(r, w.nj[r])
+				w.softmaxExpected(r, w.nj[r])
+			}
+		}
+		// Rows attending the same number of tokens go through the PV
+		// product in pairs, so each value row loaded serves two rows.
+		for r := 0; r < n; {
+			m := w.nj[r]
+			if m == 0 {
+				r++
 				continue
 			}
-			q := e.q.Data[rs.q : rs.q+D]
-			w.stepExact(&w.ex[r], q, nj)
-			w.stepExpected(&w.xp[r], q, nj)
+			if r+1 < n && w.nj[r+1] == m {
+				pvExact2(w.ex[r].acc, w.ex[r+1].acc, w.px[r*Block:r*Block+m], w.px[(r+1)*Block:(r+1)*Block+m], w.kx, D)
+				pvExpected2(w.xp[r].acc, w.xp[r+1].acc, w.pr[r*Block:r*Block+m], w.pr[(r+1)*Block:(r+1)*Block+m], w.kr, D, e.acc)
+				r += 2
+				continue
+			}
+			pvExact1(w.ex[r].acc, w.px[r*Block:r*Block+m], w.kx, D)
+			pvExpected1(w.xp[r].acc, w.pr[r*Block:r*Block+m], w.kr, D, e.acc)
+			r++
 		}
 	}
 	for r, rs := range u.rows {
@@ -558,52 +596,16 @@ func (w *worker) do(u *unit) {
 	}
 }
 
-// dot64 is q·k in float64 with four partial sums (order fixed).
-func dot64(q, k []float64) float64 {
-	k = k[:len(q)]
-	var s0, s1, s2, s3 float64
-	d := 0
-	for ; d+4 <= len(q); d += 4 {
-		s0 += float64(q[d] * k[d])
-		s1 += float64(q[d+1] * k[d+1])
-		s2 += float64(q[d+2] * k[d+2])
-		s3 += float64(q[d+3] * k[d+3])
-	}
-	for ; d < len(q); d++ {
-		s0 += float64(q[d] * k[d])
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-// dotAcc is q·k as the Expected kernel accumulates it: k-blocks of MMAK
-// products summed in float64, each block added to an accumulator rounded to
-// mode m.
-func dotAcc(q, k []float64, m rmode) float64 {
-	k = k[:len(q)]
-	acc := 0.0
-	for d0 := 0; d0 < len(q); d0 += MMAK {
-		d1 := min(d0+MMAK, len(q))
-		var s0, s1 float64
-		d := d0
-		for ; d+2 <= d1; d += 2 {
-			s0 += float64(q[d] * k[d])
-			s1 += float64(q[d+1] * k[d+1])
-		}
-		if d < d1 {
-			s0 += float64(q[d] * k[d])
-		}
-		acc = m.round(acc + (s0 + s1))
-	}
-	return acc
-}
-
-func (w *worker) stepExact(st *state, q []float64, nj int) {
-	e := w.e
-	D, L := e.q.D, e.cache.Layout.L
-	s := w.s[:nj]
+// softmaxExact is the Exact online-softmax step of row r over nj tokens:
+// scale the raw dots, rescale the running state on a new maximum, and write
+// the probabilities exp(s_j - m) to px.
+func (w *worker) softmaxExact(r, nj int) {
+	e, st := w.e, &w.ex[r]
+	stride := w.q.stride
+	s := w.sc[:nj]
 	bm := math.Inf(-1)
 	for j := range s {
-		s[j] = e.cfg.SoftmaxScale * dot64(q, w.kx[j*D:(j+1)*D])
+		s[j] = e.cfg.SoftmaxScale * w.sx[j*stride+r]
 		if s[j] > bm {
 			bm = s[j]
 		}
@@ -618,26 +620,24 @@ func (w *worker) stepExact(st *state, q []float64, nj int) {
 		}
 		st.m = bm
 	}
+	p := w.px[r*Block : r*Block+nj]
 	for j := range s {
-		p := math.Exp(s[j] - st.m)
-		st.sum += p
-		v := w.kx[j*D : j*D+L]
-		for l, x := range v {
-			st.acc[l] += float64(p * x)
-		}
+		p[j] = math.Exp(s[j] - st.m)
+		st.sum += p[j]
 	}
 }
 
-func (w *worker) stepExpected(st *state, q []float64, nj int) {
-	e := w.e
-	D, L := e.q.D, e.cache.Layout.L
+// softmaxExpected is the Expected step (package doc, steps 3 and 4): the
+// fp32 online softmax on the raw accumulated scores, P rounded to
+// Precision.P into pr.
+func (w *worker) softmaxExpected(r, nj int) {
+	e, st := w.e, &w.xp[r]
 	m := e.acc
-	s := w.s[:nj]
+	stride := w.q.stride
 	bm := st.m
-	for j := range s {
-		s[j] = dotAcc(q, w.kr[j*D:(j+1)*D], m)
-		if s[j] > bm {
-			bm = s[j]
+	for j := 0; j < nj; j++ {
+		if s := w.sr[j*stride+r]; s > bm {
+			bm = s
 		}
 	}
 	if bm > st.m {
@@ -651,27 +651,13 @@ func (w *worker) stepExpected(st *state, q []float64, nj int) {
 		st.m = bm
 	}
 	maxScaled := float64(float32(st.m * e.scaleLog2))
-	for j := range s {
+	p := w.pr[r*Block : r*Block+nj]
+	for j := range p {
 		// s·scaleLog2 is exact in float64 (two 24-bit significands):
 		// one rounding to fp32 of the difference is the fp32 fma.
-		p := exp2f(s[j]*e.scaleLog2 - maxScaled)
-		st.sum = float64(float32(st.sum + p))
-		pr := e.pm.round(p)
-		v := w.kr[j*D : j*D+L]
-		switch m {
-		case r32:
-			for l, x := range v {
-				st.acc[l] = float64(float32(st.acc[l] + pr*x))
-			}
-		case r64:
-			for l, x := range v {
-				st.acc[l] += float64(pr * x)
-			}
-		default:
-			for l, x := range v {
-				st.acc[l] = m.round(st.acc[l] + pr*x)
-			}
-		}
+		v := exp2f(w.sr[j*stride+r]*e.scaleLog2 - maxScaled)
+		st.sum = float64(float32(st.sum + v))
+		p[j] = e.pm.round(v)
 	}
 }
 

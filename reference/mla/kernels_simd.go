@@ -1,0 +1,257 @@
+//go:build goexperiment.simd && amd64
+
+package mla
+
+import "simd/archsimd"
+
+// With the simd experiment (GOEXPERIMENT=simd) and AVX-512, the scores are
+// computed eight query rows at a time, one row a vector lane, and the PV
+// products eight latent columns at a time. Each lane performs exactly the
+// scalar operations of the reference loops (dot64, dotAcc, pvExact1,
+// pvExpected1) in the same order, as separate multiplies and adds (no fused
+// multiply-add), so the results are bit-identical to the plain-Go twin in
+// kernels_generic.go.
+
+const qLanes = 8
+
+var useAVX512 = archsimd.X86.AVX512()
+
+func scoresExact(p *qpack, k []float64, d, nj int, s []float64) {
+	if !useAVX512 {
+		scoresExactGeneric(p, k, d, nj, s)
+		return
+	}
+	for g := 0; g < p.stride; g += 8 {
+		j := 0
+		for ; j+2 <= nj; j += 2 {
+			k0, k1 := k[j*d:(j+1)*d], k[(j+1)*d:(j+2)*d]
+			var a0, a1, a2, a3, b0, b1, b2, b3 archsimd.Float64x8
+			i := 0
+			for ; i+4 <= d; i += 4 {
+				q0 := archsimd.LoadFloat64x8Slice(p.t[i*p.stride+g:])
+				q1 := archsimd.LoadFloat64x8Slice(p.t[(i+1)*p.stride+g:])
+				q2 := archsimd.LoadFloat64x8Slice(p.t[(i+2)*p.stride+g:])
+				q3 := archsimd.LoadFloat64x8Slice(p.t[(i+3)*p.stride+g:])
+				a0 = a0.Add(q0.Mul(archsimd.BroadcastFloat64x8(k0[i])))
+				a1 = a1.Add(q1.Mul(archsimd.BroadcastFloat64x8(k0[i+1])))
+				a2 = a2.Add(q2.Mul(archsimd.BroadcastFloat64x8(k0[i+2])))
+				a3 = a3.Add(q3.Mul(archsimd.BroadcastFloat64x8(k0[i+3])))
+				b0 = b0.Add(q0.Mul(archsimd.BroadcastFloat64x8(k1[i])))
+				b1 = b1.Add(q1.Mul(archsimd.BroadcastFloat64x8(k1[i+1])))
+				b2 = b2.Add(q2.Mul(archsimd.BroadcastFloat64x8(k1[i+2])))
+				b3 = b3.Add(q3.Mul(archsimd.BroadcastFloat64x8(k1[i+3])))
+			}
+			for ; i < d; i++ {
+				q0 := archsimd.LoadFloat64x8Slice(p.t[i*p.stride+g:])
+				a0 = a0.Add(q0.Mul(archsimd.BroadcastFloat64x8(k0[i])))
+				b0 = b0.Add(q0.Mul(archsimd.BroadcastFloat64x8(k1[i])))
+			}
+			a0.Add(a1).Add(a2.Add(a3)).StoreSlice(s[j*p.stride+g:])
+			b0.Add(b1).Add(b2.Add(b3)).StoreSlice(s[(j+1)*p.stride+g:])
+		}
+		for ; j < nj; j++ {
+			k0 := k[j*d : (j+1)*d]
+			var a0, a1, a2, a3 archsimd.Float64x8
+			i := 0
+			for ; i+4 <= d; i += 4 {
+				a0 = a0.Add(archsimd.LoadFloat64x8Slice(p.t[i*p.stride+g:]).Mul(archsimd.BroadcastFloat64x8(k0[i])))
+				a1 = a1.Add(archsimd.LoadFloat64x8Slice(p.t[(i+1)*p.stride+g:]).Mul(archsimd.BroadcastFloat64x8(k0[i+1])))
+				a2 = a2.Add(archsimd.LoadFloat64x8Slice(p.t[(i+2)*p.stride+g:]).Mul(archsimd.BroadcastFloat64x8(k0[i+2])))
+				a3 = a3.Add(archsimd.LoadFloat64x8Slice(p.t[(i+3)*p.stride+g:]).Mul(archsimd.BroadcastFloat64x8(k0[i+3])))
+			}
+			for ; i < d; i++ {
+				a0 = a0.Add(archsimd.LoadFloat64x8Slice(p.t[i*p.stride+g:]).Mul(archsimd.BroadcastFloat64x8(k0[i])))
+			}
+			a0.Add(a1).Add(a2.Add(a3)).StoreSlice(s[j*p.stride+g:])
+		}
+	}
+}
+
+// roundLanes is rmode.round on eight lanes (r32 and r64 only).
+func roundLanes(x archsimd.Float64x8, m rmode) archsimd.Float64x8 {
+	if m == r32 {
+		return x.ConvertToFloat32().ConvertToFloat64()
+	}
+	return x
+}
+
+func scoresExpected(p *qpack, k []float64, d, nj int, s []float64, m rmode) {
+	if !useAVX512 || (m != r32 && m != r64) {
+		scoresExpectedGeneric(p, k, d, nj, s, m)
+		return
+	}
+	for g := 0; g < p.stride; g += 8 {
+		j := 0
+		for ; j+2 <= nj; j += 2 {
+			k0, k1 := k[j*d:(j+1)*d], k[(j+1)*d:(j+2)*d]
+			var acc, bcc archsimd.Float64x8
+			for d0 := 0; d0 < d; d0 += MMAK {
+				d1 := min(d0+MMAK, d)
+				var s0, s1, t0, t1 archsimd.Float64x8
+				i := d0
+				for ; i+2 <= d1; i += 2 {
+					q0 := archsimd.LoadFloat64x8Slice(p.t[i*p.stride+g:])
+					q1 := archsimd.LoadFloat64x8Slice(p.t[(i+1)*p.stride+g:])
+					s0 = s0.Add(q0.Mul(archsimd.BroadcastFloat64x8(k0[i])))
+					s1 = s1.Add(q1.Mul(archsimd.BroadcastFloat64x8(k0[i+1])))
+					t0 = t0.Add(q0.Mul(archsimd.BroadcastFloat64x8(k1[i])))
+					t1 = t1.Add(q1.Mul(archsimd.BroadcastFloat64x8(k1[i+1])))
+				}
+				if i < d1 {
+					q0 := archsimd.LoadFloat64x8Slice(p.t[i*p.stride+g:])
+					s0 = s0.Add(q0.Mul(archsimd.BroadcastFloat64x8(k0[i])))
+					t0 = t0.Add(q0.Mul(archsimd.BroadcastFloat64x8(k1[i])))
+				}
+				acc = roundLanes(acc.Add(s0.Add(s1)), m)
+				bcc = roundLanes(bcc.Add(t0.Add(t1)), m)
+			}
+			acc.StoreSlice(s[j*p.stride+g:])
+			bcc.StoreSlice(s[(j+1)*p.stride+g:])
+		}
+		for ; j < nj; j++ {
+			k0 := k[j*d : (j+1)*d]
+			var acc archsimd.Float64x8
+			for d0 := 0; d0 < d; d0 += MMAK {
+				d1 := min(d0+MMAK, d)
+				var s0, s1 archsimd.Float64x8
+				i := d0
+				for ; i+2 <= d1; i += 2 {
+					s0 = s0.Add(archsimd.LoadFloat64x8Slice(p.t[i*p.stride+g:]).Mul(archsimd.BroadcastFloat64x8(k0[i])))
+					s1 = s1.Add(archsimd.LoadFloat64x8Slice(p.t[(i+1)*p.stride+g:]).Mul(archsimd.BroadcastFloat64x8(k0[i+1])))
+				}
+				if i < d1 {
+					s0 = s0.Add(archsimd.LoadFloat64x8Slice(p.t[i*p.stride+g:]).Mul(archsimd.BroadcastFloat64x8(k0[i])))
+				}
+				acc = roundLanes(acc.Add(s0.Add(s1)), m)
+			}
+			acc.StoreSlice(s[j*p.stride+g:])
+		}
+	}
+}
+
+// pvExact2 is pvExact2Generic with 32 latent columns of two rows held in
+// eight vectors across the token loop.
+func pvExact2(acc0, acc1, p0, p1, v []float64, d int) {
+	n := len(acc0)
+	if !useAVX512 || n < 8 {
+		pvExact2Generic(acc0, acc1, p0, p1, v, d)
+		return
+	}
+	acc1 = acc1[:n]
+	p1 = p1[:len(p0)]
+	l := 0
+	for ; l+32 <= n; l += 32 {
+		a0 := archsimd.LoadFloat64x8Slice(acc0[l:])
+		a1 := archsimd.LoadFloat64x8Slice(acc0[l+8:])
+		a2 := archsimd.LoadFloat64x8Slice(acc0[l+16:])
+		a3 := archsimd.LoadFloat64x8Slice(acc0[l+24:])
+		b0 := archsimd.LoadFloat64x8Slice(acc1[l:])
+		b1 := archsimd.LoadFloat64x8Slice(acc1[l+8:])
+		b2 := archsimd.LoadFloat64x8Slice(acc1[l+16:])
+		b3 := archsimd.LoadFloat64x8Slice(acc1[l+24:])
+		for j, pa := range p0 {
+			x := v[j*d+l : j*d+l+32]
+			x0 := archsimd.LoadFloat64x8Slice(x)
+			x1 := archsimd.LoadFloat64x8Slice(x[8:])
+			x2 := archsimd.LoadFloat64x8Slice(x[16:])
+			x3 := archsimd.LoadFloat64x8Slice(x[24:])
+			va, vb := archsimd.BroadcastFloat64x8(pa), archsimd.BroadcastFloat64x8(p1[j])
+			a0 = a0.Add(x0.Mul(va))
+			a1 = a1.Add(x1.Mul(va))
+			a2 = a2.Add(x2.Mul(va))
+			a3 = a3.Add(x3.Mul(va))
+			b0 = b0.Add(x0.Mul(vb))
+			b1 = b1.Add(x1.Mul(vb))
+			b2 = b2.Add(x2.Mul(vb))
+			b3 = b3.Add(x3.Mul(vb))
+		}
+		a0.StoreSlice(acc0[l:])
+		a1.StoreSlice(acc0[l+8:])
+		a2.StoreSlice(acc0[l+16:])
+		a3.StoreSlice(acc0[l+24:])
+		b0.StoreSlice(acc1[l:])
+		b1.StoreSlice(acc1[l+8:])
+		b2.StoreSlice(acc1[l+16:])
+		b3.StoreSlice(acc1[l+24:])
+	}
+	for ; l+8 <= n; l += 8 {
+		a0 := archsimd.LoadFloat64x8Slice(acc0[l:])
+		b0 := archsimd.LoadFloat64x8Slice(acc1[l:])
+		for j, pa := range p0 {
+			x0 := archsimd.LoadFloat64x8Slice(v[j*d+l : j*d+l+8])
+			a0 = a0.Add(x0.Mul(archsimd.BroadcastFloat64x8(pa)))
+			b0 = b0.Add(x0.Mul(archsimd.BroadcastFloat64x8(p1[j])))
+		}
+		a0.StoreSlice(acc0[l:])
+		b0.StoreSlice(acc1[l:])
+	}
+	if l < n {
+		pvExact2Generic(acc0[l:], acc1[l:], p0, p1, v[l:], d)
+	}
+}
+
+// pvExpected2 is pvExpected2Generic; for fp32 accumulation each lane's sum
+// is rounded to fp32 and widened back, as float64(float32(...)) does.
+func pvExpected2(acc0, acc1, p0, p1, v []float64, d int, m rmode) {
+	n := len(acc0)
+	if !useAVX512 || n < 8 || m != r32 {
+		if m == r64 {
+			pvExact2(acc0, acc1, p0, p1, v, d)
+			return
+		}
+		pvExpected2Generic(acc0, acc1, p0, p1, v, d, m)
+		return
+	}
+	acc1 = acc1[:n]
+	p1 = p1[:len(p0)]
+	r := func(x archsimd.Float64x8) archsimd.Float64x8 { return x.ConvertToFloat32().ConvertToFloat64() }
+	l := 0
+	for ; l+32 <= n; l += 32 {
+		a0 := archsimd.LoadFloat64x8Slice(acc0[l:])
+		a1 := archsimd.LoadFloat64x8Slice(acc0[l+8:])
+		a2 := archsimd.LoadFloat64x8Slice(acc0[l+16:])
+		a3 := archsimd.LoadFloat64x8Slice(acc0[l+24:])
+		b0 := archsimd.LoadFloat64x8Slice(acc1[l:])
+		b1 := archsimd.LoadFloat64x8Slice(acc1[l+8:])
+		b2 := archsimd.LoadFloat64x8Slice(acc1[l+16:])
+		b3 := archsimd.LoadFloat64x8Slice(acc1[l+24:])
+		for j, pa := range p0 {
+			x := v[j*d+l : j*d+l+32]
+			x0 := archsimd.LoadFloat64x8Slice(x)
+			x1 := archsimd.LoadFloat64x8Slice(x[8:])
+			x2 := archsimd.LoadFloat64x8Slice(x[16:])
+			x3 := archsimd.LoadFloat64x8Slice(x[24:])
+			va, vb := archsimd.BroadcastFloat64x8(pa), archsimd.BroadcastFloat64x8(p1[j])
+			a0 = r(a0.Add(x0.Mul(va)))
+			a1 = r(a1.Add(x1.Mul(va)))
+			a2 = r(a2.Add(x2.Mul(va)))
+			a3 = r(a3.Add(x3.Mul(va)))
+			b0 = r(b0.Add(x0.Mul(vb)))
+			b1 = r(b1.Add(x1.Mul(vb)))
+			b2 = r(b2.Add(x2.Mul(vb)))
+			b3 = r(b3.Add(x3.Mul(vb)))
+		}
+		a0.StoreSlice(acc0[l:])
+		a1.StoreSlice(acc0[l+8:])
+		a2.StoreSlice(acc0[l+16:])
+		a3.StoreSlice(acc0[l+24:])
+		b0.StoreSlice(acc1[l:])
+		b1.StoreSlice(acc1[l+8:])
+		b2.StoreSlice(acc1[l+16:])
+		b3.StoreSlice(acc1[l+24:])
+	}
+	for ; l+8 <= n; l += 8 {
+		a0 := archsimd.LoadFloat64x8Slice(acc0[l:])
+		b0 := archsimd.LoadFloat64x8Slice(acc1[l:])
+		for j, pa := range p0 {
+			x0 := archsimd.LoadFloat64x8Slice(v[j*d+l : j*d+l+8])
+			a0 = r(a0.Add(x0.Mul(archsimd.BroadcastFloat64x8(pa))))
+			b0 = r(b0.Add(x0.Mul(archsimd.BroadcastFloat64x8(p1[j]))))
+		}
+		a0.StoreSlice(acc0[l:])
+		b0.StoreSlice(acc1[l:])
+	}
+	if l < n {
+		pvExpected2Generic(acc0[l:], acc1[l:], p0, p1, v[l:], d, m)
+	}
+}
