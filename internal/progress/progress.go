@@ -65,6 +65,14 @@ func (b *Bar) Add(n int) {
 	}
 }
 
+// Clear erases the bar from its line, so that other output can be
+// written there; the next Add draws it again.
+func (b *Bar) Clear() {
+	if b.Active() {
+		_ = b.bar.Clear()
+	}
+}
+
 // Finish completes and clears the bar.
 func (b *Bar) Finish() {
 	if b.Active() {

@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// --report on check writes the report beside the usual output and keeps the
+// exit status; it refuses, before checking anything, to overwrite a report
+// without --force; `kcheck report` re-renders the saved JSON.
+func TestCheckReportFlag(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "rep")
+	bad := fx + "examples/nvfp4_dequant_nibble_order.safetensors"
+	code, out, errs := run(t, "check", "--report", dir, bad)
+	if code != ExitFail {
+		t.Fatalf("exit %d, want 1\n%s\n%s", code, out, errs)
+	}
+	if !strings.Contains(out, "FAIL") || !strings.Contains(errs, "report written to "+filepath.Join(dir, "report.md")) {
+		t.Errorf("stdout %q\nstderr %q", out, errs)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"kcheck check " + bad, "### Evidence files", "![1-out-along](plots/1-out-along.png)"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	// Again without --force: refused up front (exit 2), nothing checked.
+	code, out, errs = run(t, "check", "--report", dir, bad)
+	if code != ExitUsage || out != "" || !strings.Contains(errs, "exists: not overwriting it (use --force)") {
+		t.Errorf("second run: exit %d\nstdout %q\nstderr %q", code, out, errs)
+	}
+	if code, _, errs = run(t, "check", "--report", dir, "--force", bad); code != ExitFail {
+		t.Errorf("--force: exit %d: %s", code, errs)
+	}
+	// Re-render: Markdown on stdout, or a directory with --out.
+	code, out, errs = run(t, "report", filepath.Join(dir, "report.json"))
+	if code != ExitPass || !strings.Contains(out, "## kcheck: FAIL: nvfp4_dequantize") {
+		t.Errorf("report to stdout: exit %d\n%.200s\n%s", code, out, errs)
+	}
+	dir2 := filepath.Join(t.TempDir(), "again")
+	if code, _, errs = run(t, "report", "--out", dir2, filepath.Join(dir, "report.json")); code != ExitPass {
+		t.Fatalf("report --out: exit %d: %s", code, errs)
+	}
+	again, _ := os.ReadFile(filepath.Join(dir2, "report.md"))
+	if string(again) != string(md) {
+		t.Error("re-rendered report.md differs from the one --report wrote")
+	}
+	if code, _, errs = run(t, "report", filepath.Join(t.TempDir(), "missing.json")); code != ExitUsage {
+		t.Errorf("missing input: exit %d: %s", code, errs)
+	}
+}
+
+// --report on run: every case is an item with its reproduction command;
+// with --out the captures are the evidence. No progress bar is drawn into
+// a non-terminal stderr.
+func TestRunReportFlag(t *testing.T) {
+	tmp := t.TempDir()
+	dir, caps := filepath.Join(tmp, "rep"), filepath.Join(tmp, "caps")
+	name := "kv_cache_gather/bf16/p16/ctx-3P"
+	if err := os.MkdirAll(caps, 0o755); err != nil { // --out does not create its directory
+		t.Fatal(err)
+	}
+	code, _, errs := run(t, "run", "--case", name, "--backend", "faulty:page_boundary_off_by_one", "--out", caps, "--report", dir)
+	if code != ExitFail {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"kcheck run --case " + name + " --backend faulty:page_boundary_off_by_one",
+		captureFile(caps, name),
+		"(by `token`)",
+	} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	if strings.ContainsAny(errs, "\r\x1b") {
+		t.Errorf("progress bar drawn into a non-terminal stderr: %q", errs)
+	}
+}

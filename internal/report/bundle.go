@@ -1,0 +1,138 @@
+package report
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/compare"
+)
+
+// Format is the version of report.json.
+const Format = 1
+
+// Bundle is everything a report renders: report.json holds it as is, and
+// `kcheck report` re-renders the Markdown and plots from it.
+type Bundle struct {
+	Format int `json:"kcheck_report"`
+	// Title heads the Markdown ("" gives one from the verdicts).
+	Title       string      `json:"title,omitempty"`
+	Environment Environment `json:"environment"`
+	// Command is the command line that produced the results.
+	Command   string     `json:"command,omitempty"`
+	Items     []Item     `json:"items"`
+	Diagnosis *Diagnosis `json:"diagnosis,omitempty"`
+}
+
+// Item is one checked file or case.
+type Item struct {
+	Result check.Result `json:"result"`
+	// Reproduce is the command that re-runs this item.
+	Reproduce string `json:"reproduce,omitempty"`
+	// Profiles hold each output's error by coordinate (see Recorder);
+	// absent when the item was re-rendered from `check --json` output.
+	Profiles []Profile `json:"profiles,omitempty"`
+	// Evidence is each file behind the item, with its hash.
+	Evidence []Evidence `json:"evidence,omitempty"`
+}
+
+// Evidence identifies a file by size and SHA-256.
+type Evidence struct {
+	File   string `json:"file"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+// Diagnosis is a drift simulation's outcome, in the shape `kcheck diagnose
+// --json` prints (spec section 7).
+type Diagnosis struct {
+	Verdict         string   `json:"verdict"`
+	Stage           *string  `json:"stage"`
+	FirstStep       *int     `json:"first_step"`
+	FirstContextLen *int     `json:"first_context_len"`
+	Steps           []Step   `json:"steps"`
+	Swaps           []Swap   `json:"swaps,omitempty"`
+	Notes           []string `json:"notes,omitempty"`
+}
+
+// Step is one decode step of the simulation.
+type Step struct {
+	Step       int           `json:"step"`
+	Prompt     int           `json:"prompt"`
+	ContextLen int           `json:"context_len"`
+	Error      compare.Float `json:"error"`
+	Floor      compare.Float `json:"floor"`
+}
+
+// Swap is the simulation rerun with one stage replaced by its reference.
+type Swap struct {
+	Stage string `json:"stage"`
+	// MaxError is the largest per-step error with that stage swapped;
+	// RemovesDrift says whether it stays on the noise floor.
+	MaxError     compare.Float `json:"max_error"`
+	RemovesDrift bool          `json:"removes_drift"`
+}
+
+// Environment is where a report was made.
+type Environment struct {
+	Kcheck   string `json:"kcheck"`
+	Revision string `json:"revision,omitempty"`
+	Modified bool   `json:"modified,omitempty"`
+	Built    string `json:"built,omitempty"`
+	Go       string `json:"go"`
+	OS       string `json:"os"`
+	Arch     string `json:"arch"`
+	CPUs     int    `json:"cpus"`
+}
+
+// CurrentEnvironment describes this process: kcheck's version and VCS
+// revision from the build information, the Go version, OS, architecture
+// and CPU count.
+func CurrentEnvironment() Environment {
+	e := Environment{Kcheck: "(devel)", Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			e.Kcheck = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				e.Revision = s.Value
+			case "vcs.modified":
+				e.Modified = s.Value == "true"
+			case "vcs.time":
+				e.Built = s.Value
+			}
+		}
+	}
+	return e
+}
+
+// HashFiles returns the size and SHA-256 of each file.
+func HashFiles(paths ...string) ([]Evidence, error) {
+	var out []Evidence
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, fmt.Errorf("evidence file: %v", err)
+		}
+		h := sha256.New()
+		n, err := io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("evidence file %s: %v", p, err)
+		}
+		out = append(out, Evidence{File: p, Bytes: n, SHA256: hex.EncodeToString(h.Sum(nil))})
+	}
+	return out, nil
+}
+
+// NewBundle starts a bundle for this process's environment.
+func NewBundle(command string) Bundle {
+	return Bundle{Format: Format, Environment: CurrentEnvironment(), Command: command}
+}

@@ -1,0 +1,130 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/kcheck-dev/kcheck/internal/check"
+)
+
+// Load reads saved results into one bundle: report.json files (a whole
+// bundle each), and streams of JSON objects as `kcheck check --json` and
+// `kcheck run --json` print them (one result a line), or as `kcheck
+// diagnose --json` prints (an object with "steps"). Items keep their file
+// order. The environment is the one recorded in the first report.json, or
+// this process's when none is read.
+func Load(paths ...string) (Bundle, error) {
+	var b Bundle
+	haveEnv := false
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return b, err
+		}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		for n := 1; ; n++ {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return b, fmt.Errorf("%s: object %d: %v", p, n, err)
+			}
+			var keys map[string]json.RawMessage
+			if err := json.Unmarshal(raw, &keys); err != nil {
+				return b, fmt.Errorf("%s: object %d is not a JSON object: %v", p, n, err)
+			}
+			switch {
+			case keys["kcheck_report"] != nil:
+				var sub Bundle
+				if err := json.Unmarshal(raw, &sub); err != nil {
+					return b, fmt.Errorf("%s: report %d: %v", p, n, err)
+				}
+				if sub.Format != Format {
+					return b, fmt.Errorf("%s: kcheck_report = %d: this kcheck reads format %d", p, sub.Format, Format)
+				}
+				if !haveEnv {
+					b.Environment, b.Command, b.Title, haveEnv = sub.Environment, sub.Command, sub.Title, true
+				}
+				b.Items = append(b.Items, sub.Items...)
+				if sub.Diagnosis != nil {
+					if b.Diagnosis != nil {
+						return b, fmt.Errorf("%s: a second diagnosis: a report holds one", p)
+					}
+					b.Diagnosis = sub.Diagnosis
+				}
+			case keys["steps"] != nil:
+				var d Diagnosis
+				if err := json.Unmarshal(raw, &d); err != nil {
+					return b, fmt.Errorf("%s: diagnosis %d: %v", p, n, err)
+				}
+				if b.Diagnosis != nil {
+					return b, fmt.Errorf("%s: a second diagnosis: a report holds one", p)
+				}
+				b.Diagnosis = &d
+				// A diagnosis of a capture carries its check result too.
+				if keys["checks"] != nil && keys["file"] != nil {
+					var r check.Result
+					if err := json.Unmarshal(raw, &r); err == nil {
+						b.Items = append(b.Items, Item{Result: r, Reproduce: "kcheck diagnose " + r.File})
+					}
+				}
+			case keys["verdict"] != nil && (keys["checks"] != nil || keys["file"] != nil):
+				var r check.Result
+				if err := json.Unmarshal(raw, &r); err != nil {
+					return b, fmt.Errorf("%s: result %d: %v", p, n, err)
+				}
+				b.Items = append(b.Items, Item{Result: r, Reproduce: reproduceFor(r)})
+			default:
+				return b, fmt.Errorf("%s: object %d is neither a check result (file, verdict, checks), a diagnosis (steps) nor a report (kcheck_report)", p, n)
+			}
+		}
+	}
+	if !haveEnv {
+		b.Environment = CurrentEnvironment()
+	}
+	b.Format = Format
+	if len(b.Items) == 0 && b.Diagnosis == nil {
+		return b, errors.New("no result to report: the files hold no check result, diagnosis or report")
+	}
+	return b, nil
+}
+
+// reproduceFor guesses the command behind a bare result: a file that
+// exists is re-checked; a run's result is named after its case.
+func reproduceFor(r check.Result) string {
+	if r.File == "" {
+		return ""
+	}
+	if _, err := os.Stat(r.File); err == nil {
+		return "kcheck check " + shellQuote(r.File)
+	}
+	if backend, ok := r.Provenance["kcheck.backend"]; ok {
+		return fmt.Sprintf("kcheck run --case %s --backend %s", shellQuote(r.File), shellQuote(backend))
+	}
+	return ""
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '/' || c == '.' || c == '_' || c == '-' || c == ':' || c == '=' || c == ',' || c == '+') {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// ShellQuote quotes s for a POSIX shell when it needs it (for the
+// reproduction commands the command line builds).
+func ShellQuote(s string) string { return shellQuote(s) }

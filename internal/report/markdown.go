@@ -1,0 +1,479 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/compare"
+	"github.com/kcheck-dev/kcheck/internal/signature"
+)
+
+// Figure is a plot the Markdown links to.
+type Figure struct {
+	Path    string // relative to the report directory
+	Caption string
+}
+
+// figures are the plots of a bundle: by item index and check tensor, and
+// the drift plot.
+type figures struct {
+	byCheck map[int]map[string][]Figure
+	drift   *Figure
+}
+
+// MarkdownOptions tune the Markdown.
+type MarkdownOptions struct {
+	// MaxDetails bounds the items given a detailed section (default 10);
+	// the rest appear in the summary table only.
+	MaxDetails int
+}
+
+// detailed picks the items worth a section: every item that does not
+// pass (or all of them when everything passes), at most max.
+func detailed(items []Item, max int) []int {
+	if max <= 0 {
+		max = 10
+	}
+	var idx []int
+	for i, it := range items {
+		if it.Result.Verdict != check.Pass {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		for i := range items {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) > max {
+		idx = idx[:max]
+	}
+	return idx
+}
+
+// Markdown writes the report: a summary, a section per failing item
+// (reproduction, capture provenance, stage attribution, a metrics table per
+// output, worst elements, signature, plots), the drift of a diagnosis, the
+// environment and the evidence hashes. It is written to paste into a GitHub
+// issue.
+func Markdown(w io.Writer, b Bundle, opt MarkdownOptions) error {
+	return markdown(w, b, figures{}, opt)
+}
+
+func markdown(w io.Writer, b Bundle, figs figures, opt MarkdownOptions) error {
+	mw := &mdWriter{w: w}
+	mw.p("## %s\n\n", title(b))
+	if len(b.Items) > 1 || (len(b.Items) == 1 && b.Diagnosis != nil) {
+		mw.p("| # | file or case | kernel | verdict | culprit stage | worst err/tol |\n|---|---|---|---|---|---|\n")
+		for i, it := range b.Items {
+			r := it.Result
+			mw.p("| %d | `%s` | %s | %s | %s | %s |\n", i+1, cell(r.File), cell(r.Kernel), verdictCell(r.Verdict), stageCell(r.Stage), worstCell(r.Checks))
+		}
+		mw.p("\n")
+	}
+	if d := b.Diagnosis; d != nil {
+		writeDiagnosis(mw, d, figs.drift)
+	}
+	for _, i := range detailed(b.Items, opt.MaxDetails) {
+		writeItem(mw, i, len(b.Items), b.Items[i], figs.byCheck[i])
+	}
+	writeEnvironment(mw, b)
+	return mw.err
+}
+
+type mdWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (m *mdWriter) p(format string, args ...any) {
+	if m.err == nil {
+		_, m.err = fmt.Fprintf(m.w, format, args...)
+	}
+}
+
+func title(b Bundle) string {
+	if b.Title != "" {
+		return b.Title
+	}
+	count := map[string]int{}
+	for _, it := range b.Items {
+		count[it.Result.Verdict]++
+	}
+	var parts []string
+	for _, v := range []string{check.Fail, check.Error, check.Inconclusive, check.Pass} {
+		if count[v] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", count[v], v))
+		}
+	}
+	t := "kcheck report"
+	if b.Diagnosis != nil {
+		t = "kcheck diagnosis: " + b.Diagnosis.Verdict
+		if b.Diagnosis.Stage != nil {
+			t += ", culprit stage `" + *b.Diagnosis.Stage + "`"
+		}
+		if len(parts) == 0 {
+			return t
+		}
+	}
+	if len(b.Items) == 1 && b.Diagnosis == nil {
+		r := b.Items[0].Result
+		t = fmt.Sprintf("kcheck: %s: %s", strings.ToUpper(r.Verdict), r.Kernel)
+		if r.Stage != nil {
+			t += ", culprit stage `" + *r.Stage + "`"
+		}
+		return t
+	}
+	return t + ": " + strings.Join(parts, ", ")
+}
+
+// cell makes text safe inside a Markdown table cell.
+func cell(s string) string {
+	s = strings.ReplaceAll(s, "|", `\|`)
+	return strings.ReplaceAll(strings.ReplaceAll(s, "\r", " "), "\n", " ")
+}
+
+func verdictCell(v string) string {
+	if v == check.Pass {
+		return "pass"
+	}
+	return "**" + strings.ToUpper(v) + "**"
+}
+
+func stageCell(s *string) string {
+	if s == nil {
+		return "–"
+	}
+	return "`" + *s + "`"
+}
+
+func worstCell(cs []compare.Check) string {
+	best, name := -1.0, ""
+	for _, c := range cs {
+		if v := float64(c.Metrics.MaxExcess); v > best || name == "" {
+			best, name = v, c.Tensor
+		}
+	}
+	if name == "" {
+		return "–"
+	}
+	return fmt.Sprintf("%s (`%s`)", num(best), cell(name))
+}
+
+// num formats a metric: 4 significant digits, Inf and NaN spelled.
+func num(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "NaN"
+	case math.IsInf(v, 1):
+		return "+Inf"
+	case math.IsInf(v, -1):
+		return "-Inf"
+	}
+	return fmt.Sprintf("%.4g", v)
+}
+
+func writeItem(mw *mdWriter, i, n int, it Item, figs map[string][]Figure) {
+	r := it.Result
+	head := "###"
+	if n > 1 {
+		mw.p("%s %d. `%s`: %s, %s\n\n", head, i+1, cell(r.File), r.Kernel, verdictCell(r.Verdict))
+	} else {
+		mw.p("%s `%s`: %s, %s\n\n", head, cell(r.File), r.Kernel, verdictCell(r.Verdict))
+	}
+	if r.Error != nil {
+		mw.p("**The file could not be checked:** %s\n\n", cell(*r.Error))
+	}
+	if it.Reproduce != "" {
+		mw.p("Reproduce:\n\n```sh\n%s\n```\n\n", it.Reproduce)
+	}
+	if len(r.Provenance) > 0 {
+		mw.p("Capture: %s\n\n", provenanceLine(r.Provenance))
+	}
+	if pr := r.Precision; pr != nil {
+		sat := "saturating"
+		if !pr.FP8Saturate {
+			sat = "non-saturating"
+		}
+		mw.p("Declared precision: accumulation %s, P %s, KV dequantized to %s, FP8 stores %s. Tolerance policy: %s.\n\n",
+			pr.Acc, pr.P, pr.KVDequant, sat, r.Policy)
+	}
+	if len(r.Stages) > 0 {
+		writeStages(mw, r)
+	}
+	// Full detail for what did not pass (or for everything when all
+	// passed); a passing output beside a failing one gets one table row.
+	var passing []compare.Check
+	for _, c := range r.Checks {
+		if c.Verdict == compare.Pass && r.Verdict != check.Pass {
+			passing = append(passing, c)
+			continue
+		}
+		writeCheckMD(mw, c, figs[c.Tensor])
+	}
+	if len(passing) > 0 {
+		mw.p("Outputs that pass:\n\n| output | dtype | shape | worst err/tol | cos diff (floor) | RMSE (floor) |\n|---|---|---|---|---|---|\n")
+		for _, c := range passing {
+			m := c.Metrics
+			mw.p("| `%s` | %s | %v | %s | %s (%s) | %s (%s) |\n", cell(c.Tensor), c.DType, c.Shape, num(float64(m.MaxExcess)),
+				num(float64(m.CosDiff)), num(float64(m.FloorCosDiff)), num(float64(m.RMSE)), num(float64(m.FloorRMSE)))
+		}
+		mw.p("\n")
+	}
+	if len(r.Notes) > 0 {
+		mw.p("Notes:\n\n")
+		for _, note := range r.Notes {
+			mw.p("- %s\n", cell(note))
+		}
+		mw.p("\n")
+	}
+}
+
+func provenanceLine(p map[string]string) string {
+	labels := []struct{ key, label string }{
+		{"source", "source"}, {"device", "device"}, {"driver", "driver"},
+		{"kernel_build", "kernel build"}, {"captured_at", "captured"},
+	}
+	var parts []string
+	seen := map[string]bool{}
+	for _, l := range labels {
+		if v, ok := p[l.key]; ok {
+			parts = append(parts, fmt.Sprintf("%s `%s`", l.label, cell(v)))
+			seen[l.key] = true
+		}
+	}
+	var rest []string
+	for k := range p {
+		if !seen[k] {
+			rest = append(rest, k)
+		}
+	}
+	sort.Strings(rest)
+	for _, k := range rest {
+		parts = append(parts, fmt.Sprintf("%s `%s`", cell(k), cell(p[k])))
+	}
+	return strings.Join(parts, " · ")
+}
+
+func writeStages(mw *mdWriter, r check.Result) {
+	mw.p("Stage attribution: each stage's LOCAL error (its output against the reference run on the stage's own captured inputs) and PROPAGATED error (against the reference chain run from the first stage's inputs).\n\n")
+	mw.p("| stage | kernel | verdict | local worst err/tol | propagated worst err/tol |\n|---|---|---|---|---|\n")
+	for _, st := range r.Stages {
+		mw.p("| `%s` | %s | %s | %s | %s |\n", cell(st.Prefix), st.Kernel, verdictCell(st.Verdict), worstCell(st.Local), worstCell(st.Propagated))
+	}
+	if r.Stage != nil {
+		mw.p("\nThe first stage whose local error leaves its budget is **`%s`**: the stages before it are correct on their own inputs, so the error starts there.\n\n", *r.Stage)
+	} else {
+		mw.p("\nNo stage's local error leaves its budget.\n\n")
+	}
+}
+
+func writeCheckMD(mw *mdWriter, c compare.Check, figs []Figure) {
+	m := c.Metrics
+	mw.p("#### `%s` %s %v: %s\n\n", cell(c.Tensor), c.DType, c.Shape, verdictCell(string(c.Verdict)))
+	if c.Reason != "" {
+		mw.p("%s.\n\n", strings.TrimSuffix(cell(c.Reason), "."))
+	}
+	if m.NaNMismatch+m.InfMismatch > 0 {
+		mw.p("**Special values:** %d NaN and %d Inf positions differ from the reference (judged before any number).\n\n", m.NaNMismatch, m.InfMismatch)
+	}
+	mw.p("| metric | value | noise floor (expected vs exact) | bound |\n|---|---|---|---|\n")
+	f := func(v compare.Float) string { return num(float64(v)) }
+	bound := func(v compare.Float) string {
+		if v == 0 {
+			return "–"
+		}
+		return f(v)
+	}
+	mw.p("| max abs error | %s | %s | |\n", f(m.MaxAbs), f(m.FloorMaxAbs))
+	mw.p("| max rel error | %s | | |\n", f(m.MaxRel))
+	mw.p("| max ULP (vs expected, %s) | %s | | |\n", c.DType, f(m.MaxULP))
+	mw.p("| cos diff | %s | %s | %s |\n", f(m.CosDiff), f(m.FloorCosDiff), bound(m.CosDiffBound))
+	mw.p("| RMSE | %s | %s | %s |\n", f(m.RMSE), f(m.FloorRMSE), bound(m.RMSEBound))
+	mw.p("| SQNR (dB) | %s | | |\n", f(m.SQNRdB))
+	mw.p("| over tolerance | %d of %d (%s%%) | | |\n", m.OverTol, m.N, num(100*float64(m.OverFrac)))
+	if m.Excused > 0 {
+		mw.p("| accepted as equivalent | %d | | |\n", m.Excused)
+	}
+	mw.p("| worst err/tol | %s | | 1 |\n\n", f(m.MaxExcess))
+	if len(c.Worst) > 0 && c.Verdict != compare.Pass {
+		mw.p("Worst elements:\n\n| where | actual | expected | exact | err | tol | err/tol |\n|---|---|---|---|---|---|---|\n")
+		for _, e := range c.Worst {
+			where := e.Where()
+			if where == "" {
+				where = fmt.Sprint(e.Index)
+			}
+			mw.p("| %s | %s | %s | %s | %s | %s | %s |\n", cell(where), num(float64(e.Actual)), num(float64(e.Expected)),
+				num(float64(e.Exact)), num(float64(e.Err)), num(float64(e.Tol)), num(float64(e.Excess)))
+		}
+		mw.p("\n")
+	}
+	if s := c.Signature; s != nil {
+		mw.p("**Signature: `%s`**", s.Pattern)
+		if s.Coord != "" {
+			mw.p(" (by `%s`)", s.Coord)
+		}
+		if s.Detail != "" {
+			mw.p(": %s", cell(s.Detail))
+		}
+		mw.p("\n\n")
+		var groups []signature.Group
+		for _, g := range s.Groups {
+			// A concentration lists the values holding the excess; a trend
+			// lists samples along the coordinate, each worth showing.
+			if g.Share > 0 || g.Failing > 0 || s.Pattern == signature.GrowthWithContext {
+				groups = append(groups, g)
+			}
+		}
+		if len(groups) > 0 && s.Coord != "" {
+			mw.p("| %s | share of the excess | share of the elements | failing | mean err/tol |\n|---|---|---|---|---|\n", cell(s.Coord))
+			for _, g := range groups {
+				mw.p("| %d | %s%% | %s%% | %d | %s |\n", g.Value, num(100*g.Share), num(100*g.Elements), g.Failing, num(g.MeanExcess))
+			}
+			mw.p("\n")
+		}
+	}
+	for _, fg := range figs {
+		mw.p("![%s](%s)\n\n*%s*\n\n", altOf(fg.Path), fg.Path, fg.Caption)
+	}
+	if c.Tolerance != "" {
+		mw.p("<details><summary>How the tolerance was set</summary>\n\n%s\n\n</details>\n\n", c.Tolerance)
+	}
+}
+
+func writeDiagnosis(mw *mdWriter, d *Diagnosis, fig *Figure) {
+	mw.p("### Drift\n\n")
+	mw.p("Verdict: %s. ", verdictCell(d.Verdict))
+	if d.Stage != nil {
+		mw.p("Culprit stage: **`%s`**. ", *d.Stage)
+	} else {
+		mw.p("No stage is to blame. ")
+	}
+	if d.FirstStep != nil {
+		mw.p("The error first leaves the noise floor at step %d", *d.FirstStep)
+		if d.FirstContextLen != nil {
+			mw.p(" (context length %d)", *d.FirstContextLen)
+		}
+		mw.p(".")
+	} else {
+		mw.p("The error never leaves the noise floor.")
+	}
+	mw.p("\n\n")
+	if len(d.Swaps) > 0 {
+		mw.p("Each stage swapped for its reference, one at a time:\n\n| swapped stage | largest error | drift removed |\n|---|---|---|\n")
+		for _, s := range d.Swaps {
+			yes := "no"
+			if s.RemovesDrift {
+				yes = "**yes**"
+			}
+			mw.p("| `%s` | %s | %s |\n", cell(s.Stage), num(float64(s.MaxError)), yes)
+		}
+		mw.p("\n")
+	}
+	if fig != nil {
+		mw.p("![%s](%s)\n\n*%s*\n\n", altOf(fig.Path), fig.Path, fig.Caption)
+	}
+	if len(d.Steps) > 0 {
+		rows := stepRows(d)
+		mw.p("| step | prompt | context length | error | floor | error/floor |\n|---|---|---|---|---|---|\n")
+		for _, i := range rows {
+			s := d.Steps[i]
+			ratio := "–"
+			if s.Floor > 0 {
+				ratio = num(float64(s.Error) / float64(s.Floor))
+			}
+			mark := ""
+			if d.FirstStep != nil && s.Step == *d.FirstStep {
+				mark = " ←"
+			}
+			mw.p("| %d%s | %d | %d | %s | %s | %s |\n", s.Step, mark, s.Prompt, s.ContextLen, num(float64(s.Error)), num(float64(s.Floor)), ratio)
+		}
+		if len(rows) < len(d.Steps) {
+			mw.p("\n(%d of %d steps shown: evenly spaced, and the first step off the floor; report.json has all.)\n", len(rows), len(d.Steps))
+		}
+		mw.p("\n")
+	}
+	for _, n := range d.Notes {
+		mw.p("- %s\n", cell(n))
+	}
+	if len(d.Notes) > 0 {
+		mw.p("\n")
+	}
+}
+
+// stepRows picks at most 16 steps to tabulate: evenly spaced, plus the
+// first step off the floor and its predecessor.
+func stepRows(d *Diagnosis) []int {
+	n := len(d.Steps)
+	if n <= 16 {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = i
+		}
+		return out
+	}
+	set := map[int]bool{0: true, n - 1: true}
+	for k := 1; k < 13; k++ {
+		set[k*(n-1)/13] = true
+	}
+	if d.FirstStep != nil {
+		for i, s := range d.Steps {
+			if s.Step == *d.FirstStep {
+				set[i] = true
+				if i > 0 {
+					set[i-1] = true
+				}
+			}
+		}
+	}
+	var out []int
+	for i := range set {
+		out = append(out, i)
+	}
+	sort.Ints(out)
+	return out
+}
+
+func writeEnvironment(mw *mdWriter, b Bundle) {
+	e := b.Environment
+	rev := e.Revision
+	if rev == "" {
+		rev = "unknown"
+	} else if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if e.Modified {
+		rev += " (modified)"
+	}
+	mw.p("### Environment\n\n| | |\n|---|---|\n")
+	mw.p("| kcheck | %s, revision %s |\n", cell(e.Kcheck), cell(rev))
+	if e.Built != "" {
+		mw.p("| revision time | %s |\n", cell(e.Built))
+	}
+	mw.p("| Go | %s |\n| OS / arch | %s / %s, %d CPUs |\n", cell(e.Go), cell(e.OS), cell(e.Arch), e.CPUs)
+	if b.Command != "" {
+		mw.p("| command | `%s` |\n", cell(b.Command))
+	}
+	mw.p("\n")
+	var ev []Evidence
+	for _, it := range b.Items {
+		ev = append(ev, it.Evidence...)
+	}
+	if len(ev) > 0 {
+		mw.p("### Evidence files\n\n| file | bytes | sha256 |\n|---|---|---|\n")
+		for _, e := range ev {
+			mw.p("| `%s` | %d | `%s` |\n", cell(e.File), e.Bytes, e.SHA256)
+		}
+		mw.p("\n")
+	}
+}
+
+// altOf is a figure's alt text: its file name without the extension.
+func altOf(path string) string {
+	return strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+}

@@ -1,0 +1,251 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+
+	"gonum.org/v1/plot/vg"
+)
+
+// WriteOptions tune WriteDir.
+type WriteOptions struct {
+	// Force overwrites files that exist; without it WriteDir refuses
+	// before writing anything.
+	Force bool
+	// Plots draws the PNG plots (default true through DefaultWriteOptions).
+	NoPlots  bool
+	Markdown MarkdownOptions
+}
+
+// File names inside a report directory.
+const (
+	MarkdownFile = "report.md"
+	JSONFile     = "report.json"
+	PlotDir      = "plots"
+)
+
+// WriteDir writes a report into dir (created if needed): report.md
+// (Markdown to paste into an issue), report.json (the bundle, which
+// `kcheck report` re-renders) and plots/*.png. Every file is written to a
+// temporary name and renamed into place, so a reader never sees half a
+// file; without Force, a file that exists is never replaced and WriteDir
+// refuses before writing anything. It returns the paths it wrote.
+func WriteDir(dir string, b Bundle, opt WriteOptions) ([]string, error) {
+	if b.Format == 0 {
+		b.Format = Format
+	}
+	files := map[string][]byte{}
+	figs := figures{byCheck: map[int]map[string][]Figure{}}
+	if !opt.NoPlots {
+		var err error
+		if figs, err = renderPlots(b, opt.Markdown, files); err != nil {
+			return nil, err
+		}
+	}
+	var md bytes.Buffer
+	if err := markdown(&md, b, figs, opt.Markdown); err != nil {
+		return nil, err
+	}
+	files[MarkdownFile] = md.Bytes()
+	js, err := json.Marshal(pruned(b, opt.Markdown))
+	if err != nil {
+		return nil, fmt.Errorf("report.json: %v", err)
+	}
+	files[JSONFile] = append(js, '\n')
+
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if !opt.Force {
+		for _, n := range names {
+			p := filepath.Join(dir, n)
+			if _, err := os.Lstat(p); err == nil {
+				return nil, fmt.Errorf("%s exists: not overwriting it (use --force)", p)
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				return nil, err
+			}
+		}
+	}
+	var written []string
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return written, err
+		}
+		if err := writeAtomic(p, files[n], opt.Force); err != nil {
+			return written, err
+		}
+		written = append(written, p)
+	}
+	return written, nil
+}
+
+// Preflight reports, before any work, whether WriteDir would refuse dir:
+// without force, a report.md or report.json already there.
+func Preflight(dir string, force bool) error {
+	if force {
+		return nil
+	}
+	for _, n := range []string{MarkdownFile, JSONFile} {
+		p := filepath.Join(dir, n)
+		if _, err := os.Lstat(p); err == nil {
+			return fmt.Errorf("%s exists: not overwriting it (use --force)", p)
+		}
+	}
+	return nil
+}
+
+// writeAtomic writes data to a temporary file beside path and moves it into
+// place. Without force it links rather than renames, which fails when path
+// appeared meanwhile: an existing file is never replaced.
+func writeAtomic(path string, data []byte, force bool) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	name := tmp.Name()
+	defer os.Remove(name) // after a rename or a link this removes nothing or the temporary name
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("%s: %v", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("%s: %v", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("%s: %v", path, err)
+	}
+	if err := os.Chmod(name, 0o644); err != nil {
+		return err
+	}
+	if force {
+		return os.Rename(name, path)
+	}
+	if err := os.Link(name, path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%s exists: not overwriting it (use --force)", path)
+		}
+		// A filesystem without hard links: check, then rename.
+		if _, serr := os.Lstat(path); serr == nil {
+			return fmt.Errorf("%s exists: not overwriting it (use --force)", path)
+		}
+		return os.Rename(name, path)
+	}
+	return nil
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+
+// renderPlots draws the plots of the detailed items' failing (or, when all
+// pass, every) checks and of the drift, into files.
+func renderPlots(b Bundle, mo MarkdownOptions, files map[string][]byte) (figures, error) {
+	figs := figures{byCheck: map[int]map[string][]Figure{}}
+	const w, h = 7 * vg.Inch, 3.6 * vg.Inch
+	add := func(name string, pngBytes []byte) string {
+		rel := filepath.ToSlash(filepath.Join(PlotDir, name))
+		files[rel] = pngBytes
+		return rel
+	}
+	for _, i := range detailed(b.Items, mo.MaxDetails) {
+		it := b.Items[i]
+		allPass := it.Result.Verdict == "pass"
+		for _, c := range it.Result.Checks {
+			if c.Verdict == "pass" && !allPass {
+				continue
+			}
+			p := findProfile(it.Profiles, c.Tensor)
+			if p == nil {
+				p = profileFromSignature(c)
+			}
+			if p == nil {
+				continue
+			}
+			base := fmt.Sprintf("%d-%s", i+1, unsafeName.ReplaceAllString(c.Tensor, "_"))
+			if pl, caption := positionPlot(*p, sigCoord(c)); pl != nil {
+				data, err := pngOf(pl, w, h)
+				if err != nil {
+					return figs, fmt.Errorf("plot of %s: %v", c.Tensor, err)
+				}
+				addFig(figs, i, c.Tensor, Figure{Path: add(base+"-along.png", data), Caption: caption})
+			}
+			if pl, caption := mapPlot(*p); pl != nil {
+				data, err := mapPNG(pl, p.Bitwise, w, 4.2*vg.Inch)
+				if err != nil {
+					return figs, fmt.Errorf("heat map of %s: %v", c.Tensor, err)
+				}
+				addFig(figs, i, c.Tensor, Figure{Path: add(base+"-map.png", data), Caption: caption})
+			}
+		}
+	}
+	if pl, caption := driftPlot(b.Diagnosis); pl != nil {
+		data, err := pngOf(pl, w, h)
+		if err != nil {
+			return figs, fmt.Errorf("drift plot: %v", err)
+		}
+		figs.drift = &Figure{Path: add("drift.png", data), Caption: caption}
+	}
+	return figs, nil
+}
+
+func addFig(f figures, i int, tensor string, fig Figure) {
+	if f.byCheck[i] == nil {
+		f.byCheck[i] = map[string][]Figure{}
+	}
+	f.byCheck[i][tensor] = append(f.byCheck[i][tensor], fig)
+}
+
+// pruned keeps the profiles the report draws (the local profiles of the
+// detailed items' drawn checks): report.json stays small, and re-rendering
+// it draws the same plots.
+func pruned(b Bundle, mo MarkdownOptions) Bundle {
+	keep := map[int]bool{}
+	for _, i := range detailed(b.Items, mo.MaxDetails) {
+		keep[i] = true
+	}
+	items := make([]Item, len(b.Items))
+	for i, it := range b.Items {
+		items[i] = it.Trimmed(keep[i])
+	}
+	b.Items = items
+	return b
+}
+
+// Trimmed keeps the profiles a report draws: the local profiles of the
+// checks that did not pass (of every check when the item passed), and none
+// at all unless keep. A long run trims as it goes, so that a thousand
+// passing cases do not hold a thousand sets of profiles.
+func (it Item) Trimmed(keep bool) Item {
+	var ps []Profile
+	if keep {
+		for _, c := range it.Result.Checks {
+			if c.Verdict == "pass" && it.Result.Verdict != "pass" {
+				continue
+			}
+			if p := findProfile(it.Profiles, c.Tensor); p != nil {
+				ps = append(ps, *p)
+			}
+		}
+	}
+	it.Profiles = ps
+	return it
+}
+
+// findProfile returns the local profile of a check's tensor.
+func findProfile(ps []Profile, tensor string) *Profile {
+	for i := range ps {
+		if ps[i].Tensor == tensor && ps[i].Kind != "propagated" {
+			return &ps[i]
+		}
+	}
+	return nil
+}
