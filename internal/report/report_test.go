@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/kcheck-dev/kcheck/internal/check"
@@ -55,15 +56,43 @@ func readFile(t *testing.T, path string) string {
 	return string(b)
 }
 
+// shared is one report of threeFixtures, written once for the tests that
+// read it (rendering PNGs is the slow part).
+var shared struct {
+	once  sync.Once
+	b     Bundle
+	dir   string
+	files []string
+	err   error
+}
+
+func sharedReport(t *testing.T) (Bundle, string, []string) {
+	t.Helper()
+	shared.once.Do(func() {
+		shared.b = fixtureBundle(t, threeFixtures...)
+		shared.dir, shared.err = os.MkdirTemp("", "kcheck-report-test-")
+		if shared.err == nil {
+			shared.files, shared.err = WriteDir(shared.dir, shared.b, WriteOptions{})
+		}
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.b, shared.dir, shared.files
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
+	os.Exit(code)
+}
+
 // The Markdown holds every section a bug report needs, each plot it links
 // is a valid PNG, and every PNG written is linked.
 func TestWriteDirSections(t *testing.T) {
-	b := fixtureBundle(t, threeFixtures...)
-	dir := t.TempDir()
-	files, err := WriteDir(dir, b, WriteOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, dir, files := sharedReport(t)
 	md := readFile(t, filepath.Join(dir, MarkdownFile))
 	for _, want := range []string{
 		"## kcheck report: 2 fail, 1 pass",
@@ -142,11 +171,8 @@ func TestWriteDirSections(t *testing.T) {
 // Re-rendering report.json gives the same Markdown and the same plots: the
 // JSON is the whole report.
 func TestRerenderFromJSON(t *testing.T) {
-	b := fixtureBundle(t, threeFixtures...)
-	d1, d2 := t.TempDir(), t.TempDir()
-	if _, err := WriteDir(d1, b, WriteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, d1, _ := sharedReport(t)
+	d2 := t.TempDir()
 	back, err := Load(filepath.Join(d1, JSONFile))
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +240,8 @@ func TestProfileAgreesWithCompare(t *testing.T) {
 func TestWriteDirRefusesOverwrite(t *testing.T) {
 	b := fixtureBundle(t, threeFixtures[1])
 	dir := t.TempDir()
-	if _, err := WriteDir(dir, b, WriteOptions{}); err != nil {
+	noPlots := WriteOptions{NoPlots: true} // the refusal is the same for every file; PNGs are slow
+	if _, err := WriteDir(dir, b, noPlots); err != nil {
 		t.Fatal(err)
 	}
 	if err := Preflight(dir, false); err == nil || !strings.Contains(err.Error(), "exists") {
@@ -233,7 +260,7 @@ func TestWriteDirRefusesOverwrite(t *testing.T) {
 	before := snapshot()
 	b2 := b
 	b2.Title = "a different report"
-	_, err := WriteDir(dir, b2, WriteOptions{})
+	_, err := WriteDir(dir, b2, noPlots)
 	if err == nil || !strings.Contains(err.Error(), "exists: not overwriting it (use --force)") {
 		t.Fatalf("second WriteDir: %v", err)
 	}
@@ -246,7 +273,7 @@ func TestWriteDirRefusesOverwrite(t *testing.T) {
 			t.Errorf("%s changed by a refused write", p)
 		}
 	}
-	if _, err := WriteDir(dir, b2, WriteOptions{Force: true}); err != nil {
+	if _, err := WriteDir(dir, b2, WriteOptions{Force: true, NoPlots: true}); err != nil {
 		t.Fatal(err)
 	}
 	if md := readFile(t, filepath.Join(dir, MarkdownFile)); !strings.HasPrefix(md, "## a different report") {
