@@ -49,8 +49,14 @@ type Evidence struct {
 }
 
 // Diagnosis is a drift simulation's outcome, in the shape `kcheck diagnose
-// --json` prints (spec section 7).
+// --json` prints (spec section 7; the extra fields of internal/diagnose's
+// Report that a report shows have the same names, so its JSON decodes
+// into this directly).
 type Diagnosis struct {
+	Mode            string   `json:"mode,omitempty"`
+	Backend         string   `json:"backend,omitempty"`
+	File            string   `json:"file,omitempty"`
+	Reason          string   `json:"reason,omitempty"`
 	Verdict         string   `json:"verdict"`
 	Stage           *string  `json:"stage"`
 	FirstStep       *int     `json:"first_step"`
@@ -67,6 +73,9 @@ type Step struct {
 	ContextLen int           `json:"context_len"`
 	Error      compare.Float `json:"error"`
 	Floor      compare.Float `json:"floor"`
+	// Threshold, when set, is the error above which the step counts as off
+	// the floor.
+	Threshold compare.Float `json:"threshold,omitempty"`
 }
 
 // Swap is the simulation rerun with one stage replaced by its reference.

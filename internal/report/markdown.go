@@ -348,6 +348,19 @@ func writeCheckMD(mw *mdWriter, c compare.Check, figs []Figure) {
 
 func writeDiagnosis(mw *mdWriter, d *Diagnosis, fig *Figure) {
 	mw.p("### Drift\n\n")
+	if d.Mode != "" || d.Backend != "" || d.File != "" {
+		var what []string
+		if d.Mode != "" {
+			what = append(what, d.Mode)
+		}
+		if d.Backend != "" {
+			what = append(what, "backend `"+cell(d.Backend)+"`")
+		}
+		if d.File != "" {
+			what = append(what, "capture `"+cell(d.File)+"`")
+		}
+		mw.p("Diagnosis of a %s.\n\n", strings.Join(what, ", "))
+	}
 	mw.p("Verdict: %s. ", verdictCell(d.Verdict))
 	if d.Stage != nil {
 		mw.p("Culprit stage: **`%s`**. ", *d.Stage)
@@ -364,6 +377,9 @@ func writeDiagnosis(mw *mdWriter, d *Diagnosis, fig *Figure) {
 		mw.p("The error never leaves the noise floor.")
 	}
 	mw.p("\n\n")
+	if d.Reason != "" {
+		mw.p("%s\n\n", cell(d.Reason))
+	}
 	if len(d.Swaps) > 0 {
 		mw.p("Each stage swapped for its reference, one at a time:\n\n| swapped stage | largest error | drift removed |\n|---|---|---|\n")
 		for _, s := range d.Swaps {

@@ -310,11 +310,15 @@ func driftPlot(d *Diagnosis) (*plot.Plot, string) {
 		return nil, ""
 	}
 	errXY, floorXY := make(plotter.XYs, len(d.Steps)), make(plotter.XYs, len(d.Steps))
+	var thrXY plotter.XYs
 	minPos, maxV := math.Inf(1), 0.0
 	for i, s := range d.Steps {
 		errXY[i] = plotter.XY{X: float64(s.Step), Y: float64(s.Error)}
 		floorXY[i] = plotter.XY{X: float64(s.Step), Y: float64(s.Floor)}
-		for _, v := range []float64{float64(s.Error), float64(s.Floor)} {
+		if s.Threshold > 0 {
+			thrXY = append(thrXY, plotter.XY{X: float64(s.Step), Y: float64(s.Threshold)})
+		}
+		for _, v := range []float64{float64(s.Error), float64(s.Floor), float64(s.Threshold)} {
 			if v > 0 && !math.IsInf(v, 0) && !math.IsNaN(v) {
 				minPos = math.Min(minPos, v)
 				maxV = math.Max(maxV, v)
@@ -329,7 +333,8 @@ func driftPlot(d *Diagnosis) (*plot.Plot, string) {
 	if ymax <= ymin {
 		ymax = ymin * 10
 	}
-	for _, xys := range []plotter.XYs{errXY, floorXY} {
+
+	for _, xys := range []plotter.XYs{errXY, floorXY, thrXY} {
 		for i := range xys {
 			if math.IsNaN(xys[i].Y) || xys[i].Y > ymax {
 				xys[i].Y = ymax
@@ -343,7 +348,7 @@ func driftPlot(d *Diagnosis) (*plot.Plot, string) {
 	pl.Y.Label.Text = "error (log)"
 	pl.Y.Scale = plot.LogScale{}
 	pl.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	pl.Y.Min, pl.Y.Max = ymin, ymax
+	pl.Y.Min, pl.Y.Max = ymin, ymax*100 // headroom for the legend
 	vline := func(x float64, col color.Color, dashed bool) *plotter.Line {
 		l, _ := plotter.NewLine(plotter.XYs{{X: x, Y: ymin}, {X: x, Y: ymax}})
 		l.Color = col
@@ -378,11 +383,22 @@ func driftPlot(d *Diagnosis) (*plot.Plot, string) {
 	eline.Color, epts.Color = colErr, colErr
 	epts.Shape = draw.CircleGlyph{}
 	epts.Radius = vg.Points(1.5)
+	if len(thrXY) > 1 {
+		tl, _ := plotter.NewLine(thrXY)
+		tl.Color = colFirst
+		tl.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
+		pl.Add(tl)
+		pl.Legend.Add("off-floor threshold", tl)
+	}
 	pl.Add(fline, eline, epts)
 	pl.Legend.Add("noise floor", fline)
 	pl.Legend.Add("error", eline)
 	pl.Legend.Top, pl.Legend.Left = true, true
-	return pl, "error per decode step (blue) against the reference-at-kernel-precision noise floor (green, dashed); grey lines start a new prompt, red marks the first step off the floor"
+	caption := "error per decode step (blue) against the reference-at-kernel-precision noise floor (green, dotted)"
+	if len(thrXY) > 1 {
+		caption += " and the off-floor threshold (red, dashed)"
+	}
+	return pl, caption + "; grey lines start a new prompt, the red line marks the first step off the floor"
 }
 
 // intTicks are gonum's default ticks labelled as integers (coordinates
