@@ -21,6 +21,8 @@ type checkOptions struct {
 	policy string
 	quiet  bool
 	files  []string
+	report string
+	force  bool
 }
 
 func newCheckCmd(s *IO) *cobra.Command {
@@ -50,6 +52,8 @@ first stage whose local error leaves its budget is named.`,
 	f.StringVar(&o.from, "from", "", "apply an engine's conventions: vllm, sglang, flashinfer or flashmla")
 	f.StringVar(&o.policy, "policy", "three-way", "tolerance policy: three-way or unit-roundoff")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print only the verdict line of each file")
+	addReportFlag(f, &o.report)
+	f.BoolVar(&o.force, "force", false, "overwrite existing files in --report")
 	return cmd
 }
 
@@ -78,10 +82,16 @@ func (o *checkOptions) run() error {
 	if err != nil {
 		return exitWith(o.io, ExitUsage, o.bisect, err)
 	}
+	sink, err := newReportSink(o.report, o.force)
+	if err != nil {
+		return exitWith(o.io, ExitUsage, o.bisect, err)
+	}
+	opts = sink.options(opts)
 	code := ExitPass
 	enc := json.NewEncoder(o.io.Out)
 	for _, path := range files {
 		res := check.File(path, extra, opts)
+		sink.add(res, checkReproduce(o, path), path)
 		if o.json {
 			if err := enc.Encode(res); err != nil {
 				return err
@@ -90,6 +100,10 @@ func (o *checkOptions) run() error {
 			report.Text(o.io.Out, res, report.TextOptions{Quiet: o.quiet})
 		}
 		code = worseExit(code, exitForVerdict(res.Verdict, o.bisect))
+	}
+	if err := sink.write(o.io); err != nil {
+		fmt.Fprintln(o.io.Err, "kcheck: --report:", err)
+		code = worseExit(code, ExitUsage)
 	}
 	if code != ExitPass {
 		return exitError{code}

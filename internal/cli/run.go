@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/compare"
+	"github.com/kcheck-dev/kcheck/internal/progress"
 	"github.com/kcheck-dev/kcheck/internal/report"
 	"github.com/kcheck-dev/kcheck/internal/safetensors"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -37,6 +37,7 @@ type runOptions struct {
 	timeout   time.Duration
 	worstK    int
 	quiet     bool
+	report    string
 }
 
 func newRunCmd(s *IO) *cobra.Command {
@@ -65,10 +66,11 @@ indexed Job; 'kcheck merge' combines the JSON results.`,
 	f.BoolVar(&o.bisect, "bisect", false, "exit 125 (git bisect skip) for inconclusive results and unusable input")
 	f.BoolVar(&o.long, "long", false, "include cases tagged long (contexts up to 128K)")
 	f.StringVar(&o.outDir, "out", "", "write each case's capture (inputs and backend outputs) into this directory")
-	f.BoolVar(&o.force, "force", false, "overwrite existing files in --out")
+	f.BoolVar(&o.force, "force", false, "overwrite existing files in --out and --report")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "per-case time limit")
 	f.IntVar(&o.worstK, "worst", 5, "how many worst elements to list per output")
-	f.BoolVarP(&o.quiet, "quiet", "q", false, "print only the verdict line of each case")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "print only the verdict line of each case (and show no progress bar)")
+	addReportFlag(f, &o.report)
 	return cmd
 }
 
@@ -179,11 +181,23 @@ func (o *runOptions) run(ctx context.Context) error {
 	if err != nil {
 		return exitWith(o.io, ExitUsage, o.bisect, err)
 	}
+	sink, err := newReportSink(o.report, o.force)
+	if err != nil {
+		return exitWith(o.io, ExitUsage, o.bisect, err)
+	}
 	code := ExitPass
 	enc := json.NewEncoder(o.io.Out)
-	opts := check.Options{WorstK: o.worstK}
+	opts := sink.options(check.Options{WorstK: o.worstK})
+	bar := progress.New(len(sel), o.io.Err, o.quiet)
 	for _, c := range sel {
+		bar.Describe(c.Name)
 		res := RunCase(ctx, c, be, opts, o.timeout, o.outDir, o.force)
+		var evidence []string
+		if o.outDir != "" && res.Verdict != check.Error {
+			evidence = append(evidence, captureFile(o.outDir, c.Name))
+		}
+		sink.add(res, runReproduce(o, c.Name), evidence...)
+		bar.Clear() // results go to stdout; the bar must not be drawn into them
 		if o.json {
 			if err := enc.Encode(res); err != nil {
 				return err
@@ -192,6 +206,12 @@ func (o *runOptions) run(ctx context.Context) error {
 			report.Text(o.io.Out, res, report.TextOptions{Quiet: o.quiet})
 		}
 		code = worseExit(code, exitForVerdict(res.Verdict, o.bisect))
+		bar.Add(1)
+	}
+	bar.Finish()
+	if err := sink.write(o.io); err != nil {
+		fmt.Fprintln(o.io.Err, "kcheck: --report:", err)
+		code = worseExit(code, ExitUsage)
 	}
 	if code != ExitPass {
 		return exitError{code}
@@ -208,7 +228,7 @@ func RunCase(ctx context.Context, c cases.Case, be backend.Backend, opts check.O
 		return check.Result{File: c.Name, Kernel: c.Kernel, Verdict: check.Error, Error: &msg, Checks: []compare.Check{}}
 	}
 	if outDir != "" {
-		file := filepath.Join(outDir, strings.ReplaceAll(c.Name, "/", "__")+".safetensors")
+		file := captureFile(outDir, c.Name)
 		if err := safetensors.Write(file, capture.Metadata, capture.Tensors, safetensors.WriteOptions{Force: force}); err != nil {
 			msg := err.Error()
 			return check.Result{File: c.Name, Kernel: c.Kernel, Verdict: check.Error, Error: &msg, Checks: []compare.Check{}}
