@@ -171,8 +171,14 @@ func TopK(row []float64, seqLen, k int) []int32 {
 // and must be caught by a set check.
 func (s *Scores) TopKAccepts(b, k int, actual int64) bool {
 	n := s.SeqLens[b]
+	if k > 0 && n > k && (s.kthK != k || s.kthTok == nil) {
+		s.TopK(k)
+	}
+	// kthTok is -1 when fewer than k tokens have a score (NaN scores are
+	// never chosen): the top-k is every scored token, then -1 padding.
+	short := n < k || k > 0 && n > k && s.kthTok[b] < 0
 	if actual == -1 {
-		return n < k
+		return short
 	}
 	if actual < 0 || actual >= int64(n) || k <= 0 {
 		return false
@@ -180,9 +186,9 @@ func (s *Scores) TopKAccepts(b, k int, actual int64) bool {
 	if n <= k {
 		return true
 	}
-	if s.kthK != k || s.kthTok == nil {
-		s.TopK(k)
-	}
 	lo, kth, a := b*s.MaxSeq, s.kthTok[b], int(actual)
+	if kth < 0 {
+		return !math.IsNaN(s.Exact[lo+a])
+	}
 	return s.Exact[lo+a]+s.Bound[lo+a] >= s.Exact[lo+kth]-s.Bound[lo+kth]
 }
