@@ -11,12 +11,13 @@
 //   out = (e2m1 * s) * g or (e2m1 * s) / gs: e2m1 * s is exact in fp32, the
 //   global step is one IEEE rounding (multiply or div.rn), then one rounding
 //   to the output dtype. For F32 output this is the correctly rounded value.
-// kcheck:precision nvfp4_gemm acc=f32 p=none kv_dequant=bf16 fp8_saturate=true
+// kcheck:precision nvfp4_gemm acc=f32 p=none kv_dequant=none fp8_saturate=true
 //   A and B are dequantized with their block scales only (e2m1 * s is exact
 //   in bf16), multiplied on the tensor cores with fp32 accumulation (sm_80
 //   path: mma.sync m16n8k16 bf16; sm_120a path: the block-scaled FP4 MMA),
-//   and the accumulator is multiplied by alpha = fl(ga' * gb') (ga' = ga or
-//   fl(1/ga) per global-scale kind), then rounded to bf16.
+//   and the accumulator is multiplied by alpha = fl(num / den) (num: the
+//   product of the dequant-kind global scales, den: of the quant-kind ones),
+//   then rounded to bf16.
 #include "common.cuh"
 
 // ---------------------------------------------------------------------------
@@ -258,7 +259,7 @@ __device__ __forceinline__ void kc_mma_nvfp4(float (&d)[4], const uint32_t (&a)[
 }
 #endif
 
-template <int BM, int BN, int WM, int WN, int STAGES>
+template <int BM, int BN, int WM, int WN, int STAGES, int SU>
 __device__ void nvfp4_gemm_impl(const uint8_t* __restrict__ a, const uint8_t* __restrict__ a_sf,
                                 const float* __restrict__ a_gs, const uint8_t* __restrict__ b,
                                 const uint8_t* __restrict__ b_sf, const float* __restrict__ b_gs,
@@ -347,7 +348,7 @@ __device__ void nvfp4_gemm_impl(const uint8_t* __restrict__ a, const uint8_t* __
             as[i][0] = kc_e4m3_decode(sm.a_sf[st][r][t]);
             as[i][1] = kc_e4m3_decode(sm.a_sf[st][r + 8][t]);
         }
-#pragma unroll
+#pragma unroll(SU)
         for (int s = 0; s < 4; ++s) {
             uint32_t bf[NF][2];
 #pragma unroll
@@ -378,8 +379,12 @@ __device__ void nvfp4_gemm_impl(const uint8_t* __restrict__ a, const uint8_t* __
     }
     kc_cp_async_wait<0>();
 
+    // alpha = (product of the dequant-kind globals) / (product of the
+    // quant-kind ones): one fp32 division, as a caller computes CUTLASS's alpha.
     const float ga = a_gs[0], gb = b_gs[0];
-    const float alpha = __fmul_rn(a_quant ? __fdiv_rn(1.0f, ga) : ga, b_quant ? __fdiv_rn(1.0f, gb) : gb);
+    const float num = __fmul_rn(a_quant ? 1.0f : ga, b_quant ? 1.0f : gb);
+    const float den = __fmul_rn(a_quant ? ga : 1.0f, b_quant ? gb : 1.0f);
+    const float alpha = __fdiv_rn(num, den);
     const bool pair_ok = (N & 1) == 0;
 #pragma unroll
     for (int i = 0; i < MF; ++i) {
@@ -403,19 +408,21 @@ __device__ void nvfp4_gemm_impl(const uint8_t* __restrict__ a, const uint8_t* __
     }
 }
 
-#define KC_GEMM(name, BM, BN, WM, WN, STAGES)                                                    \
+#define KC_GEMM(name, BM, BN, WM, WN, STAGES, SU)                                                  \
     extern "C" __global__ void __launch_bounds__(WM * WN * 32, 512 / (WM * WN * 32))                                \
         name(const uint8_t* a, const uint8_t* a_sf, const float* a_gs, const uint8_t* b,        \
              const uint8_t* b_sf, const float* b_gs, __nv_bfloat16* out, int M, int N, int K,   \
              int swizzled, int a_quant, int b_quant) {                                          \
-        nvfp4_gemm_impl<BM, BN, WM, WN, STAGES>(a, a_sf, a_gs, b, b_sf, b_gs, out, M, N, K,     \
+        nvfp4_gemm_impl<BM, BN, WM, WN, STAGES, SU>(a, a_sf, a_gs, b, b_sf, b_gs, out, M, N, K,     \
                                                 swizzled, a_quant, b_quant);                    \
     }
 // Tile shapes: 128x128 for prefill-sized M, 64x128 for medium M, 16x64 for
 // decode-sized M (more CTAs across N when M is a handful of tokens).
-KC_GEMM(nvfp4_gemm_128x128, 128, 128, 2, 4, 4)
-KC_GEMM(nvfp4_gemm_64x128, 64, 128, 2, 4, 4)
-KC_GEMM(nvfp4_gemm_16x64, 16, 64, 1, 4, 4)
+// SU: how many of the four k16 steps of a tile the compiler may interleave
+// (register pressure: chosen so that ptxas spills nothing at 128 registers).
+KC_GEMM(nvfp4_gemm_128x128, 128, 128, 2, 4, 4, 2)
+KC_GEMM(nvfp4_gemm_64x128, 64, 128, 2, 4, 4, 4)
+KC_GEMM(nvfp4_gemm_16x64, 16, 64, 1, 4, 4, 4)
 
 // nvfp4_gemm_path tells the launcher which MMA this module was built with.
 #if defined(KC_HW_FP4_MMA)
