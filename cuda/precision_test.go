@@ -1,0 +1,124 @@
+package cuda
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// TestPrecisionMatchesSources reads the `kcheck:precision` line of every
+// kernel in the .cu files (the source's own declaration, next to the code
+// that does the rounding) and requires the Go table to say the same, so the
+// worker never labels a kernel's output with a precision its code lacks.
+func TestPrecisionMatchesSources(t *testing.T) {
+	files, err := filepath.Glob("*.cu")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no .cu files found (err %v)", err)
+	}
+	fromSource := map[string]map[string]string{}
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(fh)
+		for line := 1; sc.Scan(); line++ {
+			_, rest, ok := strings.Cut(sc.Text(), "kcheck:precision ")
+			if !ok {
+				continue
+			}
+			fields := strings.Fields(rest)
+			if len(fields) < 5 {
+				t.Errorf("%s:%d: want `kcheck:precision NAME acc=.. p=.. kv_dequant=.. fp8_saturate=..`", f, line)
+				continue
+			}
+			kv := map[string]string{}
+			for _, fld := range fields[1:] {
+				k, v, _ := strings.Cut(fld, "=")
+				kv[k] = v
+			}
+			if _, dup := fromSource[fields[0]]; dup {
+				t.Errorf("%s:%d: kernel %s declared twice", f, line, fields[0])
+			}
+			fromSource[fields[0]] = kv
+		}
+		fh.Close()
+	}
+	names := map[tensor.DType]string{tensor.F32: "f32", tensor.BF16: "bf16", tensor.F16: "f16", tensor.F64: "f64"}
+	for name, d := range Precisions {
+		src, ok := fromSource[name]
+		if !ok {
+			t.Errorf("kernel %s is in Precisions but no .cu file declares it", name)
+			continue
+		}
+		want := map[string]string{
+			"acc":          names[d.Precision.Acc],
+			"p":            "none",
+			"kv_dequant":   "none",
+			"fp8_saturate": map[bool]string{true: "true", false: "false"}[d.Precision.FP8Saturate],
+		}
+		if d.UsesP {
+			want["p"] = names[d.Precision.P]
+		}
+		if d.UsesKV {
+			want["kv_dequant"] = names[d.Precision.KVDequant]
+		}
+		for k, v := range want {
+			if src[k] != v {
+				t.Errorf("kernel %s: the .cu file declares %s=%s, Precisions says %s", name, k, src[k], v)
+			}
+		}
+	}
+	for name := range fromSource {
+		if _, ok := Precisions[name]; !ok {
+			t.Errorf("kernel %s is declared in a .cu file but missing from Precisions", name)
+		}
+	}
+}
+
+// TestKernelsAreContracts: every CUDA kernel implements a registered
+// contract, so its outputs can be checked.
+func TestKernelsAreContracts(t *testing.T) {
+	for _, name := range Kernels() {
+		if _, err := kernel.Lookup(name); err != nil {
+			t.Errorf("CUDA kernel %s: %v", name, err)
+		}
+	}
+}
+
+// TestPrecisionMetaParses: the metadata the worker writes reads back, through
+// the checker's own parser, as the declared precision.
+func TestPrecisionMetaParses(t *testing.T) {
+	for _, name := range Kernels() {
+		for _, sat := range []bool{true, false} {
+			meta, ok := PrecisionMeta(name, sat)
+			if !ok {
+				t.Fatalf("PrecisionMeta(%s) not found", name)
+			}
+			got, err := kernel.PrecisionFrom(kernel.Params(meta))
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			want := Precisions[name].Precision
+			want.FP8Saturate = sat
+			def := kernel.DefaultPrecision()
+			if !Precisions[name].UsesP {
+				want.P = def.P
+			}
+			if !Precisions[name].UsesKV {
+				want.KVDequant = def.KVDequant
+			}
+			if got != want {
+				t.Errorf("%s sat=%v: metadata %v reads back as %+v, want %+v", name, sat, meta, got, want)
+			}
+		}
+	}
+	if _, ok := PrecisionMeta("no_such_kernel", true); ok {
+		t.Error("PrecisionMeta of an unknown kernel reported ok")
+	}
+}
