@@ -1,0 +1,269 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+func init() {
+	runners["kv_cache_write"] = runKVWrite
+	runners["kv_cache_gather"] = runKVGather
+}
+
+const (
+	dsEntry  = 656
+	dsL, dsR = 512, 64
+	kvWarps  = 8 // tokens a CTA (KV_WARPS in kvcache.cu)
+)
+
+var (
+	indexDTypes = []tensor.DType{tensor.I32, tensor.I64}
+	cacheKinds  = []string{"bf16", "fp8_e4m3", "fp8_ds_mla"}
+)
+
+// cacheSpec checks a cache tensor against kv_cache_dtype and page_size and
+// returns NB, P and the values a row (D; 656 bytes hold D = 576 for ds_mla).
+func cacheSpec(in kernel.Inputs, name string) (kind string, t *tensor.Tensor, nb, p, d int, err error) {
+	kind, err = in.Params.Enum("kv_cache_dtype", "bf16", cacheKinds...)
+	if err != nil {
+		return "", nil, 0, 0, 0, asInput(err)
+	}
+	switch kind {
+	case "bf16":
+		t, err = kernel.Need(in, name, tensor.BF16)
+	case "fp8_e4m3":
+		t, err = kernel.Need(in, name, tensor.U8, tensor.F8E4M3)
+	default:
+		t, err = kernel.Need(in, name, tensor.U8)
+	}
+	if err != nil {
+		return "", nil, 0, 0, 0, asInput(err)
+	}
+	if len(t.Shape) != 3 || t.Shape[0] == 0 || t.Shape[1] == 0 {
+		return "", nil, 0, 0, 0, inputErr("tensor %s has shape %v; the contract wants [NB, P, entry]", name, t.Shape)
+	}
+	nb, p, d = t.Shape[0], t.Shape[1], t.Shape[2]
+	if kind == "fp8_ds_mla" {
+		if d != dsEntry {
+			return "", nil, 0, 0, 0, inputErr("tensor %s has shape %v; fp8_ds_mla entries are %d bytes", name, t.Shape, dsEntry)
+		}
+		d = dsL + dsR
+	}
+	ps, err := in.Params.Int("page_size", p)
+	if err != nil {
+		return "", nil, 0, 0, 0, asInput(err)
+	}
+	if ps != p {
+		return "", nil, 0, 0, 0, inputErr("parameter page_size = %d but tensor %s has P = %d (shape %v)", ps, name, p, t.Shape)
+	}
+	return kind, t, nb, p, d, nil
+}
+
+func runKVWrite(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
+	kind, before, nb, p, dd, err := cacheSpec(in, "cache_before")
+	if err != nil {
+		return nil, err
+	}
+	kvc, err := kernel.Need(in, "kv_c", tensor.BF16)
+	if err != nil {
+		return nil, asInput(err)
+	}
+	kpe, err := kernel.Need(in, "k_pe", tensor.BF16)
+	if err != nil {
+		return nil, asInput(err)
+	}
+	sm, err := kernel.Need(in, "slot_mapping", indexDTypes...)
+	if err != nil {
+		return nil, asInput(err)
+	}
+	if len(kvc.Shape) != 2 || len(kpe.Shape) != 2 || len(sm.Shape) != 1 ||
+		kpe.Shape[0] != kvc.Shape[0] || sm.Shape[0] != kvc.Shape[0] {
+		return nil, inputErr("tensors kv_c %v, k_pe %v and slot_mapping %v must be [T, L], [T, R] and [T]", kvc.Shape, kpe.Shape, sm.Shape)
+	}
+	T, L, R := kvc.Shape[0], kvc.Shape[1], kpe.Shape[1]
+	if L+R != dd {
+		return nil, inputErr("kv_c has L = %d and k_pe R = %d, but cache_before rows hold D = %d (shape %v)", L, R, dd, before.Shape)
+	}
+	if kind == "fp8_ds_mla" && (L != dsL || R != dsR) {
+		return nil, inputErr("fp8_ds_mla needs L = %d and R = %d, got %d and %d", dsL, dsR, L, R)
+	}
+	if _, err := outDType(opt, "cache_after", before.DType, before.DType); err != nil {
+		return nil, err
+	}
+	slots := indexData(sm)
+	numSlots := int64(nb) * int64(p)
+	for i, s := range slots {
+		if s >= numSlots {
+			return nil, inputErr("slot_mapping[%d] = %d is outside the cache (NB*P = %d)", i, s, numSlots)
+		}
+	}
+	sat, err := in.Params.Bool("fp8_saturate", true)
+	if err != nil {
+		return nil, asInput(err)
+	}
+	conv, err := in.Params.Enum("ds_mla_scale", "amax", "amax", "pow2")
+	if err != nil {
+		return nil, asInput(err)
+	}
+	mod, err := d.load("kvcache")
+	if err != nil {
+		return nil, err
+	}
+	var a arena
+	defer a.free()
+	dkv, err := a.upload(kvc.Data)
+	if err != nil {
+		return nil, err
+	}
+	dpe, err := a.upload(kpe.Data)
+	if err != nil {
+		return nil, err
+	}
+	dsl, err := a.upload(int64Bytes(slots))
+	if err != nil {
+		return nil, err
+	}
+	dc, err := a.upload(before.Data)
+	if err != nil {
+		return nil, err
+	}
+	l := launch{mod: mod, grid: [3]int{max(ceilDiv(T, kvWarps), 1), 1, 1}, block: kvWarps * 32}
+	switch kind {
+	case "bf16":
+		l.fn = "kv_cache_write_bf16"
+		l.args = args{ptrArg(dkv), ptrArg(dpe), ptrArg(dsl), ptrArg(dc), i32(T), i32(L), i32(R), i64(numSlots)}
+	case "fp8_e4m3":
+		_, ks, err := scalarF32(in, "k_scale")
+		if err != nil {
+			return nil, err
+		}
+		dks, err := a.upload(ks)
+		if err != nil {
+			return nil, err
+		}
+		l.fn = "kv_cache_write_fp8"
+		l.args = args{ptrArg(dkv), ptrArg(dpe), ptrArg(dsl), ptrArg(dc), ptrArg(dks), i32(T), i32(L), i32(R), i64(numSlots), i32(b2i(sat))}
+	default:
+		l.fn = "kv_cache_write_ds_mla"
+		l.args = args{ptrArg(dkv), ptrArg(dpe), ptrArg(dsl), ptrArg(dc), i32(T), i64(numSlots), i32(b2i(conv == "pow2"))}
+	}
+	var plan []launch
+	if T > 0 {
+		plan = append(plan, l)
+	}
+	res, err := d.finish(mod, plan, opt, []outBuf{{"cache_after", dc, before.DType, before.Shape}})
+	if err != nil {
+		return nil, err
+	}
+	if kind == "fp8_ds_mla" {
+		res.Meta["ds_mla_scale"] = conv
+	}
+	return res, nil
+}
+
+func runKVGather(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
+	kind, cache, nb, p, dd, err := cacheSpec(in, "cache")
+	if err != nil {
+		return nil, err
+	}
+	bt, err := kernel.Need(in, "block_table", indexDTypes...)
+	if err != nil {
+		return nil, asInput(err)
+	}
+	sl, err := kernel.Need(in, "seq_lens", indexDTypes...)
+	if err != nil {
+		return nil, asInput(err)
+	}
+	if len(bt.Shape) != 2 || len(sl.Shape) != 1 || bt.Shape[0] != sl.Shape[0] {
+		return nil, inputErr("tensors block_table %v and seq_lens %v must be [B, max_blocks] and [B]", bt.Shape, sl.Shape)
+	}
+	B, maxBlocks := bt.Shape[0], bt.Shape[1]
+	seq, table, cu, maxSeq, err := pagedTable(bt, sl, nb, p)
+	if err != nil {
+		return nil, err
+	}
+	total := int(cu[B])
+	od, err := outDType(opt, "gathered", tensor.BF16, tensor.BF16, tensor.F32)
+	if err != nil {
+		return nil, err
+	}
+	mod, err := d.load("kvcache")
+	if err != nil {
+		return nil, err
+	}
+	var a arena
+	defer a.free()
+	dc, err := a.upload(cache.Data)
+	if err != nil {
+		return nil, err
+	}
+	dbt, err := a.upload(int32Bytes(table))
+	if err != nil {
+		return nil, err
+	}
+	dsl, err := a.upload(int32Bytes(seq))
+	if err != nil {
+		return nil, err
+	}
+	dcu, err := a.upload(int64Bytes(cu))
+	if err != nil {
+		return nil, err
+	}
+	dks := uint64(0)
+	if kind == "fp8_e4m3" {
+		_, ks, err := scalarF32(in, "k_scale")
+		if err != nil {
+			return nil, err
+		}
+		pk, err := a.upload(ks)
+		if err != nil {
+			return nil, err
+		}
+		dks = ptrArg(pk)
+	}
+	dout, err := a.alloc(int64(total * dd * od.Size()))
+	if err != nil {
+		return nil, err
+	}
+	L, R := dd, 0
+	fn := map[string]string{"bf16": "kv_cache_gather_bf16", "fp8_e4m3": "kv_cache_gather_fp8", "fp8_ds_mla": "kv_cache_gather_ds_mla"}[kind]
+	if kind == "fp8_ds_mla" {
+		L, R = dsL, dsR
+	}
+	if od == tensor.F32 {
+		fn += "_f32"
+	} else {
+		fn += "_bf16"
+	}
+	var plan []launch
+	if total > 0 {
+		plan = []launch{{mod: mod, fn: fn, grid: [3]int{ceilDiv(maxSeq, kvWarps), B, 1}, block: kvWarps * 32,
+			args: args{ptrArg(dc), ptrArg(dbt), ptrArg(dsl), ptrArg(dcu), dks, ptrArg(dout), i32(maxBlocks), i32(p), i32(L), i32(R), i32(nb)}}}
+	}
+	return d.finish(mod, plan, opt, []outBuf{{"gathered", dout, od, []int{total, dd}}})
+}
+
+// pagedTable validates a block table and sequence lengths against a cache
+// of nb pages of p tokens: every length fits the table and every page a
+// request uses is a cache page. It returns the lengths and table as int64
+// (for 32-bit upload), the cumulative lengths and the longest length.
+func pagedTable(bt, sl *tensor.Tensor, nb, p int) (seq, table, cu []int64, maxSeq int, err error) {
+	B, maxBlocks := bt.Shape[0], bt.Shape[1]
+	seq, table = indexData(sl), indexData(bt)
+	cu = make([]int64, B+1)
+	for b := 0; b < B; b++ {
+		if seq[b] < 0 || seq[b] > int64(maxBlocks)*int64(p) {
+			return nil, nil, nil, 0, inputErr("seq_lens[%d] = %d is outside [0, max_blocks*P = %d]", b, seq[b], maxBlocks*p)
+		}
+		for j := 0; j < ceilDiv(int(seq[b]), p); j++ {
+			if v := table[b*maxBlocks+j]; v < 0 || v >= int64(nb) {
+				return nil, nil, nil, 0, inputErr("block_table[%d,%d] = %d is outside the cache (NB = %d)", b, j, v, nb)
+			}
+		}
+		cu[b+1] = cu[b] + seq[b]
+		maxSeq = max(maxSeq, int(seq[b]))
+	}
+	return seq, table, cu, maxSeq, nil
+}
