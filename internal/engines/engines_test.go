@@ -213,6 +213,20 @@ func TestFlashInferMLANamesCheckIdentically(t *testing.T) {
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("FlashInfer-named capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 	}
+
+	// The packed layouts: q [B*s_q, H, D] and kv_cache [NB, P, D].
+	packed := map[string]*tensor.Tensor{"q": {DType: q.DType, Shape: []int{B * SQ, H, D}, Data: q.Data}, "kv_cache": kc}
+	for _, n := range []string{"qo_indptr", "kv_indptr", "kv_indices", "kv_len_arr", "output", "lse"} {
+		packed[n] = ft[n]
+	}
+	pm := map[string]string{"kcheck.kernel": "mla_decode"}
+	for k, v := range fm {
+		pm[k] = v
+	}
+	got = check.Run(check.Capture{Name: "flashinfer-packed", Metadata: pm, Tensors: packed}, fromOpts(t, "flashinfer"))
+	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
+		t.Errorf("packed FlashInfer capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
+	}
 }
 
 // vLLM concat_and_cache_mla with an fp8 cache named "fp8", the scale named

@@ -115,16 +115,26 @@ var flashInferMLA = Fix{Doc: "FlashInfer MLA operands assembled into q, kv_cache
 	case v.T("seq_lens") != nil:
 		b = v.T("seq_lens").Len()
 	}
+	// The query: split (q_nope, q_pe) or packed (q), [B*s_q, H, D] either way.
+	var q *tensor.Tensor
 	if qn, qp := v.T("q_nope"), v.T("q_pe"); qn != nil && qp != nil {
-		if b < 1 {
-			return nil, fmt.Errorf("tensors q_nope and q_pe need kv_indptr (or kv_len_arr) to know the batch size")
-		}
-		q, err := concatLast(v.Prefix+"q_nope", qn, v.Prefix+"q_pe", qp)
+		c, err := concatLast(v.Prefix+"q_nope", qn, v.Prefix+"q_pe", qp)
 		if err != nil {
 			return nil, err
 		}
+		q = c
+		v.Del("q_nope")
+		v.Del("q_pe")
+		notes = append(notes, fmt.Sprintf("q = q_nope %v | q_pe %v", qn.Shape, qp.Shape))
+	} else if t := v.T("q"); t != nil && len(t.Shape) == 3 {
+		q = t
+	}
+	if q != nil {
+		if b < 1 {
+			return nil, fmt.Errorf("FlashInfer's MLA query needs kv_indptr (or kv_len_arr) to know the batch size")
+		}
 		if len(q.Shape) != 3 || q.Shape[0]%b != 0 {
-			return nil, fmt.Errorf("tensor q_nope has shape %v; FlashInfer's MLA query is [B*s_q, H, L] with B = %d", qn.Shape, b)
+			return nil, fmt.Errorf("the query has shape %v; FlashInfer's MLA query is [B*s_q, H, D] with B = %d", q.Shape, b)
 		}
 		sq := q.Shape[0] / b
 		if qo := v.T("qo_indptr"); qo != nil {
@@ -139,13 +149,12 @@ var flashInferMLA = Fix{Doc: "FlashInfer MLA operands assembled into q, kv_cache
 			}
 			v.Del("qo_indptr")
 		}
-		if q, err = reshape("q", q, b, sq, q.Shape[1], q.Shape[2]); err != nil {
+		r, err := reshape(v.Prefix+"q", q, b, sq, q.Shape[1], q.Shape[2])
+		if err != nil {
 			return nil, err
 		}
-		v.Set("q", q)
-		v.Del("q_nope")
-		v.Del("q_pe")
-		notes = append(notes, fmt.Sprintf("q = q_nope %v | q_pe %v as %v", qn.Shape, qp.Shape, q.Shape))
+		v.Set("q", r)
+		notes = append(notes, fmt.Sprintf("q [B*s_q, H, D] %v read as %v", q.Shape, r.Shape))
 		if o := v.T("out"); o != nil && len(o.Shape) == 3 {
 			r, err := reshape(v.Prefix+"out", o, b, sq, o.Shape[1], o.Shape[2])
 			if err != nil {
