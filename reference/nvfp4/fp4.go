@@ -168,3 +168,20 @@ func checkOutDType(d tensor.DType) error {
 	}
 	return fmt.Errorf("output dtype %s: want BF16, F16 or F32", d)
 }
+
+// blockValuesT is blockValues transposed, [K][np] with np >= Rows columns
+// (the padding zero): column r holds row r's values.
+func (a *Matrix) blockValuesT(np int) []float32 {
+	v := make([]float32, a.K*np)
+	kb := a.K / BlockSize
+	for r := 0; r < a.Rows; r++ {
+		for b := 0; b < kb; b++ {
+			s := ScaleValue(a.Scales[r*kb+b])
+			for j := 0; j < BlockSize; j++ {
+				c := b*BlockSize + j
+				v[c*np+r] = float32(CodeValue(CodeAt(a.Packed, r*a.K+c)) * s)
+			}
+		}
+	}
+	return v
+}

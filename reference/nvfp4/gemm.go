@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -47,7 +48,7 @@ func GEMM(a, b *Matrix, out tensor.DType) (exact, expected []float64, err error)
 		return nil, nil, err
 	}
 	m, n, k := a.Rows, b.Rows, a.K
-	av, bv := a.blockValues(), b.blockValues()
+	av := a.blockValues()
 
 	num, den := 1.0, 1.0
 	num32, den32 := float32(1), float32(1)
@@ -62,45 +63,99 @@ func GEMM(a, b *Matrix, out tensor.DType) (exact, expected []float64, err error)
 	}
 	alpha32 := float32(num32 / den32)
 
-	exact = make([]float64, m*n)
-	expected = make([]float64, m*n)
-	rowsDone := make(chan int, m)
-	for i := 0; i < m; i++ {
-		rowsDone <- i
-	}
-	close(rowsDone)
+	g := &gemmJob{m: m, n: n, k: k, num: num, den: den, alpha32: alpha32, out: out,
+		av: av, exact: make([]float64, m*n), expected: make([]float64, m*n)}
+	g.run(b)
+	return g.exact, g.expected, nil
+}
+
+// gemmJob is one GEMM shared out to the workers in output tiles. Every
+// output is computed by exactly one worker, with the block partials added
+// in K order, so the result does not depend on the number of workers.
+type gemmJob struct {
+	m, n, k         int
+	num, den        float64
+	alpha32         float32
+	out             tensor.DType
+	av              []float32 // a's block values, [m][k]
+	exact, expected []float64
+}
+
+// store finishes output (i, j) from its two accumulators (the epilogue).
+func (g *gemmJob) store(i, j int, acc32 float32, acc64 float64) {
+	g.exact[i*g.n+j] = acc64 * g.num / g.den
+	g.expected[i*g.n+j] = RoundTo(g.out, float64(float32(g.alpha32*acc32)))
+}
+
+// parallel calls fn(u) for u in [0, units) on GOMAXPROCS goroutines.
+func parallel(units int, fn func(u int)) {
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+	for w := 0; w < min(runtime.GOMAXPROCS(0), units); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range rowsDone {
-				ar := av[i*k : (i+1)*k]
-				for j := 0; j < n; j++ {
-					acc32, acc64 := blockDot(ar, bv[j*k:(j+1)*k])
-					exact[i*n+j] = acc64 * num / den
-					expected[i*n+j] = RoundTo(out, float64(float32(alpha32*acc32)))
+			for {
+				u := int(next.Add(1) - 1)
+				if u >= units {
+					return
 				}
+				fn(u)
 			}
 		}()
 	}
 	wg.Wait()
-	return exact, expected, nil
 }
 
-// blockDot returns Σ_blocks (Σ_block a·b), accumulated once in fp32 in
-// block order and once in float64. Each block sum is exact in fp32 (see
-// GEMM), so the unrolled float32 arithmetic inside a block rounds nothing.
-func blockDot(a, b []float32) (acc32 float32, acc64 float64) {
-	for len(a) >= BlockSize {
-		x, y := a[:BlockSize:BlockSize], b[:BlockSize:BlockSize]
-		s := x[0]*y[0] + x[1]*y[1] + x[2]*y[2] + x[3]*y[3] +
-			x[4]*y[4] + x[5]*y[5] + x[6]*y[6] + x[7]*y[7] +
-			x[8]*y[8] + x[9]*y[9] + x[10]*y[10] + x[11]*y[11] +
-			x[12]*y[12] + x[13]*y[13] + x[14]*y[14] + x[15]*y[15]
-		acc32 = float32(acc32 + s)
-		acc64 += float64(s)
-		a, b = a[BlockSize:], b[BlockSize:]
-	}
-	return acc32, acc64
+// Output tiles of the plain-Go GEMM: gemmTI rows by gemmTJ columns, K in
+// slices of gemmTK elements so that both operands' slices stay in cache.
+const gemmTI, gemmTJ, gemmTK = 8, 32, 512
+
+// runGeneric is the plain-Go GEMM: per output tile and K slice, each pair
+// of outputs (i, j), (i, j+1) takes its block partials with blockSum.
+func (g *gemmJob) runGeneric(b *Matrix) {
+	bv := b.blockValues()
+	m, n, k := g.m, g.n, g.k
+	ti, tj := (m+gemmTI-1)/gemmTI, (n+gemmTJ-1)/gemmTJ
+	parallel(ti*tj, func(u int) {
+		i0, j0 := (u/tj)*gemmTI, (u%tj)*gemmTJ
+		i1, j1 := min(i0+gemmTI, m), min(j0+gemmTJ, n)
+		var acc32 [gemmTI * gemmTJ]float32
+		var acc64 [gemmTI * gemmTJ]float64
+		for k0 := 0; k0 < k; k0 += gemmTK {
+			k1 := min(k0+gemmTK, k)
+			for i := i0; i < i1; i++ {
+				ar := g.av[i*k+k0 : i*k+k1]
+				for j := j0; j < j1; j++ {
+					t := (i-i0)*gemmTJ + j - j0
+					a32, a64 := acc32[t], acc64[t]
+					br := bv[j*k+k0 : j*k+k1]
+					for c := 0; c+BlockSize <= len(ar); c += BlockSize {
+						s := blockSum(ar[c:c+BlockSize], br[c:c+BlockSize])
+						a32 = float32(a32 + s)
+						a64 += float64(s)
+					}
+					acc32[t], acc64[t] = a32, a64
+				}
+			}
+		}
+		for i := i0; i < i1; i++ {
+			for j := j0; j < j1; j++ {
+				t := (i-i0)*gemmTJ + j - j0
+				g.store(i, j, acc32[t], acc64[t])
+			}
+		}
+	})
+}
+
+// blockSum is Σ x[e]·y[e] over one 16-element block. The sum is exact in
+// fp32 in any order (see GEMM), so it is taken as four independent chains
+// that the processor can overlap.
+func blockSum(x, y []float32) float32 {
+	x, y = x[:BlockSize:BlockSize], y[:BlockSize:BlockSize]
+	s0 := x[0]*y[0] + x[4]*y[4] + x[8]*y[8] + x[12]*y[12]
+	s1 := x[1]*y[1] + x[5]*y[5] + x[9]*y[9] + x[13]*y[13]
+	s2 := x[2]*y[2] + x[6]*y[6] + x[10]*y[10] + x[14]*y[14]
+	s3 := x[3]*y[3] + x[7]*y[7] + x[11]*y[11] + x[15]*y[15]
+	return (s0 + s1) + (s2 + s3)
 }
