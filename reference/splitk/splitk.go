@@ -20,6 +20,9 @@ package splitk
 import (
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -239,7 +242,15 @@ type Result struct {
 
 // Combine combines every row of partialOut [N, S, L] and partialLSE [N, S]
 // (flat, row-major), giving the exact and the expected results. An invalid
-// lse is reported with its contract name, partial_lse[n,s].
+// lse is reported with its contract name, partial_lse[n,s] (the first in
+// row-major order).
+//
+// Each row's two answers are exactly CombineRowExact's and
+// CombineRowExpected's, computed in one pass over the row's partials (the
+// weights of both first, then both weighted sums, element by element in
+// split order), with the rows shared out to GOMAXPROCS goroutines: every
+// row is computed by one goroutine, so the result does not depend on how
+// many run.
 func Combine(partialOut, partialLSE []float64, n, s, l int, c Convention, outDType, lseDType tensor.DType) (exact, expected Result, err error) {
 	if len(partialLSE) != n*s {
 		return exact, expected, fmt.Errorf("partial_lse has %d values; [N=%d, S=%d] needs %d", len(partialLSE), n, s, n*s)
@@ -247,19 +258,121 @@ func Combine(partialOut, partialLSE []float64, n, s, l int, c Convention, outDTy
 	if len(partialOut) != n*s*l {
 		return exact, expected, fmt.Errorf("partial_out has %d values; [N=%d, S=%d, L=%d] needs %d", len(partialOut), n, s, l, n*s*l)
 	}
-	exact = Result{Out: make([]float64, n*l), LSE: make([]float64, n)}
-	expected = Result{Out: make([]float64, n*l), LSE: make([]float64, n)}
 	for r := 0; r < n; r++ {
-		o := partialOut[r*s*l : (r+1)*s*l]
-		lse := partialLSE[r*s : (r+1)*s]
-		if exact.LSE[r], err = CombineRowExact(o, lse, l, c, exact.Out[r*l:]); err != nil {
-			return exact, expected, rowError(r, err)
-		}
-		if expected.LSE[r], err = CombineRowExpected(o, lse, l, c, outDType, lseDType, expected.Out[r*l:]); err != nil {
+		if _, err := checkLSE(partialLSE[r*s : (r+1)*s]); err != nil {
 			return exact, expected, rowError(r, err)
 		}
 	}
+	exact = Result{Out: make([]float64, n*l), LSE: make([]float64, n)}
+	expected = Result{Out: make([]float64, n*l), LSE: make([]float64, n)}
+	// Units of rows: enough of them to balance, each long enough to amortize.
+	per := max(1, min(n, (1<<16)/max(1, s*l)))
+	units := (n + per - 1) / per
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < min(runtime.GOMAXPROCS(0), units); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ws := make([]float64, 2*s)
+			for {
+				u := int(next.Add(1) - 1)
+				if u >= units {
+					return
+				}
+				for r := u * per; r < min((u+1)*per, n); r++ {
+					exact.LSE[r], expected.LSE[r] = combineRowBoth(partialOut[r*s*l:(r+1)*s*l], partialLSE[r*s:(r+1)*s], l, c,
+						outDType, lseDType, exact.Out[r*l:(r+1)*l], expected.Out[r*l:(r+1)*l], ws)
+				}
+			}
+		}()
+	}
+	wg.Wait()
 	return exact, expected, nil
+}
+
+// combineRowBoth is CombineRowExact and CombineRowExpected of one valid row
+// (checkLSE passed) in one pass: the same operations on every element, in
+// the same order, so the same bits. ws is scratch for 2·S weights.
+func combineRowBoth(o, lse []float64, l int, c Convention, outDType, lseDType tensor.DType, ex, xp, ws []float64) (float64, float64) {
+	m := math.Inf(-1)
+	for _, v := range lse {
+		if v > m {
+			m = v
+		}
+	}
+	clear(ex)
+	clear(xp)
+	if math.IsInf(m, -1) {
+		return c.Empty, RoundTo(lseDType, c.Empty)
+	}
+	// exact weights (CombineRowExact)
+	exp, log := math.Exp, math.Log
+	if c.Base == Base2 {
+		exp, log = math.Exp2, math.Log2
+	}
+	w := ws[:len(lse)]
+	sum := 0.0
+	for s, v := range lse {
+		if math.IsInf(v, -1) {
+			continue
+		}
+		w[s] = exp(v - m)
+		sum += w[s]
+	}
+	// expected weights (CombineRowExpected)
+	m32 := float32(m)
+	weight := func(v, ref float32) float32 {
+		d := v - ref
+		if c.Base == BaseE {
+			d *= log2eF32
+		}
+		return Exp2F32(d)
+	}
+	var sum32 float32
+	for _, v := range lse {
+		if math.IsInf(v, -1) {
+			continue
+		}
+		sum32 += weight(float32(v), m32)
+	}
+	var g float32
+	if c.Base == BaseE {
+		g = m32 + float32(math.Log(float64(sum32)))
+	} else {
+		g = m32 + float32(math.Log2(float64(sum32)))
+	}
+	cw := ws[len(lse) : 2*len(lse)]
+	for s, v := range lse {
+		if !math.IsInf(v, -1) {
+			cw[s] = float64(weight(float32(v), g))
+		}
+	}
+	for s, v := range lse {
+		if math.IsInf(v, -1) {
+			continue
+		}
+		weightedAdd(ex, xp, o[s*l:(s+1)*l], w[s], cw[s])
+	}
+	for i := range ex {
+		ex[i] /= sum
+		xp[i] = RoundTo(outDType, xp[i])
+	}
+	return m + log(sum), RoundTo(lseDType, float64(g))
+}
+
+// weightedAdd adds one split's partial output to both sums:
+//
+//	for i, x := range o { ex[i] += w·x;  xp[i] = fp32(xp[i] + cs·fp32(x)) }
+//
+// cs·fp32(x) is exact in float64 (two 24-bit significands), so rounding the
+// sum once to float32 is the fp32 fused multiply-add.
+func weightedAddGeneric(ex, xp, o []float64, w, cs float64) {
+	ex, xp = ex[:len(o)], xp[:len(o)]
+	for i, x := range o {
+		ex[i] += float64(w * x)
+		xp[i] = float64(float32(xp[i] + cs*float64(float32(x))))
+	}
 }
 
 func rowError(r int, err error) error {
