@@ -31,18 +31,22 @@ type Array struct {
 	Descr string // numpy dtype string: '<f8', '<f4', '<u2', '|u1', '<i4'
 	Shape []int
 	Data  []byte // little-endian, C order
+	// F64, when set, holds the values of a '<f8' array instead of Data,
+	// encoded as the file is written (no second copy of a big input).
+	F64 []float64
 }
 
 // Nbytes is the array's data size.
-func (a Array) Nbytes() int64 { return int64(len(a.Data)) }
-
-// F64Array wraps float64 values.
-func F64Array(v []float64, shape ...int) Array {
-	b := make([]byte, 8*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(x))
+func (a Array) Nbytes() int64 {
+	if a.F64 != nil {
+		return int64(8 * len(a.F64))
 	}
-	return Array{Descr: "<f8", Shape: shape, Data: b}
+	return int64(len(a.Data))
+}
+
+// F64Array wraps float64 values (without copying them).
+func F64Array(v []float64, shape ...int) Array {
+	return Array{Descr: "<f8", Shape: shape, F64: v}
 }
 
 // I32Array wraps int values stored as int32.
@@ -68,8 +72,8 @@ func WriteNPY(path string, a Array) error {
 	if len(a.Descr) > 2 {
 		size, _ = strconv.Atoi(a.Descr[2:])
 	}
-	if size == 0 || n*size != len(a.Data) {
-		return fmt.Errorf("npy %s: %d bytes of %s do not fill shape %v", path, len(a.Data), a.Descr, a.Shape)
+	if size == 0 || int64(n*size) != a.Nbytes() || (a.F64 != nil && a.Descr != "<f8") {
+		return fmt.Errorf("npy %s: %d bytes of %s do not fill shape %v", path, a.Nbytes(), a.Descr, a.Shape)
 	}
 	shape := strings.Join(dims, ", ")
 	if len(a.Shape) == 1 {
@@ -88,6 +92,11 @@ func WriteNPY(path string, a Array) error {
 	binary.Write(w, binary.LittleEndian, uint16(len(h)))
 	w.WriteString(h)
 	w.Write(a.Data)
+	var buf [8]byte
+	for _, x := range a.F64 {
+		binary.LittleEndian.PutUint64(buf[:], math.Float64bits(x))
+		w.Write(buf[:])
+	}
 	if err := w.Flush(); err != nil {
 		f.Close()
 		return err
@@ -122,6 +131,17 @@ func PeakRSS() int64 {
 		return int64(ru.Maxrss) << 10 // kilobytes on Linux
 	}
 	return 0
+}
+
+// CPUTime is the process's user plus system CPU time in seconds, all
+// threads: on a machine shared with other work the wall time of a run
+// depends on the neighbours, its CPU time much less.
+func CPUTime() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 // Agreement compares a (Go) with b (numpy): the largest elementwise

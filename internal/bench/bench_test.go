@@ -70,6 +70,9 @@ func TestWriteNPYRoundTrip(t *testing.T) {
 	if err := WriteNPY(filepath.Join(dir, "bad.npy"), Array{Descr: "<f8", Shape: []int{3}, Data: make([]byte, 16)}); err == nil {
 		t.Error("16 bytes written as 3 float64s: want an error")
 	}
+	if err := WriteNPY(filepath.Join(dir, "bad.npy"), F64Array([]float64{1, 2}, 3)); err == nil {
+		t.Error("2 float64s written as 3: want an error")
+	}
 }
 
 // TestAgreement: hand-computed differences, and mismatched specials.

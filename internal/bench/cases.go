@@ -122,30 +122,31 @@ func MLADecode(name string, b, h, n int) Case {
 	}
 }
 
-// SplitKCombine combines n rows of s fp32 partials of length l (flash
-// decoding's combine after a decode of n = B·H rows).
+// SplitKCombine combines n rows of s partials of length l (flash
+// decoding's combine after a decode of n = B·H rows). The partials are fp32
+// values held as float64, the form the reference takes them in (the
+// splitk_combine adapter widens the F32 tensors first); numpy gets the same
+// float64 arrays.
 func SplitKCombine(name string, n, s, l int) Case {
 	return Case{
 		Name: name, Kernel: "splitk_combine",
-		Shape: fmt.Sprintf("rows=%d S=%d L=%d f32", n, s, l),
+		Shape: fmt.Sprintf("rows=%d S=%d L=%d", n, s, l),
 		Flops: float64(n) * float64(s) * float64(2*l+4),
 		Build: func() (*Prepared, error) {
 			rng := rand.New(rand.NewPCG(uint64(n), uint64(s*l)))
-			po := tensor.New(tensor.F32, n, s, l)
-			for i := 0; i+4 <= len(po.Data); i += 4 {
-				binary.LittleEndian.PutUint32(po.Data[i:], math.Float32bits(float32(rng.Float64()*4-2)))
+			po := make([]float64, n*s*l)
+			for i := range po {
+				po[i] = float64(float32(rng.Float64()*4 - 2))
 			}
-			pl := tensor.New(tensor.F32, n, s)
-			for i := 0; i+4 <= len(pl.Data); i += 4 {
-				binary.LittleEndian.PutUint32(pl.Data[i:], math.Float32bits(float32(rng.Float64()*8)))
+			pl := make([]float64, n*s)
+			for i := range pl {
+				pl[i] = float64(float32(rng.Float64() * 8))
 			}
 			return &Prepared{
-				Inputs:     map[string]Array{"partial_out": {Descr: "<f4", Shape: po.Shape, Data: po.Data}, "partial_lse": {Descr: "<f4", Shape: pl.Shape, Data: pl.Data}},
-				InputBytes: int64(len(po.Data) + len(pl.Data)),
+				Inputs:     map[string]Array{"partial_out": F64Array(po, n, s, l), "partial_lse": F64Array(pl, n, s)},
+				InputBytes: int64(8 * (len(po) + len(pl))),
 				Run: func() (map[string]Output, error) {
-					// The float64 copies are part of the work, as the
-					// splitk_combine adapter reads the F32 tensors.
-					ex, _, err := splitk.Combine(po.Float64s(), pl.Float64s(), n, s, l, splitk.DefaultConvention(), tensor.BF16, tensor.F32)
+					ex, _, err := splitk.Combine(po, pl, n, s, l, splitk.DefaultConvention(), tensor.BF16, tensor.F32)
 					if err != nil {
 						return nil, err
 					}
