@@ -189,6 +189,9 @@ func writeItem(mw *mdWriter, i, n int, it Item, figs map[string][]Figure) {
 	if r.Error != nil {
 		mw.p("**The file could not be checked:** %s\n\n", cell(*r.Error))
 	}
+	if sum := summary(r); sum != "" {
+		mw.p("**In short:** %s\n\n", sum)
+	}
 	if it.Reproduce != "" {
 		mw.p("Reproduce:\n\n```sh\n%s\n```\n\n", it.Reproduce)
 	}
@@ -220,7 +223,7 @@ func writeItem(mw *mdWriter, i, n int, it Item, figs map[string][]Figure) {
 		mw.p("Outputs that pass:\n\n| output | dtype | shape | worst err/tol | cos diff (floor) | RMSE (floor) |\n|---|---|---|---|---|---|\n")
 		for _, c := range passing {
 			m := c.Metrics
-			mw.p("| `%s` | %s | %v | %s | %s (%s) | %s (%s) |\n", cell(c.Tensor), c.DType, c.Shape, num(float64(m.MaxExcess)),
+			mw.p("| `%s` | %s | %s | %s | %s (%s) | %s (%s) |\n", cell(c.Tensor), c.DType, shapeOf(c.Shape), num(float64(m.MaxExcess)),
 				num(float64(m.CosDiff)), num(float64(m.FloorCosDiff)), num(float64(m.RMSE)), num(float64(m.FloorRMSE)))
 		}
 		mw.p("\n")
@@ -262,6 +265,7 @@ func provenanceLine(p map[string]string) string {
 
 func writeStages(mw *mdWriter, r check.Result) {
 	mw.p("Stage attribution: each stage's LOCAL error (its output against the reference run on the stage's own captured inputs) and PROPAGATED error (against the reference chain run from the first stage's inputs).\n\n")
+	mw.p("err/tol is an element's error over its tolerance: at most 1 is within it.\n\n")
 	mw.p("| stage | kernel | verdict | local worst err/tol | propagated worst err/tol |\n|---|---|---|---|---|\n")
 	for _, st := range r.Stages {
 		mw.p("| `%s` | %s | %s | %s | %s |\n", cell(st.Prefix), st.Kernel, verdictCell(st.Verdict), worstCell(st.Local), worstCell(st.Propagated))
@@ -275,7 +279,7 @@ func writeStages(mw *mdWriter, r check.Result) {
 
 func writeCheckMD(mw *mdWriter, c compare.Check, figs []Figure) {
 	m := c.Metrics
-	mw.p("#### `%s` %s %v: %s\n\n", cell(c.Tensor), c.DType, c.Shape, verdictCell(string(c.Verdict)))
+	mw.p("#### `%s` %s %s: %s\n\n", cell(c.Tensor), c.DType, shapeOf(c.Shape), verdictCell(string(c.Verdict)))
 	if c.Reason != "" {
 		mw.p("%s.\n\n", strings.TrimSuffix(cell(c.Reason), "."))
 	}
@@ -492,4 +496,76 @@ func writeEnvironment(mw *mdWriter, b Bundle) {
 // altOf is a figure's alt text: its file name without the extension.
 func altOf(path string) string {
 	return strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+}
+
+// shapeOf writes a shape as [2, 512].
+func shapeOf(shape []int) string {
+	parts := make([]string, len(shape))
+	for i, d := range shape {
+		parts[i] = fmt.Sprint(d)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// summary says in a sentence or two what a result means.
+func summary(r check.Result) string {
+	if r.Verdict == check.Pass || r.Verdict == check.Error {
+		return ""
+	}
+	var worst *compare.Check
+	for i := range r.Checks {
+		c := &r.Checks[i]
+		if c.Verdict == compare.Pass {
+			continue
+		}
+		if worst == nil || c.Verdict == compare.Fail && worst.Verdict != compare.Fail ||
+			c.Verdict == worst.Verdict && float64(c.Metrics.MaxExcess) > float64(worst.Metrics.MaxExcess) {
+			worst = c
+		}
+	}
+	var parts []string
+	if r.Stage != nil {
+		kern, seen := "", false
+		var alsoFail []string
+		for _, st := range r.Stages {
+			if st.Prefix == *r.Stage {
+				kern, seen = " ("+st.Kernel+")", true
+			} else if seen && st.Verdict == check.Fail {
+				alsoFail = append(alsoFail, "`"+st.Prefix+"`")
+			}
+		}
+		sent := fmt.Sprintf("stage `%s`%s fails on its own captured inputs, so the error starts there", *r.Stage, kern)
+		if len(alsoFail) == 0 {
+			sent += "; the later stages pass on the inputs they were given, and their propagated error is this one carried forward."
+		} else {
+			sent += fmt.Sprintf("; later stage %s fails on its own inputs too (a second bug, or one the first hides).", strings.Join(alsoFail, ", "))
+		}
+		parts = append(parts, sent)
+	}
+	if worst != nil {
+		m := worst.Metrics
+		what := "exceed their tolerance"
+		if worst.Mode == "bitwise" {
+			what = "differ from the expected bits"
+		}
+		sent := fmt.Sprintf("%d of %d elements of `%s` %s", m.OverTol, m.N, worst.Tensor, what)
+		if worst.Mode != "bitwise" && !math.IsInf(float64(m.MaxExcess), 0) {
+			sent += fmt.Sprintf(" (worst %s times its tolerance", num(float64(m.MaxExcess)))
+			if m.FloorRMSE > 0 {
+				sent += fmt.Sprintf("; RMSE %s times the noise floor of a correct kernel", num(float64(m.RMSE)/float64(m.FloorRMSE)))
+			}
+			sent += ")"
+		}
+		if m.NaNMismatch+m.InfMismatch > 0 {
+			sent += fmt.Sprintf(", with %d NaN and %d Inf where the reference has none (or the reverse)", m.NaNMismatch, m.InfMismatch)
+		}
+		if s := worst.Signature; s != nil && s.Pattern != signature.None {
+			sent += fmt.Sprintf("; the errors' pattern is `%s`", s.Pattern)
+			if s.Coord != "" {
+				sent += fmt.Sprintf(" (by `%s`)", s.Coord)
+			}
+		}
+		parts = append(parts, sent+".")
+	}
+	return strings.Join(parts, " ")
 }

@@ -101,6 +101,7 @@ func TestWriteDirSections(t *testing.T) {
 		"Capture: source `kcheck fixtures (faulty:nibble_order)`",
 		"| stage | kernel | verdict | local worst err/tol | propagated worst err/tol |",
 		"The first stage whose local error leaves its budget is **`quant`**",
+		"**In short:** stage `quant` (nvfp4_gemm) fails on its own captured inputs",
 		"| metric | value | noise floor (expected vs exact) | bound |",
 		"| max abs error |", "| cos diff |", "| RMSE |", "| SQNR (dB) |",
 		"Worst elements:", "| where | actual | expected | exact | err | tol | err/tol |",
