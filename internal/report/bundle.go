@@ -3,6 +3,7 @@ package report
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -144,4 +145,18 @@ func HashFiles(paths ...string) ([]Evidence, error) {
 // NewBundle starts a bundle for this process's environment.
 func NewBundle(command string) Bundle {
 	return Bundle{Format: Format, Environment: CurrentEnvironment(), Command: command}
+}
+
+// DiagnosisFrom converts a diagnosis result whose JSON has the spec's shape
+// (internal/diagnose's Report) into a Diagnosis, through its JSON.
+func DiagnosisFrom(v any) (*Diagnosis, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var d Diagnosis
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
 }

@@ -36,7 +36,8 @@ type Profile struct {
 	PageSize    int   `json:"page_size,omitempty"`
 	SplitStarts []int `json:"split_starts,omitempty"`
 	// Sampled is the stride of the sample the counts and means come from
-	// (1: every element); failing elements are always all counted.
+	// (1: every element); failing elements outside the sample are added to
+	// the largest values and failing counts, up to maxProfileElements of them.
 	Sampled int `json:"sampled,omitempty"`
 	// Axes is the output's rank: Coords[:Axes] are its axes, the rest
 	// derived coordinates.
@@ -78,8 +79,8 @@ type Grid struct {
 
 // maxProfileElements bounds the elements whose coordinates are named one by
 // one; larger outputs are sampled with a stride (failing elements are
-// always included).
-const maxProfileElements = 1 << 21
+// always included, up to as many again). A variable for the tests.
+var maxProfileElements = 1 << 21
 
 // maxValues bounds the values a coordinate profile keeps before binning;
 // maxGrid bounds each side of the heat map.
@@ -228,10 +229,14 @@ func profileOf(o check.Observation) (Profile, []int) {
 	gx, gy := "", ""
 	var starts []int
 	seenStart := map[int]bool{}
+	extra := 0 // failing elements outside the sample, named too (bounded)
 	for i := 0; i < n; i++ {
 		e := excessOf(o, b, i)
-		if i%stride != 0 && !(e > 1) {
-			continue
+		if i%stride != 0 {
+			if !(e > 1) || extra >= maxProfileElements {
+				continue
+			}
+			extra++
 		}
 		coords := o.Ref.Coords.Name(tensor.Unravel(i, shape))
 		if gx == "" {

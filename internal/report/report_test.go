@@ -15,6 +15,8 @@ import (
 
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/compare"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
 const fx = "../../fixtures/"
@@ -452,5 +454,66 @@ func TestGridBinning(t *testing.T) {
 	// The last bin holds the largest value, 999, in the row 999 % 3 = 0.
 	if got := float64(g.Max[0][len(g.XVals)-1]); got != 999 {
 		t.Errorf("last bin of row 0 = %v, want 999", got)
+	}
+}
+
+// fixedTol is a policy with one tolerance for every element.
+type fixedTol float64
+
+func (fixedTol) Name() string { return "fixed" }
+func (f fixedTol) Bounds(kernel.Output, tensor.DType) compare.Bounds {
+	return compare.Bounds{Tol: func(int) float64 { return float64(f) }, Band: 1}
+}
+
+// A large output is profiled from a sample, but every failing element is
+// in the largest values and the failing counts, at its own coordinate.
+func TestProfileSampling(t *testing.T) {
+	defer func(m int) { maxProfileElements = m }(maxProfileElements)
+	maxProfileElements = 100
+	const n = 1000
+	ref := kernel.Output{Name: "out", Shape: []int{n}, Exact: make([]float64, n), Expected: make([]float64, n),
+		Coords: kernel.Coords{Axes: []string{"token"}}}
+	act := tensor.New(tensor.F32, n)
+	for _, i := range []int{7, 503} { // neither in the 1-in-10 sample
+		act.SetFloat64(i, 1)
+	}
+	c, err := compare.Compare(ref, act, fixedTol(0.1), compare.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := profileOf(check.Observation{Kernel: "k", Ref: &ref, Actual: act, Check: c, Policy: fixedTol(0.1)})
+	if p.Sampled != 10 {
+		t.Fatalf("sampled 1 in %d, want 10", p.Sampled)
+	}
+	tok := p.Coords[0]
+	count, fails, found := 0, 0, map[int]float64{}
+	for j, v := range tok.Values {
+		count += tok.Count[j]
+		fails += tok.Failing[j]
+		if tok.Failing[j] > 0 {
+			found[v] = float64(tok.Max[j])
+		}
+	}
+	if count != 100 || fails != 2 || found[7] != 10 || found[503] != 10 {
+		t.Errorf("count %d (want 100), failing %d (want 2), failing values %v (want 7 and 503 at err/tol 10)", count, fails, found)
+	}
+}
+
+// A diagnose result with more fields than the spec's converts through JSON.
+func TestDiagnosisFrom(t *testing.T) {
+	type step struct {
+		Step     int     `json:"step"`
+		Error    float64 `json:"error"`
+		OffFloor bool    `json:"off_floor"`
+	}
+	v := struct {
+		Verdict string `json:"verdict"`
+		Reason  string `json:"reason"`
+		Steps   []step `json:"steps"`
+		Config  any    `json:"config"`
+	}{"fail", "because", []step{{3, 0.5, true}}, map[string]int{"prompts": 2}}
+	d, err := DiagnosisFrom(v)
+	if err != nil || d.Verdict != "fail" || d.Reason != "because" || len(d.Steps) != 1 || d.Steps[0].Error != 0.5 {
+		t.Errorf("got %+v, %v", d, err)
 	}
 }
