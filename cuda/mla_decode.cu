@@ -385,7 +385,7 @@ __device__ void mla_decode_impl(const MlaParams p, int B, int s_q, int H, int ma
 }
 
 #define KC_MLA(name, MT, STAGES, CACHE, SPARSE)                                                   \
-    extern "C" __device__ const int name##_smem = MlaSmem<MT, STAGES, CACHE>::total;            \
+    extern "C" __device__ int name##_smem = MlaSmem<MT, STAGES, CACHE>::total;            \
     extern "C" __global__ void __launch_bounds__(128 * MT, 1)                                    \
         name(const uint16_t* q, const uint8_t* kv, const int* block_table, const int* seq_lens,  \
              const int* indices, const float* k_scale, uint16_t* out, float* lse,                \
@@ -411,6 +411,17 @@ __device__ void mla_decode_impl(const MlaParams p, int B, int s_q, int H, int ma
 KC_MLA_ALL(bf16, CACHE_BF16)
 KC_MLA_ALL(fp8, CACHE_FP8)
 KC_MLA_ALL(ds_mla, CACHE_DS)
+
+// The opt-in shared memory a block may use: 99 KB on sm_86/89/120, 163 KB on
+// sm_80, 227 KB on sm_90. Each variant must fit the parts it is meant for.
+#define KC_SMEM_FITS(MT, ST, LIMIT)                                                       \
+    static_assert(MlaSmem<MT, ST, CACHE_BF16>::total <= LIMIT &&                          \
+                      MlaSmem<MT, ST, CACHE_FP8>::total <= LIMIT &&                       \
+                      MlaSmem<MT, ST, CACHE_DS>::total <= LIMIT,                          \
+                  "MLA decode variant exceeds its shared memory budget")
+KC_SMEM_FITS(1, 2, 101376);
+KC_SMEM_FITS(4, 2, 166912);
+KC_SMEM_FITS(4, 3, 232448);
 
 // ---------------------------------------------------------------------------
 // Split-K combine. One CTA a row, each thread 4 columns a pass. lse_layout

@@ -426,7 +426,7 @@ KC_GEMM(nvfp4_gemm_16x64, 16, 64, 1, 4, 4, 4)
 
 // nvfp4_gemm_path tells the launcher which MMA this module was built with.
 #if defined(KC_HW_FP4_MMA)
-extern "C" __device__ const int nvfp4_gemm_path = 2;  // block-scaled FP4 MMA (sm_120a)
+extern "C" __device__ int nvfp4_gemm_path = 2;  // block-scaled FP4 MMA (sm_120a)
 #else
-extern "C" __device__ const int nvfp4_gemm_path = 1;  // bf16 mma.sync after dequantization
+extern "C" __device__ int nvfp4_gemm_path = 1;  // bf16 mma.sync after dequantization
 #endif

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -120,5 +122,52 @@ func TestPrecisionMetaParses(t *testing.T) {
 	}
 	if _, ok := PrecisionMeta("no_such_kernel", true); ok {
 		t.Error("PrecisionMeta of an unknown kernel reported ok")
+	}
+}
+
+// TestMLASmemBytes: the launcher's copy of the MLA decode shared-memory
+// layout, against sizes added up by hand from mla_decode.cu (padded rows of
+// 584 bf16 = 1168 bytes; P rows of 40 bf16 = 80 bytes) and, where `make
+// kernels` has run, against the sizes the compiled module itself declares.
+func TestMLASmemBytes(t *testing.T) {
+	hand := []struct {
+		mt, stages int
+		kind       string
+		want       int
+	}{
+		// Q 16*1168 + 2 tiles 32*1168 + P 16*80 + max/sum 2*4*16*4 + valid 2*32*4
+		{1, 2, "bf16", 18688 + 2*37376 + 1280 + 512 + 256},
+		// raw tiles 32*576, one converted tile 32*1168
+		{1, 2, "fp8_e4m3", 18688 + 2*18432 + 37376 + 1280 + 512 + 256},
+		// raw tiles 32*656: must stay under sm_120's 101376 bytes
+		{1, 2, "fp8_ds_mla", 18688 + 2*20992 + 37376 + 1280 + 512 + 256},
+		{4, 3, "bf16", 74752 + 3*37376 + 5120 + 2048 + 384},
+	}
+	for _, h := range hand {
+		if got := mlaSmemBytes(h.mt, h.stages, h.kind); got != h.want {
+			t.Errorf("mlaSmemBytes(%d, %d, %s) = %d, want %d", h.mt, h.stages, h.kind, got, h.want)
+		}
+	}
+	if got := mlaSmemBytes(1, 2, "fp8_ds_mla"); got > 101376 {
+		t.Errorf("the 16-row ds_mla variant needs %d bytes, more than sm_120 allows (101376)", got)
+	}
+	ptx, err := os.ReadFile(filepath.Join("ptx", "mla_decode.ptx"))
+	if err != nil {
+		t.Skip("no ptx/mla_decode.ptx (run `make kernels`): checked against the hand sums only")
+	}
+	re := regexp.MustCompile(`mla_decode(?:_sparse)?_(bf16|fp8|ds_mla)_m(\d)_s(\d)_smem = (\d+);`)
+	kinds := map[string]string{"bf16": "bf16", "fp8": "fp8_e4m3", "ds_mla": "fp8_ds_mla"}
+	n := 0
+	for _, m := range re.FindAllStringSubmatch(string(ptx), -1) {
+		mt, _ := strconv.Atoi(m[2])
+		st, _ := strconv.Atoi(m[3])
+		want, _ := strconv.Atoi(m[4])
+		if got := mlaSmemBytes(mt, st, kinds[m[1]]); got != want {
+			t.Errorf("%s: the module declares %d bytes, mlaSmemBytes says %d", m[0], want, got)
+		}
+		n++
+	}
+	if n != 18 {
+		t.Errorf("found %d MLA variants' sizes in the PTX, want 18", n)
 	}
 }

@@ -13,7 +13,6 @@ func init() {
 }
 
 const (
-	dsEntry  = 656
 	dsL, dsR = 512, 64
 	kvWarps  = 8 // tokens a CTA (KV_WARPS in kvcache.cu)
 )

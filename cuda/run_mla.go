@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 
@@ -20,11 +21,7 @@ func init() {
 	runners["splitk_combine"] = runSplitK
 }
 
-const (
-	mlaD, mlaL = 576, 512
-	mlaBN      = 32 // tokens a tile (MLA_BN)
-	maxSplits  = 64
-)
+const maxSplits = 64
 
 // lseParams reads lse_base and lse_empty (spec 3.6).
 func lseParams(p kernel.Params) (base2, emptyPos bool, err error) {
@@ -196,9 +193,11 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 		}{{"_m4_s3", 4}, {"_m4_s2", 4}, {"_m1_s2", 1}}
 	}
 	for _, c := range cands {
-		s, err := mod.globalInt(prefix + cacheName + c.suffix + "_smem")
-		if err != nil {
-			return nil, err
+		s := mlaSmemBytes(c.mt, int(c.suffix[len(c.suffix)-1]-'0'), kind)
+		// The module states its own layout size; a disagreement means this
+		// file and mla_decode.cu drifted apart.
+		if ms, err := mod.globalInt(prefix + cacheName + c.suffix + "_smem"); err == nil && ms != s {
+			return nil, fmt.Errorf("%s: the module needs %d bytes of shared memory, the launcher computed %d (mla_decode.cu and run_mla.go disagree)", prefix+cacheName+c.suffix, ms, s)
 		}
 		if s <= d.Info.SmemOptin {
 			fn, mt, smem = prefix+cacheName+c.suffix, c.mt, s

@@ -3,6 +3,8 @@
 package cuda
 
 import (
+	"strings"
+
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -234,9 +236,14 @@ func runNVFP4GEMM(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) 
 	if err != nil {
 		return nil, err
 	}
+	// Which MMA the module was built with (1: bf16 mma.sync, 2: FP4
+	// block-scale); a module without the marker is the compute_80 build.
 	path, err := mod.globalInt("nvfp4_gemm_path")
 	if err != nil {
-		return nil, err
+		path = 1
+		if strings.Contains(mod.file, ".sm_12") && strings.HasSuffix(mod.file, "a.cubin") {
+			path = 2
+		}
 	}
 	var a arena
 	defer a.free()
