@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/kcheck-dev/kcheck/internal/cli"
+	_ "github.com/kcheck-dev/kcheck/internal/gpu" // registers --backend cuda (spawns kcheck-gpu; no CUDA import here)
 )
 
 func main() { os.Exit(int(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))) }
