@@ -60,14 +60,17 @@ func smallCase(kern string, m, n, k int, params map[string]string) cases.Case {
 
 func init() {
 	Register(&Fault{
-		Name: "nibble_order", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_quantize", "nvfp4_dequantize"},
+		Name: "nibble_order", Stage: kernel.StageQuant, Kernels: nvfp4Kernels,
 		BugClass: "FP4 packing with element 2i in the HIGH nibble (ModelOpt, vLLM and FlashInfer put it in the low one)",
-		Doc: "The quantizer packs (and the dequantizer unpacks) the two E2M1 codes of a byte in the wrong order, so every pair of " +
-			"neighbouring elements is exchanged for whoever reads it the standard way (a CUTLASS GEMM, a ModelOpt checkpoint). " +
-			"A GEMM that unpacked both operands this way would be self-consistent, so the GEMM is not planted.",
+		Doc: "The quantizer packs element 2i in the high nibble, and the dequantizer and the GEMM's weight loader read it from " +
+			"there, so every standard-packed tensor they meet (a ModelOpt checkpoint's weights, another kernel's activations) " +
+			"comes out with neighbouring elements exchanged. An activation quantized and consumed by the same wrong " +
+			"convention comes out right (a GEMM whose weights are read swapped, fed by the swapped quantizer, computes A'·B' = A·B).",
 		Inputs: func(in map[string]*tensor.Tensor, _ kernel.Params) (map[string]*tensor.Tensor, error) {
-			if t, ok := in["packed"]; ok {
-				in["packed"] = swapNibbles(t)
+			for _, name := range []string{"packed", "b_packed"} {
+				if t, ok := in[name]; ok {
+					in[name] = swapNibbles(t)
+				}
 			}
 			return in, nil
 		},

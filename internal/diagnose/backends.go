@@ -1,0 +1,96 @@
+package diagnose
+
+import (
+	"context"
+
+	"github.com/kcheck-dev/kcheck/internal/backend"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// Exact is the exact chain: every kernel's EXACT reference answer (float64
+// arithmetic, exact division and dequantization), rounded only to the
+// dtype the contract stores it in. The distance between a run on the
+// reference at kernel precision and a run on Exact is the noise floor of
+// the simulation: what a correct kernel of the declared precision
+// accumulates over the steps.
+//
+// Bitwise outputs (NVFP4 codes and scales, cache bytes) take the expected
+// answer: they have no precision to lose, and their exact and expected
+// answers differ only where a value lies on a rounding tie, which both
+// break correctly. A tie broken the other way moves one FP4 code by a whole
+// step, so letting the floor chain break ties differently would put a rare,
+// large jump into the floor instead of the precision noise it measures.
+type Exact struct{}
+
+// Name implements backend.Backend.
+func (Exact) Name() string { return "exact" }
+
+// Run implements backend.Backend.
+func (Exact) Run(_ context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
+	k, err := kernel.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	prec, err := kernel.PrecisionFrom(in.Params)
+	if err != nil {
+		return nil, err
+	}
+	outs, err := k.Reference(in, prec, nil)
+	if err != nil {
+		return nil, err
+	}
+	res := make(map[string]*tensor.Tensor, len(outs))
+	for _, o := range outs {
+		v := o.Exact
+		if o.Mode == kernel.Bitwise {
+			v = o.Expected
+		}
+		res[o.Name] = tensor.FromFloat64s(o.DType, o.Shape, v)
+	}
+	return res, nil
+}
+
+// Swapped runs the kernels of one stage on the reference and every other
+// kernel on Base: "swap the stage for its reference".
+type Swapped struct {
+	Base  backend.Backend
+	Stage string
+}
+
+// Name implements backend.Backend.
+func (s Swapped) Name() string { return s.Base.Name() + " with " + s.Stage + " on the reference" }
+
+// Run implements backend.Backend.
+func (s Swapped) Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
+	k, err := kernel.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	if k.Stage == s.Stage {
+		return backend.Reference{}.Run(ctx, name, in)
+	}
+	return s.Base.Run(ctx, name, in)
+}
+
+// Only runs one stage on Base and every other on the reference: used when
+// no single swap removes the drift (more than one stage is at fault).
+type Only struct {
+	Base  backend.Backend
+	Stage string
+}
+
+// Name implements backend.Backend.
+func (o Only) Name() string { return o.Base.Name() + " in " + o.Stage + " only" }
+
+// Run implements backend.Backend.
+func (o Only) Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
+	k, err := kernel.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	if k.Stage != o.Stage {
+		return backend.Reference{}.Run(ctx, name, in)
+	}
+	return o.Base.Run(ctx, name, in)
+}

@@ -1,0 +1,4 @@
+package diagnose
+
+// CaptureAttribution is the stage table of a pipeline capture.
+type CaptureAttribution struct{}
