@@ -282,3 +282,19 @@ func pvExpected2Generic(acc0, acc1, p0, p1, v []float64, d int, m rmode) {
 		acc0[l], acc1[l] = a, b
 	}
 }
+
+// pvExpected32x2Generic is the fp32 PV update of two rows over values v
+// [tokens][l] (see worker.pvExpected32 for when it equals pvExpected2):
+//
+//	for j := range p0 { for i := range acc0 { acc0[i] += float32(p0[j]) * v[j*l+i]; acc1[i] += ... } }
+func pvExpected32x2Generic(acc0, acc1 []float32, p0, p1 []float64, v []float32, l int) {
+	acc0, acc1 = acc0[:l], acc1[:l]
+	for j := range p0 {
+		pa, pb := float32(p0[j]), float32(p1[j])
+		x := v[j*l : (j+1)*l]
+		for i, xv := range x {
+			acc0[i] = float32(acc0[i] + float32(pa*xv))
+			acc1[i] = float32(acc1[i] + float32(pb*xv))
+		}
+	}
+}

@@ -20,3 +20,7 @@ func pvExact2(acc0, acc1, p0, p1, v []float64, d int) { pvExact2Generic(acc0, ac
 func pvExpected2(acc0, acc1, p0, p1, v []float64, d int, m rmode) {
 	pvExpected2Generic(acc0, acc1, p0, p1, v, d, m)
 }
+
+func pvExpected32x2(acc0, acc1 []float32, p0, p1 []float64, v []float32, l int) {
+	pvExpected32x2Generic(acc0, acc1, p0, p1, v, l)
+}

@@ -150,20 +150,22 @@ func pvExact2(acc0, acc1, p0, p1, v []float64, d int) {
 		b2 := archsimd.LoadFloat64x8Slice(acc1[l+16:])
 		b3 := archsimd.LoadFloat64x8Slice(acc1[l+24:])
 		for j, pa := range p0 {
+			// one value vector live at a time: Go's register allocator
+			// gives vectors 16 registers, and eight hold the sums
 			x := v[j*d+l : j*d+l+32]
-			x0 := archsimd.LoadFloat64x8Slice(x)
-			x1 := archsimd.LoadFloat64x8Slice(x[8:])
-			x2 := archsimd.LoadFloat64x8Slice(x[16:])
-			x3 := archsimd.LoadFloat64x8Slice(x[24:])
 			va, vb := archsimd.BroadcastFloat64x8(pa), archsimd.BroadcastFloat64x8(p1[j])
-			a0 = a0.Add(x0.Mul(va))
-			a1 = a1.Add(x1.Mul(va))
-			a2 = a2.Add(x2.Mul(va))
-			a3 = a3.Add(x3.Mul(va))
-			b0 = b0.Add(x0.Mul(vb))
-			b1 = b1.Add(x1.Mul(vb))
-			b2 = b2.Add(x2.Mul(vb))
-			b3 = b3.Add(x3.Mul(vb))
+			y := archsimd.LoadFloat64x8Slice(x)
+			a0 = a0.Add(y.Mul(va))
+			b0 = b0.Add(y.Mul(vb))
+			y = archsimd.LoadFloat64x8Slice(x[8:])
+			a1 = a1.Add(y.Mul(va))
+			b1 = b1.Add(y.Mul(vb))
+			y = archsimd.LoadFloat64x8Slice(x[16:])
+			a2 = a2.Add(y.Mul(va))
+			b2 = b2.Add(y.Mul(vb))
+			y = archsimd.LoadFloat64x8Slice(x[24:])
+			a3 = a3.Add(y.Mul(va))
+			b3 = b3.Add(y.Mul(vb))
 		}
 		a0.StoreSlice(acc0[l:])
 		a1.StoreSlice(acc0[l+8:])
@@ -217,19 +219,19 @@ func pvExpected2(acc0, acc1, p0, p1, v []float64, d int, m rmode) {
 		b3 := archsimd.LoadFloat64x8Slice(acc1[l+24:])
 		for j, pa := range p0 {
 			x := v[j*d+l : j*d+l+32]
-			x0 := archsimd.LoadFloat64x8Slice(x)
-			x1 := archsimd.LoadFloat64x8Slice(x[8:])
-			x2 := archsimd.LoadFloat64x8Slice(x[16:])
-			x3 := archsimd.LoadFloat64x8Slice(x[24:])
 			va, vb := archsimd.BroadcastFloat64x8(pa), archsimd.BroadcastFloat64x8(p1[j])
-			a0 = r(a0.Add(x0.Mul(va)))
-			a1 = r(a1.Add(x1.Mul(va)))
-			a2 = r(a2.Add(x2.Mul(va)))
-			a3 = r(a3.Add(x3.Mul(va)))
-			b0 = r(b0.Add(x0.Mul(vb)))
-			b1 = r(b1.Add(x1.Mul(vb)))
-			b2 = r(b2.Add(x2.Mul(vb)))
-			b3 = r(b3.Add(x3.Mul(vb)))
+			y := archsimd.LoadFloat64x8Slice(x)
+			a0 = r(a0.Add(y.Mul(va)))
+			b0 = r(b0.Add(y.Mul(vb)))
+			y = archsimd.LoadFloat64x8Slice(x[8:])
+			a1 = r(a1.Add(y.Mul(va)))
+			b1 = r(b1.Add(y.Mul(vb)))
+			y = archsimd.LoadFloat64x8Slice(x[16:])
+			a2 = r(a2.Add(y.Mul(va)))
+			b2 = r(b2.Add(y.Mul(vb)))
+			y = archsimd.LoadFloat64x8Slice(x[24:])
+			a3 = r(a3.Add(y.Mul(va)))
+			b3 = r(b3.Add(y.Mul(vb)))
 		}
 		a0.StoreSlice(acc0[l:])
 		a1.StoreSlice(acc0[l+8:])
@@ -253,5 +255,62 @@ func pvExpected2(acc0, acc1, p0, p1, v []float64, d int, m rmode) {
 	}
 	if l < n {
 		pvExpected2Generic(acc0[l:], acc1[l:], p0, p1, v[l:], d, m)
+	}
+}
+
+// pvExpected32x2 is pvExpected32x2Generic sixteen columns a vector, 64
+// columns of two rows held across the token loop. The fused multiply-add
+// rounds once, like the generic loop's separate multiply (exact here) and add.
+func pvExpected32x2(acc0, acc1 []float32, p0, p1 []float64, v []float32, l int) {
+	if !useAVX512 {
+		pvExpected32x2Generic(acc0, acc1, p0, p1, v, l)
+		return
+	}
+	acc0, acc1 = acc0[:l], acc1[:l]
+	p1 = p1[:len(p0)]
+	i := 0
+	for ; i+64 <= l; i += 64 {
+		a0 := archsimd.LoadFloat32x16Slice(acc0[i:])
+		a1 := archsimd.LoadFloat32x16Slice(acc0[i+16:])
+		a2 := archsimd.LoadFloat32x16Slice(acc0[i+32:])
+		a3 := archsimd.LoadFloat32x16Slice(acc0[i+48:])
+		b0 := archsimd.LoadFloat32x16Slice(acc1[i:])
+		b1 := archsimd.LoadFloat32x16Slice(acc1[i+16:])
+		b2 := archsimd.LoadFloat32x16Slice(acc1[i+32:])
+		b3 := archsimd.LoadFloat32x16Slice(acc1[i+48:])
+		for j, pa := range p0 {
+			x := v[j*l+i : j*l+i+64]
+			x0 := archsimd.LoadFloat32x16Slice(x)
+			x1 := archsimd.LoadFloat32x16Slice(x[16:])
+			x2 := archsimd.LoadFloat32x16Slice(x[32:])
+			x3 := archsimd.LoadFloat32x16Slice(x[48:])
+			va, vb := archsimd.BroadcastFloat32x16(float32(pa)), archsimd.BroadcastFloat32x16(float32(p1[j]))
+			a0 = va.MulAdd(x0, a0)
+			a1 = va.MulAdd(x1, a1)
+			a2 = va.MulAdd(x2, a2)
+			a3 = va.MulAdd(x3, a3)
+			b0 = vb.MulAdd(x0, b0)
+			b1 = vb.MulAdd(x1, b1)
+			b2 = vb.MulAdd(x2, b2)
+			b3 = vb.MulAdd(x3, b3)
+		}
+		a0.StoreSlice(acc0[i:])
+		a1.StoreSlice(acc0[i+16:])
+		a2.StoreSlice(acc0[i+32:])
+		a3.StoreSlice(acc0[i+48:])
+		b0.StoreSlice(acc1[i:])
+		b1.StoreSlice(acc1[i+16:])
+		b2.StoreSlice(acc1[i+32:])
+		b3.StoreSlice(acc1[i+48:])
+	}
+	if i < l {
+		for j := range p0 { // the tail columns, token by token as the generic loop
+			pa, pb := float32(p0[j]), float32(p1[j])
+			for c := i; c < l; c++ {
+				xv := v[j*l+c]
+				acc0[c] = float32(acc0[c] + float32(pa*xv))
+				acc1[c] = float32(acc1[c] + float32(pb*xv))
+			}
+		}
 	}
 }

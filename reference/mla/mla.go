@@ -437,12 +437,16 @@ type unit struct {
 type sink struct{ out, lse []float64 }
 
 type engine struct {
-	cache        *kvcache.Cache
-	q            *Query
-	cfg          Config
-	prec         Precision
-	acc, pm      rmode
-	deqSame      bool // the dequantized row equals the exact one
+	cache   *kvcache.Cache
+	q       *Query
+	cfg     Config
+	prec    Precision
+	acc, pm rmode
+	deqSame bool // the dequantized row equals the exact one
+	// pv32: fp32 accumulation of bf16 P times bf16 values, whose products
+	// are exact in fp32 (8-bit significands) unless they underflow: the
+	// Expected PV update can then run in float32 (see pvExpected32).
+	pv32         bool
 	empty        float64
 	outDT, lseDT tensor.DType
 	ex, xp       sink
@@ -463,6 +467,7 @@ func newEngine(c *kvcache.Cache, q *Query, cfg Config, prec Precision, empty flo
 	return &engine{
 		cache: c, q: q, cfg: cfg, prec: prec, acc: acc, pm: pm,
 		deqSame: c.Layout.Kind == kvcache.BF16 || prec.KVDequant == tensor.F64,
+		pv32:    acc == r32 && pm == rBF16 && (c.Layout.Kind == kvcache.BF16 || prec.KVDequant == tensor.BF16),
 		empty:   empty, outDT: outDT, lseDT: lseDT,
 		ex:      sink{make([]float64, rows*L), make([]float64, rows)},
 		xp:      sink{make([]float64, rows*L), make([]float64, rows)},
@@ -518,6 +523,8 @@ type worker struct {
 	nj     []int     // tokens of the current block each row attends
 	ex, xp []state
 	acc    []float64
+	v32    []float32 // the block's values [Block][L] in float32, when e.pv32
+	a32    []float32 // two rows' Expected accumulators in float32
 }
 
 func (w *worker) do(u *unit) {
@@ -563,6 +570,10 @@ func (w *worker) do(u *unit) {
 				e.cache.Row(blk, off, w.kr[(t-c0)*D:(t-c0+1)*D], e.prec.KVDequant)
 			}
 		}
+		minV := 0.0
+		if e.pv32 {
+			minV = w.values32(nj)
+		}
 		scoresExact(&w.q, w.kx, D, nj, w.sx)
 		scoresExpected(&w.q, w.kr, D, nj, w.sr, e.acc)
 		for r, rs := range u.rows {
@@ -581,8 +592,13 @@ func (w *worker) do(u *unit) {
 				continue
 			}
 			if r+1 < n && w.nj[r+1] == m {
+				p0, p1 := w.pr[r*Block:r*Block+m], w.pr[(r+1)*Block:(r+1)*Block+m]
 				pvExact2(w.ex[r].acc, w.ex[r+1].acc, w.px[r*Block:r*Block+m], w.px[(r+1)*Block:(r+1)*Block+m], w.kx, D)
-				pvExpected2(w.xp[r].acc, w.xp[r+1].acc, w.pr[r*Block:r*Block+m], w.pr[(r+1)*Block:(r+1)*Block+m], w.kr, D, e.acc)
+				if e.pv32 && min(minNonzero(p0), minNonzero(p1))*minV >= 0x1p-126 {
+					w.pvExpected32(w.xp[r].acc, w.xp[r+1].acc, p0, p1, L)
+				} else {
+					pvExpected2(w.xp[r].acc, w.xp[r+1].acc, p0, p1, w.kr, D, e.acc)
+				}
 				r += 2
 				continue
 			}
@@ -593,6 +609,58 @@ func (w *worker) do(u *unit) {
 	}
 	for r, rs := range u.rows {
 		w.finish(rs, &w.ex[r], &w.xp[r])
+	}
+}
+
+// values32 copies the block's value columns to v32 as float32 (exact: they
+// are bf16 values) and returns the smallest nonzero finite magnitude among
+// them (+Inf when there is none).
+func (w *worker) values32(nj int) float64 {
+	D, L := w.e.q.D, w.e.cache.Layout.L
+	if len(w.v32) < Block*L {
+		w.v32 = make([]float32, Block*L)
+		w.a32 = make([]float32, 2*L)
+	}
+	lo := math.Inf(1)
+	for j := 0; j < nj; j++ {
+		src, dst := w.kr[j*D:j*D+L], w.v32[j*L:(j+1)*L]
+		for l, x := range src {
+			dst[l] = float32(x)
+			if a := math.Abs(x); a < lo && a != 0 {
+				lo = a
+			}
+		}
+	}
+	return lo
+}
+
+// minNonzero is the smallest nonzero entry of p (entries are >= 0), +Inf
+// when there is none.
+func minNonzero(p []float64) float64 {
+	lo := math.Inf(1)
+	for _, x := range p {
+		if x < lo && x != 0 {
+			lo = x
+		}
+	}
+	return lo
+}
+
+// pvExpected32 is pvExpected2 for fp32 accumulation of bf16 P and bf16
+// values when every product is at least 2^-126 (checked by the caller):
+// each product pr·x is then exactly a normal float32 (16 significant bits),
+// so float32(acc + pr·x), computed in float64 as pvExpected2 does, is the
+// correctly rounded fp32 sum of two float32 values, which is what float32
+// arithmetic (or an fp32 fused multiply-add) gives too. The accumulators
+// hold float32 values already, so the conversions both ways are exact.
+func (w *worker) pvExpected32(acc0, acc1, p0, p1 []float64, l int) {
+	a0, a1 := w.a32[:l], w.a32[l:2*l]
+	for i := range a0 {
+		a0[i], a1[i] = float32(acc0[i]), float32(acc1[i])
+	}
+	pvExpected32x2(a0, a1, p0, p1, w.v32, l)
+	for i := range a0 {
+		acc0[i], acc1[i] = float64(a0[i]), float64(a1[i])
 	}
 }
 

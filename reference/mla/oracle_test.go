@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
@@ -375,5 +376,98 @@ func TestEngineMatchesRowOracle(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestExpectedPVUnderflowFallsBack: the fp32 shortcut of the Expected PV
+// update (bf16 P times bf16 values in float32) is exact only while every
+// product is a normal float32. Here they are not: values 2^-126 and
+// probabilities 1, 2^-23, 2^-24 (scores 0, -23, -24 with scale·log2e = 1)
+// make the accumulator 2^-126 + 2^-149 (an odd multiple of the fp32 grid)
+// and then add 2^-150, a tie: rounded in float64 first (the definition) it
+// goes up to the even neighbour, while a float32 product would round to 0
+// first and leave it. The engine must take the float64 path here.
+func TestExpectedPVUnderflowFallsBack(t *testing.T) {
+	tiny := math.Ldexp(1, -126)
+	rows := []float64{tiny, 0, tiny, -23, tiny, -24} // [x (L=1) | rope (R=1)] per token
+	c := bf16Cache(t, 1, 3, 1, 1, rows)
+	pg := pagesOf(t, [][]int{{0}}, []int{3}, 3, 1)
+	// 16 identical heads: units get at least two, which the PV update takes in pairs
+	q := Query{B: 1, SQ: 1, H: 16, D: 2}
+	for h := 0; h < q.H; h++ {
+		q.Data = append(q.Data, 0, 1)
+	}
+	cfg := Config{SoftmaxScale: math.Ln2, LSE: splitk.DefaultConvention()}
+	if float32(cfg.SoftmaxScale*math.Log2E) != 1 {
+		t.Fatalf("fp32(ln2·log2e) = %v: the test needs it to be 1", float32(cfg.SoftmaxScale*math.Log2E))
+	}
+	prec := DefaultPrecision()
+	prec.Out = tensor.F32
+	_, xp, err := Decode(&Dense{Q: q, Cache: c, Pages: pg}, cfg, prec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := [][2]int{{0, 0}, {0, 1}, {0, 2}}
+	want := oracleRow(c, q.Data[:2], toks, cfg, prec, cfg.LSE.Empty, prec.Out, prec.LSE)
+	for h := 0; h < q.H; h++ {
+		sameBitsAt(t, "expected out", xp.Out, h, want.xpOut)
+	}
+	// The float32-first answer differs, so the test can tell the paths apart.
+	var acc float32
+	for _, p := range []float32{1, 0x1p-23, 0x1p-24} {
+		acc += p * float32(tiny)
+	}
+	sum := float64(float32(float32(1+0x1p-23) + 0x1p-24))
+	if got := float64(float32(float64(acc) * float64(float32(1/sum)))); got == want.xpOut[0] {
+		t.Fatalf("float32-first accumulation gives the same %v: the case does not separate the paths", got)
+	}
+}
+
+// TestDeterministicAcrossGOMAXPROCS: Decode, DecodePartials and
+// DecodeSparse at GOMAXPROCS 1, 2 and 8 (the work is shared out to that many
+// goroutines, in units whose count depends on it), twice each, give the same
+// bits for both answers.
+func TestDeterministicAcrossGOMAXPROCS(t *testing.T) {
+	rng := rand.New(rand.NewPCG(77, 1))
+	seqLens := []int{3*Block + 17, 1, 0, 2 * Block}
+	pc, pp, _, _ := paged(t, rng, seqLens, 16, 40, 8)
+	q := Query{B: len(seqLens), SQ: 2, H: 19, D: 48}
+	q.Data = randomBF16(rng, q.B*q.SQ*q.H*q.D, 1)
+	cfg := Config{SoftmaxScale: 0.3, Causal: true, LSE: splitk.DefaultConvention()}
+	sp := &Sparse{Q: q, Cache: pc, TopK: 40, Indices: make([]int64, q.B*q.SQ*40)}
+	for i := range sp.Indices {
+		sp.Indices[i] = int64(rng.IntN(pc.Slots()))
+	}
+	run := func() [][]float64 {
+		ex, xp, err := Decode(&Dense{Q: q, Cache: pc, Pages: pp}, cfg, DefaultPrecision())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pex, pxp, err := DecodePartials(&Dense{Q: q, Cache: pc, Pages: pp}, cfg, DefaultPrecision(), 5, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sex, sxp, err := DecodeSparse(sp, cfg, DefaultPrecision())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [][]float64{ex.Out, ex.LSE, xp.Out, xp.LSE, pex.Out, pex.LSE, pxp.Out, pxp.LSE, sex.Out, sex.LSE, sxp.Out, sxp.LSE}
+	}
+	names := []string{"out", "lse", "expected out", "expected lse", "partial out", "partial lse", "expected partial out",
+		"expected partial lse", "sparse out", "sparse lse", "expected sparse out", "expected sparse lse"}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	var ref [][]float64
+	for _, p := range []int{1, 2, 8} {
+		runtime.GOMAXPROCS(p)
+		for r := 0; r < 2; r++ {
+			got := run()
+			if ref == nil {
+				ref = got
+				continue
+			}
+			for i := range got {
+				sameBits(t, names[i], got[i], ref[i])
+			}
+		}
 	}
 }
