@@ -12,15 +12,18 @@ func Dequantize(a *Matrix) ([]float64, error) {
 	if err := a.Check("matrix"); err != nil {
 		return nil, err
 	}
-	v := a.blockValues()
-	out := make([]float64, len(v))
-	for i, bv := range v {
-		if a.Kind == Quant {
-			out[i] = float64(bv) / a.Global
-		} else {
-			out[i] = float64(bv) * a.Global
+	out := make([]float64, a.Rows*a.K)
+	g := a.Global
+	a.eachBlock(func(b int, vals *[BlockSize]float64) {
+		o := out[b*BlockSize : (b+1)*BlockSize]
+		for j, v := range vals {
+			if a.Kind == Quant {
+				o[j] = v / g
+			} else {
+				o[j] = v * g
+			}
 		}
-	}
+	})
 	return out, nil
 }
 
@@ -37,16 +40,46 @@ func DequantizeExpected(a *Matrix, out tensor.DType) ([]float64, error) {
 		return nil, err
 	}
 	g := float32(a.Global)
-	v := a.blockValues()
-	res := make([]float64, len(v))
-	for i, bv := range v {
-		var f float32
-		if a.Kind == Quant {
-			f = float32(bv / g)
-		} else {
-			f = float32(bv * g)
+	res := make([]float64, a.Rows*a.K)
+	a.eachBlock(func(b int, vals *[BlockSize]float64) {
+		o := res[b*BlockSize : (b+1)*BlockSize]
+		for j, v := range vals {
+			bv := float32(v) // exact: see blockValues
+			var f float32
+			if a.Kind == Quant {
+				f = float32(bv / g)
+			} else {
+				f = float32(bv * g)
+			}
+			o[j] = RoundTo(out, float64(f))
 		}
-		res[i] = RoundTo(out, float64(f))
-	}
+	})
 	return res, nil
+}
+
+// eachBlock calls fn for every 16-element block b (row-major over the
+// matrix) with the block's values e2m1(code)*e4m3(scale), exact in float64,
+// the blocks shared out to GOMAXPROCS goroutines in runs of rows. fn writes
+// only block b's outputs, so the result does not depend on the sharing.
+func (a *Matrix) eachBlock(fn func(b int, vals *[BlockSize]float64)) {
+	kb := a.K / BlockSize
+	if kb == 0 || a.Rows == 0 {
+		return
+	}
+	rowsPer := max(1, (1<<16)/a.K)
+	units := (a.Rows + rowsPer - 1) / rowsPer
+	parallel(units, func(u int) {
+		var vals [BlockSize]float64
+		for r := u * rowsPer; r < min((u+1)*rowsPer, a.Rows); r++ {
+			for b := r * kb; b < (r+1)*kb; b++ {
+				s := ScaleValue(a.Scales[b])
+				packed := a.Packed[b*BlockSize/2 : (b+1)*BlockSize/2]
+				for j, p := range packed {
+					vals[2*j] = e2m1Values[p&0xF] * s
+					vals[2*j+1] = e2m1Values[p>>4] * s
+				}
+				fn(b, &vals)
+			}
+		}
+	})
 }

@@ -108,3 +108,102 @@ func TestGEMMDeterministicAcrossGOMAXPROCS(t *testing.T) {
 		}
 	}
 }
+
+// TestDequantizeMatchesElementLoop: the blocked, parallel dequantizers
+// give, bit for bit, the element-by-element formulas (CodeAt, ScaleValue),
+// at GOMAXPROCS 1, 2 and 8, for both global kinds and every output dtype.
+func TestDequantizeMatchesElementLoop(t *testing.T) {
+	r := rand.New(rand.NewPCG(12, 34))
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, kind := range []GlobalKind{Dequant, Quant} {
+		a := randomMatrix(r, 300, 4096+48, float64(float32(0.37)), kind, nil)
+		a.Scales[5] = 0x7F // NaN
+		for _, od := range []tensor.DType{tensor.BF16, tensor.F16, tensor.F32} {
+			wantEx, wantXp := make([]float64, a.Rows*a.K), make([]float64, a.Rows*a.K)
+			g32 := float32(a.Global)
+			for i := range wantEx {
+				v := CodeValue(CodeAt(a.Packed, i)) * ScaleValue(a.Scales[i/BlockSize])
+				if kind == Quant {
+					wantEx[i] = v / a.Global
+					wantXp[i] = RoundTo(od, float64(float32(float32(v)/g32)))
+				} else {
+					wantEx[i] = v * a.Global
+					wantXp[i] = RoundTo(od, float64(float32(float32(v)*g32)))
+				}
+			}
+			for _, p := range []int{1, 2, 8} {
+				runtime.GOMAXPROCS(p)
+				ex, err := Dequantize(a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				xp, err := DequantizeExpected(a, od)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sameBits(t, "exact", ex, wantEx)
+				sameBits(t, "expected", xp, wantXp)
+			}
+		}
+	}
+}
+
+func BenchmarkDequantize(b *testing.B) {
+	r := rand.New(rand.NewPCG(3, 3))
+	w := randomMatrix(r, 2048, 7168, 1e-3, Dequant, nil)
+	for b.Loop() {
+		if _, err := Dequantize(w); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := DequantizeExpected(w, tensor.BF16); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkQuantize(b *testing.B) {
+	r := rand.New(rand.NewPCG(3, 4))
+	x := make([]float64, 256*7168)
+	for i := range x {
+		x[i] = r.NormFloat64()
+	}
+	for b.Loop() {
+		if _, err := Quantize(x, 256, 7168, 2688/4.5); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := QuantizeExpected(x, 256, 7168, 2688/4.5); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestQuantizeDeterministicAcrossGOMAXPROCS: codes, scales and the values
+// they were rounded from are the same at 1, 2 and 8 threads.
+func TestQuantizeDeterministicAcrossGOMAXPROCS(t *testing.T) {
+	r := rand.New(rand.NewPCG(6, 7))
+	const rows, k = 70, 2048
+	x := make([]float64, rows*k)
+	for i := range x {
+		x[i] = r.NormFloat64() * math.Ldexp(1, r.IntN(20)-10)
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	var ref [2]*Quantized
+	for _, p := range []int{1, 2, 8} {
+		runtime.GOMAXPROCS(p)
+		for i, f := range []func([]float64, int, int, float64) (*Quantized, error){Quantize, QuantizeExpected} {
+			q, err := f(x, rows, k, 2688/40.0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ref[i] == nil {
+				ref[i] = q
+				continue
+			}
+			sameBits(t, "scale inputs", q.ScaleIn, ref[i].ScaleIn)
+			sameBits(t, "code inputs", q.CodeIn, ref[i].CodeIn)
+			if string(q.Codes) != string(ref[i].Codes) || string(q.Scales) != string(ref[i].Scales) {
+				t.Fatalf("GOMAXPROCS %d: codes or scales differ", p)
+			}
+		}
+	}
+}

@@ -93,14 +93,14 @@ func Quantize(x []float64, rows, k int, gs float64) (*Quantized, error) {
 		return nil, err
 	}
 	q := newQuantized(rows, k)
-	for b := range q.Scales {
+	eachBlockRun(len(q.Scales), func(b int) {
 		blk := x[b*BlockSize : (b+1)*BlockSize]
 		amax, hasNaN := blockAmax(blk)
 		q.BlockNaN[b] = hasNaN
 		hi, lo := twoProd(gs, amax)
 		q.Scales[b], q.ScaleIn[b] = roundQuotient(formats.E4M3FN, hi, lo, 6)
 		QuantizeBlock(blk, gs, q.Scales[b], q.Codes[b*BlockSize:(b+1)*BlockSize], q.CodeIn[b*BlockSize:(b+1)*BlockSize])
-	}
+	})
 	return q, nil
 }
 
@@ -203,7 +203,7 @@ func QuantizeExpected(x []float64, rows, k int, gs float64) (*Quantized, error) 
 	gs32 := float32(gs)
 	rcp6 := float32(1) / float32(6)
 	rcpGs := float32(1) / gs32
-	for b := range q.Scales {
+	eachBlockRun(len(q.Scales), func(b int) {
 		blk := x[b*BlockSize : (b+1)*BlockSize]
 		amax, hasNaN := blockAmax(blk)
 		q.BlockNaN[b] = hasNaN
@@ -224,8 +224,20 @@ func QuantizeExpected(x []float64, rows, k int, gs float64) (*Quantized, error) 
 			q.CodeIn[i] = float64(y)
 			q.Codes[i], _ = formats.E2M1.Encode(float64(y), formats.Saturate)
 		}
-	}
+	})
 	return q, nil
+}
+
+// eachBlockRun calls fn(b) for every block b < n, runs of blocks shared out
+// to GOMAXPROCS goroutines; fn writes only block b's entries, so the result
+// does not depend on the sharing.
+func eachBlockRun(n int, fn func(b int)) {
+	const run = 1024
+	parallel((n+run-1)/run, func(u int) {
+		for b := u * run; b < min((u+1)*run, n); b++ {
+			fn(b)
+		}
+	})
 }
 
 // tieNeighbours returns the two codes of f on either side of v when v lies
