@@ -13,7 +13,10 @@ package dsa
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"sort"
+	"sync"
+	"sync/atomic"
 
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -87,39 +90,65 @@ func Compute(in Input, maxSeq int) (*Scores, error) {
 		Exact: make([]float64, b*maxSeq), Expected: make([]float64, b*maxSeq), Bound: make([]float64, b*maxSeq)}
 	n := float64(dk + hi + 1)
 	gamma := n * 0x1p-24 / (1 - n*0x1p-24)
-	qv := make([]float64, hi*dk)
-	wv := make([]float64, hi)
-	kv := make([]float64, dk)
-	for r := 0; r < b; r++ {
-		q.RowInto(qv, r*hi*dk, hi*dk)
-		w.RowInto(wv, r*hi, hi)
-		for t := 0; t < maxSeq; t++ {
-			i := r*maxSeq + t
-			if t >= p.SeqLens[r] {
-				s.Exact[i], s.Expected[i] = math.Inf(-1), math.Inf(-1)
-				continue
-			}
-			blk, off := p.Locate(r, t)
-			kc.Row(blk, off, kv, tensor.F64)
-			var exact, mag float64
-			var acc32 float32
-			for h := 0; h < hi; h++ {
-				qh := qv[h*dk : (h+1)*dk]
-				var d64, a64 float64
-				var d32 float32
-				for j, k := range kv {
-					d64 += qh[j] * k
-					a64 += math.Abs(qh[j] * k)
-					d32 = float32(d32 + float32(qh[j]*k)) // conversions forbid FMA fusion
+	qv := make([]float64, b*hi*dk)
+	wv := make([]float64, b*hi)
+	q.RowInto(qv, 0, b*hi*dk)
+	w.RowInto(wv, 0, b*hi)
+	// Units of (request, run of tokens), shared out to GOMAXPROCS
+	// goroutines; each score is computed by one of them, so the result does
+	// not depend on how many run.
+	const run = 512
+	per := (maxSeq + run - 1) / run
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < min(runtime.GOMAXPROCS(0), b*per); g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			kv := make([]float64, dk)
+			for {
+				u := int(next.Add(1) - 1)
+				if u >= b*per {
+					return
 				}
-				exact += wv[h] * math.Max(d64, 0)
-				mag += math.Abs(wv[h]) * a64
-				acc32 = float32(acc32 + float32(float32(wv[h])*max(d32, 0)))
+				r, t0 := u/per, (u%per)*run
+				for t := t0; t < min(t0+run, maxSeq); t++ {
+					s.score(kc, p, r, t, qv[r*hi*dk:(r+1)*hi*dk], wv[r*hi:(r+1)*hi], kv, gamma)
+				}
 			}
-			s.Exact[i], s.Expected[i], s.Bound[i] = exact, float64(acc32), gamma*mag
-		}
+		}()
 	}
+	wg.Wait()
 	return s, nil
+}
+
+// score fills the three scores of request r's token t (q and w are the
+// request's rows, kv scratch for one key).
+func (s *Scores) score(kc *kvcache.Cache, p *kvcache.Pages, r, t int, qv, wv, kv []float64, gamma float64) {
+	i := r*s.MaxSeq + t
+	if t >= p.SeqLens[r] {
+		s.Exact[i], s.Expected[i] = math.Inf(-1), math.Inf(-1)
+		return
+	}
+	dk := len(kv)
+	blk, off := p.Locate(r, t)
+	kc.Row(blk, off, kv, tensor.F64)
+	var exact, mag float64
+	var acc32 float32
+	for h := range wv {
+		qh := qv[h*dk : (h+1)*dk]
+		var d64, a64 float64
+		var d32 float32
+		for j, k := range kv {
+			d64 += qh[j] * k
+			a64 += math.Abs(qh[j] * k)
+			d32 = float32(d32 + float32(qh[j]*k)) // conversions forbid FMA fusion
+		}
+		exact += wv[h] * math.Max(d64, 0)
+		mag += math.Abs(wv[h]) * a64
+		acc32 = float32(acc32 + float32(float32(wv[h])*max(d32, 0)))
+	}
+	s.Exact[i], s.Expected[i], s.Bound[i] = exact, float64(acc32), gamma*mag
 }
 
 // TopK returns the top k tokens of every request ([B, k] row-major, -1
