@@ -85,6 +85,12 @@ func Load(path string) ([]Case, error) {
 	return Parse(b, path)
 }
 
+// MaxCases bounds how many cases one file may expand to. A family's matrix
+// multiplies out (ten keys of ten values are ten billion cases), so a few
+// hundred bytes could otherwise ask for more cases than memory holds; the
+// catalog has a few hundred.
+const MaxCases = 100000
+
 // Parse decodes and expands a case file; name is used in error messages.
 func Parse(b []byte, name string) ([]Case, error) {
 	var f File
@@ -100,6 +106,9 @@ func Parse(b []byte, name string) ([]Case, error) {
 			return nil, fmt.Errorf("%s: family %q: %v", name, fam.Name, err)
 		}
 		out = append(out, cs...)
+		if len(out) > MaxCases {
+			return nil, fmt.Errorf("%s: more than %d cases (family %q brings the total to %d); split the file", name, MaxCases, fam.Name, len(out))
+		}
 	}
 	seen := map[string]bool{}
 	for i, c := range out {
@@ -124,6 +133,15 @@ func (fam Family) expand() ([]Case, error) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	// Refuse before expanding: the product of the value counts, checked at
+	// every step so it cannot overflow.
+	n := 1
+	for _, k := range keys {
+		n *= len(fam.Matrix[k])
+		if n > MaxCases {
+			return nil, fmt.Errorf("matrix expands to more than %d cases (%d keys)", MaxCases, len(keys))
+		}
+	}
 	var out []Case
 	var rec func(i int, cur map[string]any) error
 	rec = func(i int, cur map[string]any) error {
