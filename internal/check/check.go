@@ -7,6 +7,7 @@
 package check
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -89,8 +90,13 @@ type Options struct {
 	// Observe, when set, sees every output comparison (reports build error
 	// profiles from it).
 	Observe func(Observation)
+	// MaxMemory bounds a reference's estimated working set in bytes
+	// (limits.go): 0 means DefaultMaxMemory(), negative means no bound. A
+	// check over the bound is refused with verdict error, before it runs.
+	MaxMemory int64
 
-	stage, kind string // labels for Observe within a pipeline
+	stage, kind string          // labels for Observe within a pipeline
+	ctx         context.Context // RunContext's; checked between stages and outputs
 }
 
 func (o Options) policy() compare.Policy {
@@ -122,8 +128,14 @@ func errorResult(file, kern string, err error) Result {
 // provenanceKeys are the metadata keys spec section 1 lists as provenance.
 var provenanceKeys = []string{"source", "device", "driver", "kernel_build", "captured_at"}
 
-// Run checks one capture.
-func Run(c Capture, opts Options) Result {
+// Run checks one capture. A panic (a kcheck bug, never the data's fault) is
+// turned into verdict error, so one file cannot end a run over many.
+func Run(c Capture, opts Options) (res Result) {
+	defer func() {
+		if p := recover(); p != nil {
+			res = errorResult(c.Name, c.Metadata["kcheck.kernel"], fmt.Errorf("%s%v at %s (a kcheck bug: please report it with this file)", InternalErrorPrefix, p, panicSite()))
+		}
+	}()
 	c, adaptNotes, err := prepare(c, opts)
 	if err != nil {
 		return errorResult(c.Name, c.Metadata["kcheck.kernel"], err)
@@ -136,7 +148,6 @@ func Run(c Capture, opts Options) Result {
 	if !ok || kname == "" {
 		return errorResult(c.Name, "", errors.New("metadata kcheck.kernel is missing: the file does not say which kernel it captured"))
 	}
-	var res Result
 	if kname == "pipeline" {
 		res = runPipeline(c, meta, opts)
 	} else {
@@ -291,6 +302,12 @@ func compareOutputs(k *kernel.Kernel, in kernel.Inputs, prec kernel.Precision, o
 	dtypes := map[string]tensor.DType{}
 	for name, t := range outs {
 		dtypes[name] = t.DType
+	}
+	if err := opts.interrupted(); err != nil {
+		return nil, err
+	}
+	if err := CheckKernelMemory(k.Name, in.Tensors, in.Params, opts.MaxMemory); err != nil {
+		return nil, err
 	}
 	refs, err := k.Reference(in, prec, dtypes)
 	if err != nil {

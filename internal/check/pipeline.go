@@ -176,6 +176,9 @@ func runPipeline(c Capture, meta map[string]string, opts Options) Result {
 	var culprit *string
 	verdicts := []string{}
 	for _, st := range stages {
+		if err := opts.interrupted(); err != nil {
+			return errorResult(c.Name, "pipeline", fmt.Errorf("before stage %s: %v", st.prefix, err))
+		}
 		sr := StageResult{Prefix: st.prefix, Kernel: st.k.Name, Stage: st.k.Stage, Local: []compare.Check{}}
 		_, outs, _ := split(st.k, c.Tensors, st.prefix+".")
 		local, err := stageInputs(st, c.Tensors, c.Tensors)

@@ -1,0 +1,332 @@
+package check
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kcheck-dev/kcheck/cases"
+	"github.com/kcheck-dev/kcheck/internal/backend"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// allocDuring returns the bytes allocated while fn ran. Cumulative
+// allocation is an upper bound of the peak working set, so an estimate
+// above it is conservative.
+func allocDuring(fn func()) uint64 {
+	var a, b runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&a)
+	fn()
+	runtime.ReadMemStats(&b)
+	return b.TotalAlloc - a.TotalAlloc
+}
+
+// The estimate must be conservative: on every golden capture and on small
+// catalog cases of every kernel, what the check (and, for a case, the input
+// generator with the reference backend) really allocates stays under it.
+func TestEstimateBoundsAllocation(t *testing.T) {
+	paths, err := filepath.Glob(golden + "*.safetensors")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no golden fixtures: %v", err)
+	}
+	for _, p := range paths {
+		c := load(t, filepath.Base(p))
+		kname := c.Metadata["kcheck.kernel"]
+		e := EstimateKernel(kname, c.Tensors, params(c.Metadata))
+		var res Result
+		got := allocDuring(func() { res = Run(c, Options{}) })
+		if res.Verdict != Pass {
+			t.Fatalf("%s: verdict %s", p, res.Verdict)
+		}
+		if int64(got) > e.Bytes {
+			t.Errorf("%s: allocated %d bytes, estimate %d (%s)", kname, got, e.Bytes, e.What)
+		}
+	}
+	all, err := cases.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	perKernel := map[string]int{}
+	all = append(all, cases.Case{Name: "small_gemm", Kernel: "nvfp4_gemm", M: 8, N: 48, K: 256, Seed: 3})
+	for _, c := range all {
+		if c.HasTag("long") || perKernel[c.Kernel] >= 2 || EstimateCase(c).Bytes > 64<<20 {
+			continue
+		}
+		perKernel[c.Kernel]++
+		e := EstimateCase(c)
+		var in kernel.Inputs
+		var outs map[string]*tensor.Tensor
+		got := allocDuring(func() {
+			if in, err = c.Inputs(); err == nil {
+				outs, err = backend.Reference{}.Run(context.Background(), c.Kernel, in)
+			}
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		if int64(got) > e.Bytes {
+			t.Errorf("case %s: generator and reference allocated %d bytes, estimate %d (%s)", c.Name, got, e.Bytes, e.What)
+		}
+		ts := map[string]*tensor.Tensor{}
+		for k, v := range in.Tensors {
+			ts[k] = v
+		}
+		for k, v := range outs {
+			ts[k] = v
+		}
+		meta, _ := c.Metadata()
+		ke := EstimateKernel(c.Kernel, ts, in.Params)
+		got = allocDuring(func() { Run(Capture{Name: c.Name, Metadata: meta, Tensors: ts}, Options{}) })
+		if int64(got) > ke.Bytes {
+			t.Errorf("check of case %s: allocated %d bytes, estimate %d (%s)", c.Name, got, ke.Bytes, ke.What)
+		}
+	}
+	if len(perKernel) != len(kernel.Names()) {
+		t.Errorf("small cases for %d kernels, want all %d: %v", len(perKernel), len(kernel.Names()), perKernel)
+	}
+}
+
+// Every non-long catalog case fits the smallest default bound (256 MiB is
+// the floor of DefaultMaxMemory... a 4 GiB machine gets 2 GiB).
+func TestCatalogWithinBounds(t *testing.T) {
+	all, err := cases.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range all {
+		if c.HasTag("long") {
+			continue
+		}
+		if err := CheckCaseMemory(c, 2<<30); err != nil {
+			t.Errorf("%v", err)
+		}
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		bad  bool
+	}{
+		{"8G", 8 << 30, false}, {"8GiB", 8 << 30, false}, {"512M", 512 << 20, false}, {"512mb", 512 << 20, false},
+		{"1.5G", 3 << 29, false}, {"1024", 1024, false}, {"2T", 2 << 40, false}, {"0", -1, false},
+		{"unlimited", -1, false}, {"-1G", 0, true}, {"lots", 0, true}, {"", 0, true}, {"1e30G", 0, true}, {"NaN", 0, true},
+	}
+	for _, tc := range tests {
+		got, err := ParseBytes(tc.in)
+		if (err != nil) != tc.bad || !tc.bad && got != tc.want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d (bad %v)", tc.in, got, err, tc.want, tc.bad)
+		}
+	}
+}
+
+func TestDefaultMaxMemory(t *testing.T) {
+	d := DefaultMaxMemory()
+	if d < 256<<20 || d > 8<<30 {
+		t.Fatalf("DefaultMaxMemory() = %d, want within [256 MiB, 8 GiB]", d)
+	}
+	if m := physicalMemory(); m > 0 && d > m/2 && d > 256<<20 {
+		t.Errorf("default %d is more than half of physical memory %d", d, m)
+	}
+}
+
+// i32 is an I32 tensor.
+func i32(shape []int, v ...int64) *tensor.Tensor { return tensor.FromInt64s(tensor.I32, shape, v) }
+
+// samePages is a kv_cache_gather or mla_decode capture whose block table
+// points every request at cache block 0 (legal: prefix sharing does it),
+// seqLen tokens each over pages of 16, with reference-made outputs.
+func samePages(t *testing.T, kname string, b, seqLen, heads int) Capture {
+	t.Helper()
+	const page, d = 16, 576
+	blocks := (seqLen + page - 1) / page
+	cache := tensor.New(tensor.BF16, 1, page, d)
+	for i := 0; i < cache.Len(); i++ {
+		cache.SetFloat64(i, formats.RoundBF16(float64(i%37)/37-0.5))
+	}
+	seq := make([]int64, b)
+	for i := range seq {
+		seq[i] = int64(seqLen)
+	}
+	ts := map[string]*tensor.Tensor{
+		"block_table": tensor.FromInt64s(tensor.I32, []int{b, blocks}, make([]int64, b*blocks)),
+		"seq_lens":    tensor.FromInt64s(tensor.I32, []int{b}, seq),
+	}
+	meta := map[string]string{"kcheck.format": "1", "kcheck.kernel": kname, "page_size": strconv.Itoa(page), "kv_cache_dtype": "bf16"}
+	if kname == "kv_cache_gather" {
+		ts["cache"] = cache
+	} else {
+		ts["kv_cache"] = cache
+		q := tensor.New(tensor.BF16, b, 1, heads, d)
+		for i := 0; i < q.Len(); i++ {
+			q.SetFloat64(i, formats.RoundBF16(float64(i%29)/29-0.5))
+		}
+		ts["q"] = q
+		meta["softmax_scale"] = "0.0625"
+	}
+	return withOutputs(t, Capture{Name: kname + "_same_pages", Metadata: meta, Tensors: ts})
+}
+
+// withOutputs adds the reference's outputs (a correct kernel's) to c, when
+// they are small enough to make here.
+func withOutputs(t *testing.T, c Capture) Capture {
+	t.Helper()
+	k, err := kernel.Lookup(c.Metadata["kcheck.kernel"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := params(c.Metadata)
+	if EstimateKernel(k.Name, c.Tensors, p).Bytes > 256<<20 {
+		// too big to produce: a placeholder of the right name (the check
+		// refuses before comparing it)
+		c.Tensors[k.Outputs[0].Name] = tensor.New(k.Outputs[0].DTypes[0], 1)
+		return c
+	}
+	prec, _ := kernel.PrecisionFrom(p)
+	outs, err := kernel.Produce(k, kernel.Inputs{Tensors: c.Tensors, Params: p}, prec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n, o := range outs {
+		c.Tensors[n] = o
+	}
+	return c
+}
+
+// Each resource-bound case of issue 7: refused with a message naming the
+// tensor and the estimate, or handled within the bound; never an OOM kill.
+func TestResourceBounds(t *testing.T) {
+	const limit = 1 << 30
+	tests := []struct {
+		name    string
+		capture func(t *testing.T) Capture
+		verdict string
+		want    []string
+	}{
+		{"every request on the same pages (legal)", func(t *testing.T) Capture { return samePages(t, "kv_cache_gather", 3, 40, 0) }, Pass, nil},
+		{"every request on the same pages, attention (legal)", func(t *testing.T) Capture { return samePages(t, "mla_decode", 3, 40, 2) }, Pass, nil},
+		{"same pages, 64 requests of 65536 tokens: the gather would be 116 GiB", func(t *testing.T) Capture {
+			return samePages(t, "kv_cache_gather", 64, 65536, 0)
+		}, Error, []string{"output gathered [4194304, 576]", "more than the memory bound 1.0 GiB", "refused", "--max-memory"}},
+		{"seq_lens near 2^31 over a small block table", func(t *testing.T) Capture {
+			c := samePages(t, "kv_cache_gather", 1, 40, 0)
+			c.Tensors["seq_lens"] = i32([]int{1}, 2147483000)
+			return c
+		}, Error, []string{"seq_lens[0] = 2147483000", "capacity"}},
+		{"seq_lens near 2^31, attention", func(t *testing.T) Capture {
+			c := samePages(t, "mla_decode", 1, 40, 2)
+			c.Tensors["seq_lens"] = i32([]int{1}, 2147483647)
+			return c
+		}, Error, []string{"seq_lens[0] = 2147483647", "capacity"}},
+		{"num_splits = 1000000", func(t *testing.T) Capture {
+			c := load(t, "mla_decode.safetensors")
+			c.Metadata["num_splits"] = "1000000"
+			return c
+		}, Error, []string{"output partial_out [2, 1, 2, 1000000, 512]", "refused"}},
+		{"topk = 2^31-1", func(t *testing.T) Capture {
+			c := load(t, "dsa_indexer.safetensors")
+			c.Metadata["topk"] = "2147483647"
+			return c
+		}, Error, []string{"output topk_indices [2, 2147483647]", "refused"}},
+		{"max_seq = 2^31-1", func(t *testing.T) Capture {
+			c := load(t, "dsa_indexer.safetensors")
+			c.Metadata["max_seq"] = "2147483647"
+			return c
+		}, Error, []string{"output scores [2, 2147483647]", "refused"}},
+		{"a million splits to combine (4 MB of partials: handled)", func(t *testing.T) Capture {
+			const s = 1000000
+			lse := make([]float64, s)
+			for i := range lse {
+				lse[i] = float64(i%7) - 3
+			}
+			c := Capture{Name: "million_splits", Metadata: map[string]string{"kcheck.format": "1", "kcheck.kernel": "splitk_combine"},
+				Tensors: map[string]*tensor.Tensor{
+					"partial_out": tensor.FromFloat64s(tensor.F32, []int{1, s, 1}, lse),
+					"partial_lse": tensor.FromFloat64s(tensor.F32, []int{1, s}, lse),
+				}}
+			return withOutputs(t, c)
+		}, Pass, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.capture(t)
+			var res Result
+			got := allocDuring(func() { res = Run(c, Options{MaxMemory: limit}) })
+			msg := ""
+			if res.Error != nil {
+				msg = *res.Error
+			}
+			if res.Verdict != tc.verdict {
+				t.Fatalf("verdict %s (%s), want %s", res.Verdict, msg, tc.verdict)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not say %q", msg, w)
+				}
+			}
+			if got > limit {
+				t.Errorf("allocated %d bytes under a bound of %d", got, limit)
+			}
+		})
+	}
+}
+
+// A case file is refused before its inputs are built when the generator or
+// the reference would exceed the bound (kcheck run).
+func TestCaseBounds(t *testing.T) {
+	tests := []struct {
+		name string
+		c    cases.Case
+		want string
+	}{
+		{"a million splits", cases.Case{Name: "m", Kernel: "mla_decode", Splits: 1000000}, "output partial_out [2, 1, 128, 1000000, 512]"},
+		{"a million splits to combine", cases.Case{Name: "s", Kernel: "splitk_combine", Splits: 1000000}, "input partial_out [256, 1000000, 512]"},
+		{"seq_lens near 2^31", cases.Case{Name: "l", Kernel: "mla_decode", SeqLens: []int{2147483000}}, "input generated tokens [2147483000, 576]"},
+		{"huge topk", cases.Case{Name: "k", Kernel: "mla_decode_sparse", TopK: 1 << 30, SeqLens: []int{100}}, "input indices [1, 1, 1073741824]"},
+		{"huge gemm", cases.Case{Name: "g", Kernel: "nvfp4_gemm", M: 1 << 20, N: 1 << 20, K: 1 << 12}, "output out [1048576, 1048576]"},
+	}
+	for _, tc := range tests {
+		err := CheckCaseMemory(tc.c, 1<<30)
+		if err == nil || !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "case "+tc.c.Name) {
+			t.Errorf("%s: err = %v, want a refusal naming %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// A reference that runs past the deadline gives verdict error at once,
+// saying it timed out; the estimate stays small (it is time, not memory).
+func TestTimeBound(t *testing.T) {
+	c := samePages(t, "mla_decode", 2, 64, 4)
+	// The outputs above were made for 64 tokens; now make the work large
+	// (8192 tokens a request, all on the same pages: about 1.5e8
+	// multiply-adds, most of a second) without new outputs. The abandoned
+	// reference finishes in the background.
+	c.Tensors["block_table"] = tensor.FromInt64s(tensor.I32, []int{2, 512}, make([]int64, 2*512))
+	c.Tensors["seq_lens"] = i32([]int{2}, 8192, 8192)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	res := RunContext(ctx, c, Options{})
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("returned after %v, want soon after the 20ms deadline", took)
+	}
+	if res.Verdict != Error || res.Error == nil || !strings.Contains(*res.Error, "timed out") || !strings.Contains(*res.Error, "mla_decode") {
+		t.Fatalf("verdict %s error %v, want a timeout naming the kernel", res.Verdict, res.Error)
+	}
+	// Canceled (an interrupt) rather than a deadline: said so.
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	res = RunContext(ctx, c, Options{})
+	if res.Verdict != Error || res.Error == nil || !strings.Contains(*res.Error, "interrupted") {
+		t.Fatalf("verdict %s error %v, want interrupted", res.Verdict, res.Error)
+	}
+}
