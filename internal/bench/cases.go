@@ -275,7 +275,7 @@ func GrowthCases(quick bool) []Case {
 		cs = append(cs, c)
 	}
 	for _, b := range batch {
-		c := MLADecode(fmt.Sprintf("growth batch %d", b), b, 128, per)
+		c := MLADecode(fmt.Sprintf("growth batch %d x %d", b, per), b, 128, per)
 		c.Kernel = ""
 		cs = append(cs, c)
 	}

@@ -230,6 +230,12 @@ func runCase(c bench.Case, dir string, bs []build, withNP bool, python string, r
 	if err := os.WriteFile(filepath.Join(dir, "case.json"), cj, 0o644); err != nil {
 		return r, info, err
 	}
+	if !withNP {
+		bs = bs[:1] // Go-only rows (cost growth) time the main build
+	}
+	if c.Flops > 50e9 {
+		reps = 1 // the biggest cases: one run of each side keeps the table to minutes
+	}
 	for rep := 0; rep < reps; rep++ {
 		for bi, b := range bs {
 			args := []string{"-child", c.Name, "-dir", dir, "-tag", b.tag, "-reps", "1"}
