@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -23,6 +25,9 @@ type checkOptions struct {
 	files  []string
 	report string
 	force  bool
+	// resource bounds (signals.go)
+	bounds  bounds
+	timeout time.Duration
 }
 
 func newCheckCmd(s *IO) *cobra.Command {
@@ -41,7 +46,7 @@ first stage whose local error leaves its budget is named.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.files = args
-			return o.run()
+			return o.run(cmd.Context())
 		},
 	}
 	f := cmd.Flags()
@@ -54,6 +59,8 @@ first stage whose local error leaves its budget is named.`,
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print only the verdict line of each file")
 	addReportFlag(f, &o.report)
 	f.BoolVar(&o.force, "force", false, "overwrite existing files in --report")
+	addMemoryFlag(f, &o.bounds)
+	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "per-file time limit for the reference (0: none); a file over it gets verdict error")
 	return cmd
 }
 
@@ -69,7 +76,10 @@ func parseSet(set []string) (map[string]string, error) {
 	return m, nil
 }
 
-func (o *checkOptions) run() error {
+func (o *checkOptions) run(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	extra, err := parseSet(o.set)
 	if err != nil {
 		return err
@@ -87,10 +97,23 @@ func (o *checkOptions) run() error {
 		return exitWith(o.io, ExitUsage, o.bisect, err)
 	}
 	opts = sink.options(opts)
+	if opts.MaxMemory, err = o.bounds.limit(); err != nil {
+		return exitWith(o.io, ExitUsage, o.bisect, err)
+	}
 	code := ExitPass
 	enc := json.NewEncoder(o.io.Out)
+	progress := &progressLog{total: len(files)}
 	for _, path := range files {
-		res := check.File(path, extra, opts)
+		if ctx.Err() != nil {
+			return progress.interrupted(o.io, reportNote(o.report))
+		}
+		fctx, cancel := fileContext(ctx, o.timeout)
+		res := check.FileContext(fctx, path, extra, opts)
+		cancel()
+		if ctx.Err() != nil { // this file did not finish
+			return progress.interrupted(o.io, reportNote(o.report))
+		}
+		progress.add(path, res.Verdict)
 		sink.add(res, checkReproduce(o, path), path)
 		if o.json {
 			if err := enc.Encode(res); err != nil {

@@ -5,6 +5,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -65,14 +66,23 @@ type exitError struct{ code ExitCode }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
-// Main runs kcheck with args and returns the exit status.
+// Main runs kcheck with args and returns the exit status. SIGINT and
+// SIGTERM interrupt it (signals.go).
 func Main(args []string, in io.Reader, out, errw io.Writer) ExitCode {
+	ctx, stop := notifyInterrupt(context.Background())
+	defer stop()
+	return MainContext(ctx, args, in, out, errw)
+}
+
+// MainContext is Main under ctx: canceling ctx interrupts the command as
+// SIGINT does (tests inject it here).
+func MainContext(ctx context.Context, args []string, in io.Reader, out, errw io.Writer) ExitCode {
 	s := &IO{In: in, Out: out, Err: errw}
 	root := newRoot(s)
 	root.SetArgs(args)
 	root.SetOut(out)
 	root.SetErr(errw)
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
 	var ee exitError
 	switch {
 	case err == nil:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +39,7 @@ type runOptions struct {
 	worstK    int
 	quiet     bool
 	report    string
+	bounds    bounds // --max-memory (signals.go)
 }
 
 func newRunCmd(s *IO) *cobra.Command {
@@ -71,6 +73,7 @@ indexed Job; 'kcheck merge' combines the JSON results.`,
 	f.IntVar(&o.worstK, "worst", 5, "how many worst elements to list per output")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print only the verdict line of each case (and show no progress bar)")
 	addReportFlag(f, &o.report)
+	addMemoryFlag(f, &o.bounds)
 	return cmd
 }
 
@@ -188,10 +191,26 @@ func (o *runOptions) run(ctx context.Context) error {
 	code := ExitPass
 	enc := json.NewEncoder(o.io.Out)
 	opts := sink.options(check.Options{WorstK: o.worstK})
+	if opts.MaxMemory, err = o.bounds.limit(); err != nil {
+		return exitWith(o.io, ExitUsage, o.bisect, err)
+	}
+	if o.outDir != "" {
+		if err := os.MkdirAll(o.outDir, 0o755); err != nil {
+			return exitWith(o.io, ExitUsage, o.bisect, fmt.Errorf("--out: %v", err))
+		}
+	}
 	bar := progress.New(len(sel), o.io.Err, o.quiet)
+	done := &progressLog{total: len(sel)}
 	for _, c := range sel {
 		bar.Describe(c.Name)
-		res := RunCase(ctx, c, be, opts, o.timeout, o.outDir, o.force)
+		res, finished := interruptible(ctx, func() check.Result {
+			return RunCase(ctx, c, be, opts, o.timeout, o.outDir, o.force)
+		})
+		if !finished || ctx.Err() != nil {
+			bar.Clear()
+			return done.interrupted(o.io, reportNote(o.report))
+		}
+		done.add(c.Name, res.Verdict)
 		var evidence []string
 		if o.outDir != "" && res.Verdict != check.Error {
 			evidence = append(evidence, captureFile(o.outDir, c.Name))
@@ -221,21 +240,37 @@ func (o *runOptions) run(ctx context.Context) error {
 
 // RunCase builds a case, runs it on be and checks the outputs; the
 // capture is written to outDir when it is set.
+//
+// The case is refused before anything is built when its estimated memory
+// exceeds opts.MaxMemory; the reference check after the backend gets the
+// same timeout as the backend.
 func RunCase(ctx context.Context, c cases.Case, be backend.Backend, opts check.Options, timeout time.Duration, outDir string, force bool) check.Result {
-	capture, err := Capture(ctx, c, be, timeout)
-	if err != nil {
+	errResult := func(err error) check.Result {
 		msg := err.Error()
 		return check.Result{File: c.Name, Kernel: c.Kernel, Verdict: check.Error, Error: &msg, Checks: []compare.Check{}}
 	}
+	if err := check.CheckCaseMemory(c, opts.MaxMemory); err != nil {
+		return errResult(err)
+	}
+	capture, err := Capture(ctx, c, be, timeout)
+	if err != nil {
+		return errResult(err)
+	}
 	if outDir != "" {
 		file := captureFile(outDir, c.Name)
-		if err := safetensors.Write(file, capture.Metadata, capture.Tensors, safetensors.WriteOptions{Force: force}); err != nil {
-			msg := err.Error()
-			return check.Result{File: c.Name, Kernel: c.Kernel, Verdict: check.Error, Error: &msg, Checks: []compare.Check{}}
+		writeMu.Lock() // an interrupt waits for this write (signals.go)
+		if err = ctx.Err(); err == nil {
+			err = safetensors.Write(file, capture.Metadata, capture.Tensors, safetensors.WriteOptions{Force: force})
+		}
+		writeMu.Unlock()
+		if err != nil {
+			return errResult(err)
 		}
 		capture.Name = file
 	}
-	res := check.Run(capture, opts)
+	cctx, cancel := fileContext(ctx, timeout)
+	defer cancel()
+	res := check.RunContext(cctx, capture, opts)
 	res.File = c.Name
 	return res
 }
@@ -257,7 +292,7 @@ func Capture(ctx context.Context, c cases.Case, be backend.Backend, timeout time
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	outs, err := be.Run(ctx, c.Kernel, in)
+	outs, err := runBackend(ctx, be, c.Kernel, in)
 	if err != nil {
 		return check.Capture{}, fmt.Errorf("backend %s: %v", be.Name(), err)
 	}

@@ -1,0 +1,534 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/safetensors"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// The bad inputs of issues 2 and 7, each given to kcheck as a user would,
+// with what kcheck must do: the exit status and words of its message.
+// TestBadInputs runs them in-process; with KCHECK_WRITE_BAD_INPUTS=1 it
+// also builds cmd/kcheck and regenerates internal/check/BAD_INPUTS.md from
+// real runs of the binary:
+//
+//	KCHECK_WRITE_BAD_INPUTS=1 go test -run TestBadInputs ./internal/cli
+
+type badInput struct {
+	name  string
+	setup func(t *testing.T, dir string) []string // writes the files, returns the arguments
+	code  ExitCode
+	want  []string // in stdout or stderr
+	// interrupt: SIGINT once the first result line is out (subprocess only)
+	interrupt bool
+}
+
+// rawSafetensors is an 8-byte header length, the header, then data.
+func rawSafetensors(header string, data []byte) []byte {
+	b := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
+	return append(append(b, header...), data...)
+}
+
+func writeFile(t *testing.T, path string, b []byte) string {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// goldenCapture reads a golden fixture into memory.
+func goldenCapture(t *testing.T, name string) (map[string]string, map[string]*tensor.Tensor) {
+	t.Helper()
+	f, err := safetensors.Open(fx + "golden/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	meta, ts := map[string]string{}, map[string]*tensor.Tensor{}
+	for k, v := range f.Metadata {
+		meta[k] = v
+	}
+	for k, v := range f.Tensors {
+		ts[k] = v.Clone()
+	}
+	return meta, ts
+}
+
+// mutated writes a golden capture changed by edit to dir/name.
+func mutated(t *testing.T, dir, golden, name string, edit func(meta map[string]string, ts map[string]*tensor.Tensor)) string {
+	t.Helper()
+	meta, ts := goldenCapture(t, golden)
+	edit(meta, ts)
+	path := filepath.Join(dir, name)
+	if err := safetensors.Write(path, meta, ts, safetensors.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// reproduce replaces a capture's outputs by the reference's on its inputs:
+// what a correct kernel writes.
+func reproduce(meta map[string]string, ts map[string]*tensor.Tensor) {
+	k, err := kernel.Lookup(meta["kcheck.kernel"])
+	if err != nil {
+		panic(err)
+	}
+	p := kernel.Params{}
+	for key, v := range meta {
+		p[key] = v
+	}
+	outs, err := kernel.Produce(k, kernel.Inputs{Tensors: ts, Params: p}, kernel.DefaultPrecision(), nil)
+	if err != nil {
+		panic(err)
+	}
+	for n, o := range outs {
+		ts[n] = o
+	}
+}
+
+// samePagesFile is a kv_cache_gather or mla_decode capture whose block
+// table [b, blocks] points every request at block 0, seq tokens each, pages
+// of 16. A small one holds the reference's output; a big one a placeholder.
+func samePagesFile(t *testing.T, path, kname string, b, seq, heads int) string {
+	t.Helper()
+	const page, d = 16, 576
+	blocks := (seq + page - 1) / page
+	cache := tensor.New(tensor.BF16, 1, page, d)
+	for i := 0; i < cache.Len(); i++ {
+		cache.SetFloat64(i, float64(i%17)/16-0.5)
+	}
+	lens := make([]int64, b)
+	for i := range lens {
+		lens[i] = int64(seq)
+	}
+	ts := map[string]*tensor.Tensor{
+		"block_table": tensor.FromInt64s(tensor.I32, []int{b, blocks}, make([]int64, b*blocks)),
+		"seq_lens":    tensor.FromInt64s(tensor.I32, []int{b}, lens),
+	}
+	meta := map[string]string{"kcheck.format": "1", "kcheck.kernel": kname, "page_size": "16", "kv_cache_dtype": "bf16"}
+	out := "gathered"
+	if kname == "kv_cache_gather" {
+		ts["cache"] = cache
+	} else {
+		out = "out"
+		ts["kv_cache"] = cache
+		q := tensor.New(tensor.BF16, b, 1, heads, d)
+		for i := 0; i < q.Len(); i++ {
+			q.SetFloat64(i, float64(i%13)/12-0.5)
+		}
+		ts["q"] = q
+		meta["softmax_scale"] = "0.0625"
+	}
+	if b*seq <= 4096 { // small: the reference's own output, so the check passes
+		k, err := kernel.Lookup(kname)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := kernel.Params{}
+		for k, v := range meta {
+			p[k] = v
+		}
+		outs, err := kernel.Produce(k, kernel.Inputs{Tensors: ts, Params: p}, kernel.DefaultPrecision(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts[out] = outs[out]
+	} else { // a placeholder: the check stops before comparing it
+		ts[out] = tensor.New(tensor.BF16, 1, d)
+	}
+	if err := safetensors.Write(path, meta, ts, safetensors.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func badInputs() []badInput {
+	w := func(dtype, shape, offs string) string {
+		return `{"w":{"dtype":"` + dtype + `","shape":` + shape + `,"data_offsets":` + offs + `}}`
+	}
+	raw := func(name string, b []byte) func(t *testing.T, dir string) []string {
+		return func(t *testing.T, dir string) []string {
+			return []string{"check", "--json", writeFile(t, filepath.Join(dir, name), b)}
+		}
+	}
+	mut := func(golden string, edit func(meta map[string]string, ts map[string]*tensor.Tensor), extra ...string) func(t *testing.T, dir string) []string {
+		return func(t *testing.T, dir string) []string {
+			return append(append([]string{"check", "--json"}, extra...), mutated(t, dir, golden, "capture.safetensors", edit))
+		}
+	}
+	caseFile := func(js string, extra ...string) func(t *testing.T, dir string) []string {
+		return func(t *testing.T, dir string) []string {
+			return append([]string{"run", "--json", "--cases", writeFile(t, filepath.Join(dir, "cases.json"), []byte(js))}, extra...)
+		}
+	}
+	return []badInput{
+		// The file format (issue 2 item 7).
+		{name: "empty file", setup: raw("empty.safetensors", nil), code: ExitUsage, want: []string{"too short"}},
+		{name: "truncated file (a valid capture cut in half)", setup: func(t *testing.T, dir string) []string {
+			b, err := os.ReadFile(fx + "golden/nvfp4_gemm.safetensors")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return []string{"check", "--json", writeFile(t, filepath.Join(dir, "cut.safetensors"), b[:len(b)/2])}
+		}, code: ExitUsage, want: []string{"error"}},
+		{name: "header length past the end of the file", setup: raw("hlen.safetensors", append(binary.LittleEndian.AppendUint64(nil, 100), "{}"...)), code: ExitUsage, want: []string{"past the end"}},
+		{name: "header that is not JSON", setup: raw("json.safetensors", rawSafetensors("not json at all", nil)), code: ExitUsage, want: []string{"not JSON"}},
+		{name: "unknown dtype", setup: raw("dtype.safetensors", rawSafetensors(w("F8_E4M3FNUZ", "[1]", "[0,1]"), []byte{0})), code: ExitUsage, want: []string{"F8_E4M3FNUZ"}},
+		{name: "overlapping data offsets", setup: raw("overlap.safetensors", rawSafetensors(`{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}}`, make([]byte, 6))), code: ExitUsage, want: []string{"overlap"}},
+		{name: "data offsets past the end of the file", setup: raw("offs.safetensors", rawSafetensors(w("F32", "[4]", "[0,16]"), make([]byte, 8))), code: ExitUsage, want: []string{"w"}},
+		{name: "shape whose byte size does not match its offsets", setup: raw("size.safetensors", rawSafetensors(w("F32", "[3]", "[0,8]"), make([]byte, 8))), code: ExitUsage, want: []string{"needs 12"}},
+		{name: "header claiming a trillion elements (10^6 x 10^6 F32)", setup: raw("trillion.safetensors", rawSafetensors(w("F32", "[1000000,1000000]", "[0,4]"), make([]byte, 4))), code: ExitUsage, want: []string{"4000000000000"}},
+		{name: "header claiming 2^64 bytes", setup: raw("huge.safetensors", rawSafetensors(w("F64", "[4294967296,4294967296]", "[0,8]"), make([]byte, 8))), code: ExitUsage, want: []string{"too large"}},
+		{name: ".npy file cut short", setup: func(t *testing.T, dir string) []string {
+			h := "{'descr': '<f4', 'fortran_order': False, 'shape': (1000,), }"
+			h += strings.Repeat(" ", (64-(10+len(h)+1)%64)%64) + "\n" // magic, version, length, header: a multiple of 64
+			b := append([]byte("\x93NUMPY\x01\x00"), byte(len(h)), 0)
+			b = append(append(b, h...), make([]byte, 40)...)
+			return []string{"check", "--json", "--set", "kcheck.kernel=splitk_combine", writeFile(t, filepath.Join(dir, "partial_out.npy"), b)}
+		}, code: ExitUsage, want: []string{"truncated"}},
+		{name: "a path that does not exist", setup: func(t *testing.T, dir string) []string {
+			return []string{"check", filepath.Join(dir, "nowhere.safetensors")}
+		}, code: ExitUsage, want: []string{"no such file"}},
+
+		// The contract (issue 2 item 7).
+		{name: "no kcheck.kernel in the metadata", setup: mut("nvfp4_dequantize.safetensors", func(m map[string]string, _ map[string]*tensor.Tensor) { delete(m, "kcheck.kernel") }), code: ExitUsage, want: []string{"kcheck.kernel is missing"}},
+		{name: "a tensor the contract needs is missing", setup: mut("nvfp4_dequantize.safetensors", func(_ map[string]string, ts map[string]*tensor.Tensor) { delete(ts, "block_scale") }), code: ExitUsage, want: []string{"block_scale is missing"}},
+		{name: "wrong dtype for the contract", setup: mut("nvfp4_dequantize.safetensors", func(_ map[string]string, ts map[string]*tensor.Tensor) {
+			p := ts["packed"]
+			ts["packed"] = &tensor.Tensor{DType: tensor.I8, Shape: p.Shape, Data: p.Data}
+		}), code: ExitUsage, want: []string{"packed", "I8"}},
+		{name: "K not a multiple of 16", setup: mut("nvfp4_quantize.safetensors", func(_ map[string]string, ts map[string]*tensor.Tensor) {
+			ts["x"] = tensor.New(tensor.BF16, 8, 56)
+		}), code: ExitUsage, want: []string{"K = 56", "16"}},
+		{name: "NaN in an input (the outputs a correct kernel makes of it)", setup: mut("splitk_combine.safetensors", func(m map[string]string, ts map[string]*tensor.Tensor) {
+			ts["partial_out"].SetFloat64(5, nanValue())
+			reproduce(m, ts)
+		}), code: ExitPass, want: []string{"input anomaly: tensor partial_out holds 1 NaN and 0 Inf (first at [0 0 5])"}},
+		{name: "NaN in an input, outputs captured without it", setup: mut("splitk_combine.safetensors", func(_ map[string]string, ts map[string]*tensor.Tensor) {
+			ts["partial_out"].SetFloat64(5, nanValue())
+		}), code: ExitFail, want: []string{"input anomaly: tensor partial_out holds 1 NaN", `"nan_mismatch":1`}},
+		{name: "block_table entry outside the cache", setup: mut("kv_cache_gather.safetensors", func(_ map[string]string, ts map[string]*tensor.Tensor) {
+			ts["block_table"].SetInt64(3, 9412)
+		}), code: ExitUsage, want: []string{"block_table[1,1] = 9412 is outside the cache"}},
+		{name: "two tokens written to one cache slot", setup: mut("kv_cache_write.safetensors", func(_ map[string]string, ts map[string]*tensor.Tensor) {
+			ts["slot_mapping"].SetInt64(1, ts["slot_mapping"].Int64At(0))
+		}), code: ExitUsage, want: []string{"slot_mapping[1]", "repeats"}},
+		{name: "pipeline link to a later stage", setup: func(t *testing.T, dir string) []string {
+			f, err := safetensors.Open(fx + "examples/pipeline_ok.safetensors")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			meta := map[string]string{}
+			for k, v := range f.Metadata {
+				meta[k] = v
+			}
+			meta["kcheck.cache.from.kv_c"] = "combine.out"
+			path := filepath.Join(dir, "pipeline.safetensors")
+			if err := safetensors.Write(path, meta, f.Tensors, safetensors.WriteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			return []string{"check", "--json", path}
+		}, code: ExitUsage, want: []string{"not an earlier stage"}},
+
+		// Resource bounds (issue 7 item 2).
+		{name: "block table pointing every request at the same pages (legal)", setup: func(t *testing.T, dir string) []string {
+			return []string{"check", "--json", samePagesFile(t, filepath.Join(dir, "same.safetensors"), "kv_cache_gather", 3, 40, 0)}
+		}, code: ExitPass, want: []string{`"verdict":"pass"`}},
+		{name: "same pages, attention (legal)", setup: func(t *testing.T, dir string) []string {
+			return []string{"check", "--json", samePagesFile(t, filepath.Join(dir, "same_attn.safetensors"), "mla_decode", 3, 40, 2)}
+		}, code: ExitPass, want: []string{`"verdict":"pass"`}},
+		{name: "same pages, 64 requests of 65536 tokens (a 1 MB file asking for a 108 GiB gather)", setup: func(t *testing.T, dir string) []string {
+			return []string{"check", "--json", "--max-memory", "1G", samePagesFile(t, filepath.Join(dir, "same_big.safetensors"), "kv_cache_gather", 64, 65536, 0)}
+		}, code: ExitUsage, want: []string{"output gathered [4194304, 576]", "refused"}},
+		{name: "seq_lens near 2^31", setup: mut("kv_cache_gather.safetensors", func(_ map[string]string, ts map[string]*tensor.Tensor) {
+			ts["seq_lens"].SetInt64(0, 2147483000)
+		}), code: ExitUsage, want: []string{"seq_lens[0] = 2147483000 exceeds the block table's capacity"}},
+		{name: "num_splits = 1000000", setup: mut("mla_decode.safetensors", func(m map[string]string, _ map[string]*tensor.Tensor) { m["num_splits"] = "1000000" }, "--max-memory", "1G"), code: ExitUsage, want: []string{"partial_out [2, 1, 2, 1000000, 512]", "refused"}},
+		{name: "topk = 2^31-1", setup: mut("dsa_indexer.safetensors", func(m map[string]string, _ map[string]*tensor.Tensor) { m["topk"] = "2147483647" }, "--max-memory", "1G"), code: ExitUsage, want: []string{"topk_indices [2, 2147483647]", "refused"}},
+		{name: "a reference slower than --timeout (same pages, 2 x 8192 tokens)", setup: func(t *testing.T, dir string) []string {
+			return []string{"check", "--json", "--timeout", "50ms", samePagesFile(t, filepath.Join(dir, "slow.safetensors"), "mla_decode", 2, 8192, 4)}
+		}, code: ExitUsage, want: []string{"timed out after"}},
+		{name: "case file: mla_decode with a million splits", setup: caseFile(`{"cases":[{"name":"splits","kernel":"mla_decode","splits":1000000}]}`, "--max-memory", "8G"), code: ExitUsage, want: []string{"case splits needs about", "partial_out [2, 1, 128, 1000000, 512]"}},
+		{name: "case file: seq_lens near 2^31", setup: caseFile(`{"cases":[{"name":"long","kernel":"kv_cache_gather","seq_lens":[2147483000]}]}`, "--max-memory", "8G"), code: ExitUsage, want: []string{"case long needs about", "gathered [2147483000, 576]"}},
+		{name: "case file whose matrix expands to 10^10 cases", setup: caseFile(`{"families":[{"name":"x","base":{"kernel":"dsa_indexer"},"matrix":{` + tenKeys() + `}}]}`), code: ExitUsage, want: []string{"more than 100000 cases"}},
+		{name: "--max-memory that is not a size", setup: func(t *testing.T, dir string) []string {
+			return []string{"check", "--max-memory", "lots", fx + "golden/nvfp4_gemm.safetensors"}
+		}, code: ExitUsage, want: []string{"--max-memory", "lots"}},
+
+		// Nothing overwritten, nothing lost (issue 7 item 3).
+		{name: "run --out over an existing capture without --force", setup: func(t *testing.T, dir string) []string {
+			out := filepath.Join(dir, "out")
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, filepath.Join(out, "small.safetensors"), []byte("precious"))
+			return []string{"run", "--json", "--cases", writeFile(t, filepath.Join(dir, "c.json"), []byte(`{"cases":[{"name":"small","kernel":"nvfp4_quantize","m":2,"k":32}]}`)), "--out", out}
+		}, code: ExitUsage, want: []string{"exists"}},
+		{name: "--report into a directory that holds a report, without --force", setup: func(t *testing.T, dir string) []string {
+			rep := filepath.Join(dir, "report")
+			if err := os.MkdirAll(rep, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, filepath.Join(rep, "report.md"), []byte("precious"))
+			return []string{"check", "--report", rep, fx + "golden/nvfp4_gemm.safetensors"}
+		}, code: ExitUsage, want: []string{"report.md exists"}},
+		{name: "SIGINT during a run", setup: func(t *testing.T, dir string) []string {
+			return []string{"run", "--json", "--cases", writeFile(t, filepath.Join(dir, "c.json"), []byte(interruptCases)), "--out", filepath.Join(dir, "out")}
+		}, code: ExitInterrupted, want: []string{"interrupted after 1 of 3; finished: a-fast (pass)"}, interrupt: true},
+	}
+}
+
+// tenKeys is a matrix of ten keys of ten values.
+func tenKeys() string {
+	keys := make([]string, 10)
+	for i := range keys {
+		keys[i] = fmt.Sprintf(`"k%d":[0,1,2,3,4,5,6,7,8,9]`, i)
+	}
+	return strings.Join(keys, ",")
+}
+
+// interruptCases: a fast case, a slow one (interrupted), a fast one.
+const interruptCases = `{"cases":[
+ {"name":"a-fast","kernel":"nvfp4_quantize","m":2,"k":32},
+ {"name":"b-slow","kernel":"mla_decode","tp":1,"seq_lens":[16384]},
+ {"name":"c-fast","kernel":"nvfp4_quantize","m":2,"k":32}]}`
+
+func nanValue() float64 { return math.NaN() }
+
+func TestBadInputs(t *testing.T) {
+	regen := os.Getenv("KCHECK_WRITE_BAD_INPUTS") != ""
+	var bin string
+	if regen {
+		bin = filepath.Join(t.TempDir(), "kcheck")
+		if out, err := exec.Command("go", "build", "-o", bin, "github.com/kcheck-dev/kcheck/cmd/kcheck").CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+	}
+	var rows []string
+	for _, bi := range badInputs() {
+		t.Run(bi.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := bi.setup(t, dir)
+			var code ExitCode
+			var stdout, stderr string
+			switch {
+			case bi.interrupt:
+				code, stdout, stderr = runInterrupted(t, selfExec(), args)
+			default:
+				code, stdout, stderr = run(t, args...)
+			}
+			check := func(code ExitCode, stdout, stderr string) {
+				if code != bi.code {
+					t.Errorf("exit %d, want %d\nstdout: %.2000s\nstderr: %.2000s", code, bi.code, stdout, stderr)
+				}
+				for _, w := range bi.want {
+					if !strings.Contains(stdout+stderr, w) {
+						t.Errorf("output does not say %q\nstdout: %.2000s\nstderr: %.2000s", w, stdout, stderr)
+					}
+				}
+			}
+			check(code, stdout, stderr)
+			if !regen {
+				return
+			}
+			// The table comes from the built binary, on fresh files.
+			dir = t.TempDir()
+			args = bi.setup(t, dir)
+			if bi.interrupt {
+				code, stdout, stderr = runInterrupted(t, exec.Command(bin), args)
+			} else {
+				code, stdout, stderr = runBinary(t, bin, args)
+			}
+			check(code, stdout, stderr)
+			rows = append(rows, fmt.Sprintf("| %s | `kcheck %s` | %s | %d | %s |", bi.name, shortArgs(args, dir), verdictOf(stdout), code,
+				mdEscape(excerpt(stdout, stderr, dir))))
+		})
+	}
+	if regen && !t.Failed() {
+		writeBadInputsTable(t, rows)
+	}
+}
+
+// selfExec is this test binary acting as kcheck (TestMain).
+func selfExec() *exec.Cmd {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "KCHECK_CLI_MAIN=1")
+	return cmd
+}
+
+func runBinary(t *testing.T, bin string, args []string) (ExitCode, string, string) {
+	t.Helper()
+	var out, errw bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errw
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return ExitCode(code), out.String(), errw.String()
+}
+
+// runInterrupted starts cmd with args, sends SIGINT once the first line
+// of stdout (one case's JSON result) is out, and returns what it did.
+func runInterrupted(t *testing.T, cmd *exec.Cmd, args []string) (ExitCode, string, string) {
+	t.Helper()
+	cmd.Args = append(cmd.Args[:1], args...)
+	var errw bytes.Buffer
+	cmd.Stderr = &errw
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(pipe)
+	first, err := r.ReadString('\n')
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("no first result: %v (stderr %s)", err, errw.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(r)
+	timer := time.AfterFunc(30*time.Second, func() { cmd.Process.Kill() })
+	defer timer.Stop()
+	err = cmd.Wait()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return ExitCode(code), first + string(rest), errw.String()
+}
+
+func verdictOf(stdout string) string {
+	var verdicts []string
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	for {
+		var r struct {
+			Verdict string `json:"verdict"`
+		}
+		if dec.Decode(&r) != nil {
+			break
+		}
+		verdicts = append(verdicts, r.Verdict)
+	}
+	if len(verdicts) == 0 {
+		return "(none)"
+	}
+	return strings.Join(verdicts, ", ")
+}
+
+// excerpt is the message a user sees: the JSON error or input anomaly
+// note of the first result, else the first stderr line; temporary paths
+// are cut to their base names.
+func excerpt(stdout, stderr, dir string) string {
+	msg := ""
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	for msg == "" {
+		var r struct {
+			Error *string  `json:"error"`
+			Notes []string `json:"notes"`
+		}
+		if dec.Decode(&r) != nil {
+			break
+		}
+		if r.Error != nil {
+			msg = *r.Error
+		}
+		var anomalies []string
+		for _, n := range r.Notes {
+			if strings.HasPrefix(n, "input anomaly") {
+				anomalies = append(anomalies, n)
+			}
+		}
+		if msg == "" {
+			msg = strings.Join(anomalies, "; ")
+		}
+	}
+	if msg == "" || strings.Contains(stderr, "interrupted") {
+		msg = strings.TrimSpace(stderr)
+	}
+	msg = strings.ReplaceAll(msg, dir+string(filepath.Separator), "")
+	msg = strings.ReplaceAll(msg, dir, ".")
+	if i := strings.Index(msg, "\n"); i >= 0 && !strings.Contains(msg, "interrupted") {
+		msg = msg[:i]
+	}
+	msg = strings.ReplaceAll(msg, "\n", " ")
+	if len(msg) > 240 {
+		msg = msg[:240] + "…"
+	}
+	return msg
+}
+
+func shortArgs(args []string, dir string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		a = strings.ReplaceAll(a, dir+string(filepath.Separator), "")
+		out[i] = strings.ReplaceAll(a, fx, "fixtures/")
+	}
+	return strings.Join(out, " ")
+}
+
+func mdEscape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+func writeBadInputsTable(t *testing.T, rows []string) {
+	var b strings.Builder
+	b.WriteString(`# Bad inputs: what kcheck does with them
+
+Generated from real runs of the built ` + "`kcheck`" + ` binary on files the test
+writes (internal/cli/badinputs_test.go); regenerate with
+
+    KCHECK_WRITE_BAD_INPUTS=1 go test -run TestBadInputs ./internal/cli
+
+Exit status: 0 all pass, 1 a fail, 2 unusable input or usage, 3
+inconclusive, 130 interrupted. A verdict ` + "`error`" + ` never stops a run over
+several files; no input here crashes kcheck or exhausts memory: a file
+whose reference would need more than ` + "`--max-memory`" + ` (default half the
+physical memory, at most 8 GiB) is refused from its shapes before it runs,
+and ` + "`--timeout`" + ` (check: 10m a file; run: 2m a case) bounds the time.
+Files named below are written by the test into a temporary directory.
+
+| Bad input | Command | Verdict | Exit | Message (excerpt) |
+|---|---|---|---|---|
+`)
+	for _, r := range rows {
+		b.WriteString(r + "\n")
+	}
+	if err := os.WriteFile("../check/BAD_INPUTS.md", []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMain lets the test binary act as kcheck (KCHECK_CLI_MAIN=1), so the
+// interrupt test can send a real SIGINT to a real process.
+func TestMain(m *testing.M) {
+	if os.Getenv("KCHECK_CLI_MAIN") == "1" {
+		os.Exit(int(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)))
+	}
+	os.Exit(m.Run())
+}

@@ -1,0 +1,168 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kcheck-dev/kcheck/internal/backend"
+	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+	"github.com/spf13/pflag"
+)
+
+// Interrupts and resource bounds of the commands that loop over files or
+// cases (check, run).
+//
+// SIGINT or SIGTERM cancels the command's context: the command stops before
+// the next file or case (a reference still running in-process is
+// abandoned), prints on stderr what finished, writes no report, and exits
+// 130 (128 + SIGINT, what a shell reports for an interrupted command). A
+// capture being written when the signal arrives is finished first (files
+// are written to a temporary name and renamed), so an interrupt never
+// leaves half a file; a second signal kills the process at once.
+
+// ExitInterrupted is the status of a command stopped by SIGINT or SIGTERM.
+const ExitInterrupted ExitCode = 130
+
+// notifyInterrupt returns a context canceled by the first SIGINT or
+// SIGTERM. After that first signal the default handling is restored, so a
+// second one ends the process even if something does not stop.
+func notifyInterrupt(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	return ctx, stop
+}
+
+// writeMu is held while a command writes a file it was asked for (run
+// --out). An interrupted command takes it before returning, so the process
+// never exits halfway through a write; a writer checks the context under it
+// and starts no new file once interrupted.
+var writeMu sync.Mutex
+
+// progressLog remembers what finished, for the message an interrupt prints.
+type progressLog struct {
+	total int
+	done  []string
+}
+
+func (p *progressLog) add(name, verdict string) {
+	p.done = append(p.done, fmt.Sprintf("%s (%s)", name, verdict))
+}
+
+// interrupted prints "interrupted after N of M; finished: ..." on stderr
+// and returns the exit error (130).
+func (p *progressLog) interrupted(s *IO, note string) error {
+	writeMu.Lock() // let a write in flight finish; none starts after this
+	defer writeMu.Unlock()
+	list := p.done
+	const show = 20
+	more := ""
+	if len(list) > show {
+		more = fmt.Sprintf(" and %d more", len(list)-show)
+		list = list[:show]
+	}
+	finished := "nothing"
+	if len(list) > 0 {
+		finished = strings.Join(list, ", ") + more
+	}
+	fmt.Fprintf(s.Err, "kcheck: interrupted after %d of %d; finished: %s\n", len(p.done), p.total, finished)
+	if note != "" {
+		fmt.Fprintln(s.Err, "kcheck:", note)
+	}
+	return exitError{ExitInterrupted}
+}
+
+// interruptible runs fn and returns its result, or ok = false as soon as
+// ctx is canceled (fn is then left to finish in the background: the
+// in-process references cannot be stopped from outside).
+func interruptible[T any](ctx context.Context, fn func() T) (res T, ok bool) {
+	if ctx.Done() == nil {
+		return fn(), true
+	}
+	done := make(chan T, 1)
+	go func() { done <- fn() }()
+	select {
+	case r := <-done:
+		return r, true
+	case <-ctx.Done():
+		// A result that raced the cancellation still counts.
+		select {
+		case r := <-done:
+			return r, true
+		default:
+		}
+		return res, false
+	}
+}
+
+// runBackend is be.Run bounded by ctx: the reference and faulty backends
+// run in-process and do not watch a context themselves.
+func runBackend(ctx context.Context, be backend.Backend, kname string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
+	type result struct {
+		outs map[string]*tensor.Tensor
+		err  error
+	}
+	started := time.Now()
+	r, ok := interruptible(ctx, func() result {
+		outs, err := be.Run(ctx, kname, in)
+		return result{outs, err}
+	})
+	if !ok {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%w after %v (the per-case time limit; raise it with --timeout)", check.ErrTimeout, time.Since(started).Round(time.Millisecond))
+		}
+		return nil, fmt.Errorf("interrupted: %w", ctx.Err())
+	}
+	return r.outs, r.err
+}
+
+// bounds holds --max-memory.
+type bounds struct {
+	maxMemory string
+}
+
+func addMemoryFlag(f *pflag.FlagSet, b *bounds) {
+	f.StringVar(&b.maxMemory, "max-memory", "",
+		fmt.Sprintf("refuse a check whose reference would need more memory than this, estimated from the shapes before it runs (e.g. 8G, 512M; 0 = no bound; default half the physical memory, at most 8 GiB: %s here)",
+			check.FormatBytes(check.DefaultMaxMemory())))
+}
+
+// limit returns the bound in bytes for check.Options.MaxMemory.
+func (b bounds) limit() (int64, error) {
+	if b.maxMemory == "" {
+		return 0, nil
+	}
+	v, err := check.ParseBytes(b.maxMemory)
+	if err != nil {
+		return 0, fmt.Errorf("--max-memory: %v", err)
+	}
+	return v, nil
+}
+
+// fileContext is the context of one file or case: ctx with the per-item
+// timeout when there is one.
+func fileContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout > 0 {
+		return context.WithTimeout(ctx, timeout)
+	}
+	return context.WithCancel(ctx)
+}
+
+// reportNote says, after an interrupt, that --report was not written.
+func reportNote(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	return "--report " + dir + " not written (interrupted: it would be partial)"
+}
