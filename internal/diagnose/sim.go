@@ -618,7 +618,9 @@ func (r *runner) write(kvc, kpe []float64, req, pos []int, table []int64) error 
 
 // Run runs the whole simulation on be, choosing its own tokens. On an
 // error it returns the steps it completed with the error.
-func (s *Sim) Run(ctx context.Context, be backend.Backend) (Trace, error) { return s.run(ctx, be, nil) }
+func (s *Sim) Run(ctx context.Context, be backend.Backend) (Trace, error) {
+	return s.run(ctx, be, nil, -1)
+}
 
 // RunForced runs the simulation on be with every step's input hidden
 // states taken from forced, a reference run (teacher forcing): the
@@ -630,10 +632,16 @@ func (s *Sim) Run(ctx context.Context, be backend.Backend) (Trace, error) { retu
 // rounding-sized difference in o shifts a hidden state across a code
 // boundary) and the floor grows to several percent.
 func (s *Sim) RunForced(ctx context.Context, be backend.Backend, forced Trace) (Trace, error) {
-	return s.run(ctx, be, forced)
+	return s.run(ctx, be, forced, -1)
 }
 
-func (s *Sim) run(ctx context.Context, be backend.Backend, forced Trace) (Trace, error) {
+// Steps is the number of decode steps a full run makes (over all prompts).
+func (s *Sim) Steps() int { return s.cfg.Prompts * s.cfg.Steps }
+
+// run stops after limit decode steps (limit < 0: none). A run stopped
+// early is the prefix of the full run: every step depends only on the
+// steps before it.
+func (s *Sim) run(ctx context.Context, be backend.Backend, forced Trace, limit int) (Trace, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -644,7 +652,7 @@ func (s *Sim) run(ctx context.Context, be backend.Backend, forced Trace) (Trace,
 	alloc := newAllocator(s.nb)
 	cfg := s.cfg
 	var trace Trace
-	for p := 0; p < cfg.Prompts; p++ {
+	for p := 0; p < cfg.Prompts && (limit < 0 || len(trace) < limit); p++ {
 		// Allocate every request's pages for the whole prompt.
 		table := make([]int64, cfg.Batch*s.maxBlocks) // unused entries stay 0, as engines pad
 		var owned []int
@@ -683,7 +691,7 @@ func (s *Sim) run(ctx context.Context, be backend.Backend, forced Trace) (Trace,
 		ctxLen := append([]int(nil), s.lens...)
 		tokens := s.first[p]
 		var prev []float64
-		for t := 0; t < cfg.Steps; t++ {
+		for t := 0; t < cfg.Steps && (limit < 0 || len(trace) < limit); t++ {
 			h := s.hidden(tokens, prev)
 			if i := len(trace); i < len(forced) {
 				h = forced[i].Hidden
