@@ -178,7 +178,11 @@ func TestSimulationNoFalseAlarm(t *testing.T) {
 		cfg := tableConfig()
 		cfg.KVCacheDType = dtype
 		s, base := cachedSim(t, cfg)
-		for _, be := range []backend.Backend{backend.Reference{}, Exact{}, precise{}, resplit{}} {
+		bes := []backend.Backend{backend.Reference{}, Exact{}, precise{}, resplit{}}
+		if raceEnabled || testing.Short() {
+			bes = bes[2:]
+		}
+		for _, be := range bes {
 			rep, err := s.Diagnose(context.Background(), be, DiagnoseOptions{Baseline: base})
 			if err != nil {
 				t.Fatalf("%s, %s: %v", dtype, be.Name(), err)
