@@ -54,7 +54,22 @@ var (
 // ReadFile reads a .npy file (one tensor, named after the file's stem:
 // "q_nope.npy" gives "q_nope") or a .npz archive (one tensor per member). The
 // kind is told by the file's first bytes, not its extension.
-func ReadFile(path string) (map[string]*tensor.Tensor, error) {
+func ReadFile(path string) (map[string]*tensor.Tensor, error) { return ReadFileLimit(path, -1) }
+
+// ErrTooLarge is wrapped by the error of ReadFileLimit when the arrays
+// exceed its limit.
+var ErrTooLarge = errors.New("over the read limit")
+
+// ReadFileLimit is ReadFile refusing, before reading their data, arrays
+// whose bytes add up to more than limit (limit < 0: no bound). A .npz member
+// deflates a terabyte of zeros into a few megabytes, and the bytes "really
+// arrive" from the decompressor, so only a bound on what headers ask for
+// keeps a small archive from exhausting memory.
+func ReadFileLimit(path string, limit int64) (map[string]*tensor.Tensor, error) {
+	budget := &limit
+	if limit < 0 {
+		budget = nil
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -75,14 +90,14 @@ func ReadFile(path string) (map[string]*tensor.Tensor, error) {
 		if !st.Mode().IsRegular() {
 			size = -1 // a pipe or device: its size says nothing
 		}
-		t, err := read(io.MultiReader(bytes.NewReader(magic[:]), f), size, size >= 0, true)
+		t, err := read(io.MultiReader(bytes.NewReader(magic[:]), f), size, size >= 0, true, budget)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 		return map[string]*tensor.Tensor{name: t}, nil
 	case n >= 4 && (bytes.Equal(magic[:4], zipMagic) || bytes.Equal(magic[:4], zipEmpty)):
-		ts, err := ReadZip(f, st.Size())
+		ts, err := readZip(f, st.Size(), budget)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
@@ -95,6 +110,11 @@ func ReadFile(path string) (map[string]*tensor.Tensor, error) {
 // becomes tensor "x" (numpy's own naming; a member without the suffix keeps
 // its name); every member must be a .npy array.
 func ReadZip(r io.ReaderAt, size int64) (map[string]*tensor.Tensor, error) {
+	return readZip(r, size, nil)
+}
+
+// readZip is ReadZip within budget bytes (nil: no bound).
+func readZip(r io.ReaderAt, size int64, budget *int64) (map[string]*tensor.Tensor, error) {
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		return nil, fmt.Errorf("not a readable .npz (zip) archive: %v", err)
@@ -116,7 +136,7 @@ func ReadZip(r io.ReaderAt, size int64) (map[string]*tensor.Tensor, error) {
 		if zf.UncompressedSize64 <= math.MaxInt64 {
 			declared = int64(zf.UncompressedSize64)
 		}
-		t, err := read(rc, declared, false, true)
+		t, err := read(rc, declared, false, true, budget)
 		rc.Close()
 		if err != nil {
 			return nil, fmt.Errorf("member %q: %w", zf.Name, err)
@@ -128,7 +148,7 @@ func ReadZip(r io.ReaderAt, size int64) (map[string]*tensor.Tensor, error) {
 
 // Read reads one .npy array from r, leaving any bytes after it unread (numpy
 // can save several arrays to one stream).
-func Read(r io.Reader) (*tensor.Tensor, error) { return read(r, -1, false, false) }
+func Read(r io.Reader) (*tensor.Tensor, error) { return read(r, -1, false, false, nil) }
 
 // header is a parsed .npy header.
 type header struct {
@@ -141,8 +161,10 @@ type header struct {
 
 // read reads one array. size is the stream's total length when known (-1
 // otherwise); sizeIsReal says it is a file's size rather than a claim (a zip
-// member's declared size); exact requires the array to end the stream.
-func read(r io.Reader, size int64, sizeIsReal, exact bool) (*tensor.Tensor, error) {
+// member's declared size); exact requires the array to end the stream;
+// budget, when set, is what the arrays may still take, charged before the
+// data is read.
+func read(r io.Reader, size int64, sizeIsReal, exact bool, budget *int64) (*tensor.Tensor, error) {
 	h, hlen, err := readHeader(r)
 	if err != nil {
 		return nil, err
@@ -150,6 +172,12 @@ func read(r io.Reader, size int64, sizeIsReal, exact bool) (*tensor.Tensor, erro
 	nbytes, ok := byteSize(h.shape, h.dtype.Size())
 	if !ok {
 		return nil, fmt.Errorf("shape %v of %s is too large (its byte size overflows 63 bits)", h.shape, h.descr)
+	}
+	if budget != nil {
+		if nbytes > uint64(*budget) {
+			return nil, fmt.Errorf("shape %v of %s needs %d bytes, more than the %d bytes left under the limit: %w", h.shape, h.descr, nbytes, *budget, ErrTooLarge)
+		}
+		*budget -= int64(nbytes)
 	}
 	if size >= 0 {
 		if size < hlen {
