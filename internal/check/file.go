@@ -1,6 +1,7 @@
 package check
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -15,7 +16,7 @@ import (
 // File checks one evidence file (.safetensors, or .npy/.npz with the
 // metadata given in extraMeta since numpy files carry none).
 func File(path string, extraMeta map[string]string, opts Options) Result {
-	c, closeFn, err := Load(path, extraMeta)
+	c, closeFn, err := loadBounded(path, extraMeta, readLimit(opts.MaxMemory))
 	if err != nil {
 		return errorResult(path, "", err)
 	}
@@ -25,11 +26,20 @@ func File(path string, extraMeta map[string]string, opts Options) Result {
 
 // Load reads an evidence file into a Capture; closeFn releases its mapping.
 func Load(path string, extraMeta map[string]string) (c Capture, closeFn func(), err error) {
+	return loadBounded(path, extraMeta, -1)
+}
+
+// loadBounded is Load reading at most limit bytes of numpy arrays (limit < 0: no
+// bound; a .safetensors file is mapped, not read).
+func loadBounded(path string, extraMeta map[string]string, limit int64) (c Capture, closeFn func(), err error) {
 	c = Capture{Name: path, Metadata: map[string]string{}}
 	closeFn = func() {}
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".npy", ".npz":
-		ts, err := npy.ReadFile(path)
+		ts, err := npy.ReadFileLimit(path, limit)
+		if errors.Is(err, npy.ErrTooLarge) {
+			err = fmt.Errorf("%w (the memory bound; raise it with --max-memory)", err)
+		}
 		if err != nil {
 			return c, closeFn, err
 		}

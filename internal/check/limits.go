@@ -417,6 +417,15 @@ func within(e Estimate, limit int64, what string) error {
 	return nil
 }
 
+// readLimit is the bound on numpy array bytes read into memory for a
+// memory bound (0: the default; negative: none).
+func readLimit(maxMemory int64) int64 {
+	if maxMemory == 0 {
+		return DefaultMaxMemory()
+	}
+	return maxMemory
+}
+
 // CheckKernelMemory refuses kernel kname on in when its estimated working
 // set exceeds limit (0: DefaultMaxMemory, negative: no bound).
 func CheckKernelMemory(kname string, in map[string]*tensor.Tensor, p kernel.Params, limit int64) error {
@@ -616,7 +625,7 @@ func RunContext(ctx context.Context, c Capture, opts Options) Result {
 // FileContext is File under ctx (see RunContext). The file stays mapped
 // until an abandoned reference has finished reading it.
 func FileContext(ctx context.Context, path string, extraMeta map[string]string, opts Options) Result {
-	c, closeFn, err := Load(path, extraMeta)
+	c, closeFn, err := loadBounded(path, extraMeta, readLimit(opts.MaxMemory))
 	if err != nil {
 		return errorResult(path, "", err)
 	}

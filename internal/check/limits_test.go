@@ -1,8 +1,10 @@
 package check
 
 import (
+	"archive/zip"
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -328,5 +330,42 @@ func TestTimeBound(t *testing.T) {
 	res = RunContext(ctx, c, Options{})
 	if res.Verdict != Error || res.Error == nil || !strings.Contains(*res.Error, "interrupted") {
 		t.Fatalf("verdict %s error %v, want interrupted", res.Verdict, res.Error)
+	}
+}
+
+// A .npz member deflates megabytes of zeros into kilobytes; its header is
+// charged against the memory bound before the data is inflated.
+func TestNpzBomb(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bomb.npz")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw := zip.NewWriter(f)
+	w, err := zw.CreateHeader(&zip.FileHeader{Name: "partial_out.npy", Method: zip.Deflate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// numpy 1.0 header: magic, version, length, then the dict padded so the
+	// data starts at a multiple of 64.
+	h := "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1048576, 1), }"
+	h += strings.Repeat(" ", (64-(10+len(h)+1)%64)%64) + "\n"
+	w.Write(append([]byte("\x93NUMPY\x01\x00"), byte(len(h)), byte(len(h)>>8)))
+	w.Write([]byte(h))
+	w.Write(make([]byte, 4<<20)) // 4 MiB of zeros
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	st, _ := os.Stat(path)
+	res := File(path, map[string]string{"kcheck.kernel": "splitk_combine"}, Options{MaxMemory: 1 << 20})
+	if res.Verdict != Error || res.Error == nil || !strings.Contains(*res.Error, "needs 4194304 bytes") || !strings.Contains(*res.Error, "--max-memory") {
+		t.Fatalf("a %d-byte .npz asking for 4 MiB under a 1 MiB bound: verdict %s error %v", st.Size(), res.Verdict, res.Error)
+	}
+	// Under a bound that allows it, it reads (and the check goes on to
+	// say what the file lacks: the outputs).
+	res = File(path, map[string]string{"kcheck.kernel": "splitk_combine"}, Options{MaxMemory: 64 << 20})
+	if res.Error == nil || !strings.Contains(*res.Error, "none of splitk_combine's outputs") {
+		t.Fatalf("within the bound: verdict %s error %s, want the missing outputs", res.Verdict, *res.Error)
 	}
 }
