@@ -30,7 +30,9 @@ fixtures:
 # Short fuzzing of every fuzz target, for CI (make fuzz-short FUZZTIME=10m
 # for a campaign). -fuzzminimizetime keeps a short run from spending its
 # time shrinking each new input.
-FUZZ_TARGETS ?= ./internal/safetensors:FuzzParse ./internal/npy:FuzzRead
+FUZZ_TARGETS ?= ./internal/safetensors:FuzzParse ./internal/npy:FuzzRead \
+	./internal/npy:FuzzReadZip ./internal/kernel:FuzzParams ./cases:FuzzParse \
+	./internal/check:FuzzKernel ./internal/check:FuzzPipeline
 fuzz-short:
 	@for spec in $(FUZZ_TARGETS); do \
 	  pkg=$${spec%%:*}; target=$${spec##*:}; \
