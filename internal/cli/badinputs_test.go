@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"archive/zip"
 	"bufio"
 	"bytes"
 	"encoding/binary"
@@ -202,6 +203,28 @@ func badInputs() []badInput {
 			b = append(append(b, h...), make([]byte, 40)...)
 			return []string{"check", "--json", "--set", "kcheck.kernel=splitk_combine", writeFile(t, filepath.Join(dir, "partial_out.npy"), b)}
 		}, code: ExitUsage, want: []string{"truncated"}},
+		{name: ".npz whose member inflates to 64 MiB of zeros (a 64 KiB file), --max-memory 16M", setup: func(t *testing.T, dir string) []string {
+			path := filepath.Join(dir, "bomb.npz")
+			f, err := os.Create(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			zw := zip.NewWriter(f)
+			w, err := zw.CreateHeader(&zip.FileHeader{Name: "partial_out.npy", Method: zip.Deflate})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := "{'descr': '<f4', 'fortran_order': False, 'shape': (16, 1024, 1024), }"
+			h += strings.Repeat(" ", (64-(10+len(h)+1)%64)%64) + "\n"
+			w.Write(append([]byte("\x93NUMPY\x01\x00"), byte(len(h)), 0))
+			w.Write([]byte(h))
+			w.Write(make([]byte, 64<<20))
+			if err := zw.Close(); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			return []string{"check", "--json", "--max-memory", "16M", "--set", "kcheck.kernel=splitk_combine", path}
+		}, code: ExitUsage, want: []string{"needs 67108864 bytes", "--max-memory"}},
 		{name: "a path that does not exist", setup: func(t *testing.T, dir string) []string {
 			return []string{"check", filepath.Join(dir, "nowhere.safetensors")}
 		}, code: ExitUsage, want: []string{"no such file"}},
