@@ -351,7 +351,12 @@ func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.L
 		Equivalent: func(i int, actual float64) bool {
 			m, k := pos(i)
 			if m >= rows || k >= kSF {
-				return true // padding
+				// Padding must be zero (spec section 5): a GEMM that reads a
+				// padded tile multiplies by whatever is there, and an
+				// uninitialised buffer is a real bug. Expected holds 0 here,
+				// so only a zero of another spelling (-0 as E4M3 0x80) is
+				// excused.
+				return actual == 0
 			}
 			var code uint8
 			if d == tensor.U8 {
