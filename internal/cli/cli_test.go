@@ -172,3 +172,20 @@ func TestMerge(t *testing.T) {
 		t.Errorf("garbage: exit %d, stderr %q", code, errs)
 	}
 }
+
+// diagnose --report writes the attribution's evidence like check does,
+// and refuses to overwrite.
+func TestDiagnoseReport(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "rep")
+	code, out, errs := run(t, "diagnose", "--report", dir, fx+"examples/pipeline_cache_page_off_by_one.safetensors")
+	if code != ExitFail || !strings.Contains(out, "culprit stage cache") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil || !strings.Contains(string(md), "page_boundary") {
+		t.Fatalf("report.md (%v) does not name the page_boundary signature", err)
+	}
+	if code, _, errs := run(t, "diagnose", "--report", dir, fx+"examples/pipeline_ok.safetensors"); code != ExitUsage || !strings.Contains(errs, "--report") {
+		t.Errorf("second report into the same directory: exit %d, stderr %q", code, errs)
+	}
+}

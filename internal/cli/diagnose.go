@@ -12,6 +12,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/diagnose"
+	"github.com/kcheck-dev/kcheck/internal/report"
 )
 
 func init() { extraCommands = append(extraCommands, newDiagnoseCmd) }
@@ -31,6 +32,8 @@ type diagnoseOptions struct {
 	timeout  time.Duration
 	sim      diagnose.SimConfig
 	files    []string
+	report   string
+	force    bool
 }
 
 // simFlags are the simulation's settings by flag name; SimConfig.Set reads
@@ -101,6 +104,8 @@ Exit status: 0 pass, 1 fail, 2 unusable input or usage, 3 inconclusive; with
 	f.IntVar(&o.worstK, "worst", 5, "how many worst elements to list per output")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "time limit of the whole diagnosis")
 	addSimFlags(f, &o.sim)
+	addReportFlag(f, &o.report)
+	f.BoolVar(&o.force, "force", false, "overwrite existing files in --report")
 	return cmd
 }
 
@@ -114,6 +119,10 @@ func (o *diagnoseOptions) run(ctx context.Context, flags *pflag.FlagSet) error {
 		ctx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
+	sink, err := newReportSink(o.report, o.force)
+	if err != nil {
+		return exitWith(o.io, ExitUsage, o.bisect, err)
+	}
 	if !o.simulate {
 		for _, n := range simFlagNames {
 			if flags.Changed(n) {
@@ -123,7 +132,14 @@ func (o *diagnoseOptions) run(ctx context.Context, flags *pflag.FlagSet) error {
 		if len(o.files) == 0 {
 			return exitWith(o.io, ExitUsage, o.bisect, fmt.Errorf("give capture files, or --simulate"))
 		}
-		return o.captures()
+		code, err := o.captures(sink)
+		if err != nil {
+			return err
+		}
+		if err := sink.write(o.io); err != nil {
+			return exitWith(o.io, ExitUsage, o.bisect, err)
+		}
+		return exitCode(code)
 	}
 	if len(o.files) > 0 {
 		return exitWith(o.io, ExitUsage, o.bisect, fmt.Errorf("--simulate takes no files (got %v)", o.files))
@@ -148,21 +164,32 @@ func (o *diagnoseOptions) run(ctx context.Context, flags *pflag.FlagSet) error {
 	if err := o.emit(rep); err != nil {
 		return err
 	}
+	if sink != nil {
+		if sink.b.Diagnosis, err = report.DiagnosisFrom(rep); err != nil {
+			return exitWith(o.io, ExitUsage, o.bisect, err)
+		}
+		if err := sink.write(o.io); err != nil {
+			return exitWith(o.io, ExitUsage, o.bisect, err)
+		}
+	}
 	return exitCode(exitForVerdict(rep.Verdict, o.bisect))
 }
 
-func (o *diagnoseOptions) captures() error {
+// captures diagnoses each capture file; the report sink (nil without
+// --report) collects the checks behind each attribution.
+func (o *diagnoseOptions) captures(sink *reportSink) (ExitCode, error) {
 	extra, err := parseSet(o.set)
 	if err != nil {
-		return exitWith(o.io, ExitUsage, o.bisect, err)
+		return 0, exitWith(o.io, ExitUsage, o.bisect, err)
 	}
 	opts, err := checkOpts(o.policy, o.from, o.worstK)
 	if err != nil {
-		return exitWith(o.io, ExitUsage, o.bisect, err)
+		return 0, exitWith(o.io, ExitUsage, o.bisect, err)
 	}
+	opts = sink.options(opts)
 	files, err := check.Expand(o.files)
 	if err != nil {
-		return exitWith(o.io, ExitUsage, o.bisect, err)
+		return 0, exitWith(o.io, ExitUsage, o.bisect, err)
 	}
 	code := ExitPass
 	for _, path := range files {
@@ -172,15 +199,17 @@ func (o *diagnoseOptions) captures() error {
 			msg := err.Error()
 			rep = &diagnose.Report{Mode: "capture", File: path, Verdict: check.Error, Error: &msg, Reason: msg, Steps: []diagnose.StepResult{}}
 		} else {
-			rep = diagnose.Capture(c, opts)
+			res := check.Run(c, opts)
+			rep = diagnose.FromCheck(res, diagnose.ContextLens(c))
 			closeFn()
+			sink.add(res, "kcheck diagnose "+report.ShellQuote(path), path)
 		}
 		if err := o.emit(rep); err != nil {
-			return err
+			return 0, err
 		}
 		code = worseExit(code, exitForVerdict(rep.Verdict, o.bisect))
 	}
-	return exitCode(code)
+	return code, nil
 }
 
 func (o *diagnoseOptions) emit(rep *diagnose.Report) error {
