@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kcheck-dev/kcheck/cases"
@@ -646,6 +647,19 @@ func runContext(ctx context.Context, c Capture, opts Options, release func()) Re
 		return errorResult(c.Name, kname, deadlineError(ctx, started, "not started"))
 	}
 	opts.ctx = ctx
+	// An abandoned check must not report to the caller's observer (a
+	// report's recorder) while the caller has moved on to the next file.
+	var mu sync.Mutex
+	abandoned := false
+	if observe := opts.Observe; observe != nil {
+		opts.Observe = func(o Observation) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !abandoned {
+				observe(o)
+			}
+		}
+	}
 	done := make(chan Result, 1)
 	go func() {
 		r := Run(c, opts)
@@ -656,6 +670,9 @@ func runContext(ctx context.Context, c Capture, opts Options, release func()) Re
 	case r := <-done:
 		return r
 	case <-ctx.Done():
+		mu.Lock()
+		abandoned = true
+		mu.Unlock()
 		what := "the check"
 		if kname != "" {
 			what = "the " + kname + " check"

@@ -369,3 +369,27 @@ func TestNpzBomb(t *testing.T) {
 		t.Fatalf("within the bound: verdict %s error %s, want the missing outputs", res.Verdict, *res.Error)
 	}
 }
+
+// A check abandoned at its deadline stops reporting to the observer (a
+// --report recorder that has moved on to the next file); run under -race.
+func TestAbandonedCheckStopsObserving(t *testing.T) {
+	c := samePages(t, "mla_decode", 2, 64, 4)
+	c.Tensors["block_table"] = tensor.FromInt64s(tensor.I32, []int{2, 128}, make([]int64, 2*128))
+	c.Tensors["seq_lens"] = i32([]int{2}, 2048, 2048)
+	seen := 0 // written by Observe, read below without a lock: the race detector judges
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	finished := make(chan struct{})
+	res := runContext(ctx, c, Options{Observe: func(Observation) { seen++ }}, func() { close(finished) })
+	if res.Verdict != Error {
+		t.Fatalf("verdict %s, want error (timed out)", res.Verdict)
+	}
+	select {
+	case <-finished: // the abandoned check ran to its end
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the abandoned check did not finish")
+	}
+	if seen != 0 {
+		t.Errorf("%d observations after the check was abandoned", seen)
+	}
+}
