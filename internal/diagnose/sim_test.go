@@ -71,6 +71,9 @@ func TestSimulationAttributesEveryFault(t *testing.T) {
 		}
 		seen[f.Stage] = true
 		t.Run(f.Name, func(t *testing.T) {
+			if f.NotSimulated != "" {
+				t.Skip(f.NotSimulated)
+			}
 			s, base := cachedSim(t, configFor(t, f))
 			rep, err := s.Diagnose(context.Background(), faults.Backend{Fault: f}, DiagnoseOptions{Baseline: base, Quick: true})
 			if err != nil {

@@ -47,6 +47,10 @@ type Fault struct {
 	// decoder; nil when the default simulation already triggers it. Faults
 	// that need an fp8 cache, s_q > 1 or high block ids say so here.
 	Simulate map[string]string `json:"simulate,omitempty"`
+	// NotSimulated, when set, says why the simulated decoder cannot show
+	// the fault (it runs no kernel the fault lives in); its trigger and
+	// captures still do.
+	NotSimulated string `json:"not_simulated,omitempty"`
 }
 
 // Trigger is a configuration that makes a fault visible: a case, and for
