@@ -279,12 +279,20 @@ func digest(c Capture) [32]byte {
 // untouched.
 func checkInvariants(t *testing.T, c Capture) Result {
 	t.Helper()
+	return checkInvariantsWith(t, c, Options{MaxMemory: fuzzMaxMemory})
+}
+
+// kernelNamesForFuzz is every kernel and the pipeline.
+var kernelNamesForFuzz = append(kernel.Names(), "pipeline")
+
+func checkInvariantsWith(t *testing.T, c Capture, opts Options) Result {
+	t.Helper()
 	before := digest(c)
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	ctx, cancel := context.WithTimeout(context.Background(), fuzzTimeout)
 	defer cancel()
-	res := RunContext(ctx, c, Options{MaxMemory: fuzzMaxMemory})
+	res := RunContext(ctx, c, opts)
 	runtime.ReadMemStats(&ms1)
 	switch res.Verdict {
 	case Pass, Fail, Inconclusive:
