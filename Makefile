@@ -32,7 +32,7 @@ fixtures:
 # time shrinking each new input.
 FUZZ_TARGETS ?= ./internal/safetensors:FuzzParse ./internal/npy:FuzzRead \
 	./internal/npy:FuzzReadZip ./internal/kernel:FuzzParams ./cases:FuzzParse \
-	./internal/check:FuzzKernel ./internal/check:FuzzPipeline
+	./internal/check:FuzzKernel ./internal/check:FuzzPipeline ./internal/check:FuzzEngines
 fuzz-short:
 	@for spec in $(FUZZ_TARGETS); do \
 	  pkg=$${spec%%:*}; target=$${spec##*:}; \
