@@ -255,6 +255,17 @@ func shapesOf(ts map[string]*tensor.Tensor) shapes {
 	return s
 }
 
+// pageSize is the page size a paged kernel reads: the cache's second
+// dimension, which the references require page_size to equal (a page_size
+// that differs is refused by them, with a better message than an estimate
+// built on it would give).
+func (s shapes) pageSize(p kernel.Params, cache string) int64 {
+	if d := s.dim(cache, 1); d > 0 {
+		return d
+	}
+	return intParam(p, "page_size", 0)
+}
+
 // intParam reads an integer parameter, def when absent or unreadable (the
 // reference reports unreadable ones itself).
 func intParam(p kernel.Params, name string, def int64) int64 {
@@ -319,7 +330,7 @@ func estimate(kname string, s shapes, p kernel.Params) Estimate {
 		es.input("slot_mapping", []int64{s.numel("slot_mapping")}, 64) // the duplicate check's map
 		es.ops(mul(t, add(s.dim("kv_c", 1), s.dim("k_pe", 1))))
 	case "kv_cache_gather":
-		page := intParam(p, "page_size", s.dim("cache", 1))
+		page := s.pageSize(p, "cache")
 		rows, _ := s.tokens(mul(s.dim("block_table", 1), page))
 		d := s.dim("cache", 2)
 		if p.String("kv_cache_dtype", "bf16") == "fp8_ds_mla" {
@@ -350,7 +361,7 @@ func estimate(kname string, s shapes, p kernel.Params) Estimate {
 			es.ops(mul(b, sq, h, topk, d, 2))
 			break
 		}
-		page := intParam(p, "page_size", s.dim("kv_cache", 1))
+		page := s.pageSize(p, "kv_cache")
 		total, _ := s.tokens(mul(s.dim("block_table", 1), page))
 		splits := intParam(p, "num_splits", 0)
 		if sb, ok := s.dims["split_bounds"]; ok && len(sb) == 2 {
@@ -373,7 +384,7 @@ func estimate(kname string, s shapes, p kernel.Params) Estimate {
 		es.ops(mul(n, sp, l, 2))
 	case "dsa_indexer":
 		b := s.dim("q", 0)
-		page := intParam(p, "page_size", s.dim("k_cache", 1))
+		page := s.pageSize(p, "k_cache")
 		total, longest := s.tokens(mul(s.dim("block_table", 1), page))
 		width := max(intParam(p, "max_seq", -1), longest)
 		if width < 0 {
