@@ -161,7 +161,18 @@ func (fam Family) expand() ([]Case, error) {
 			for k, x := range cur {
 				next[k] = x
 			}
-			next[keys[i]] = v
+			if obj, ok := v.(map[string]any); ok {
+				// A matrix value that is an object sets several fields at
+				// once; its "label" stands for it in the name.
+				for field, fv := range obj {
+					if field != "label" {
+						next[field] = fv
+					}
+				}
+				next[labelKey+keys[i]] = fmt.Sprint(obj["label"])
+			} else {
+				next[keys[i]] = v
+			}
 			if err := rec(i+1, next); err != nil {
 				return err
 			}
@@ -190,6 +201,9 @@ func (fam Family) skipped(cur map[string]any) bool {
 	return false
 }
 
+// labelKey prefixes the name label of an object-valued matrix entry.
+const labelKey = "\x00label:"
+
 // caseFields are the JSON names of Case's fields; any other matrix key is a
 // kernel parameter and goes into Params.
 var caseFields = func() map[string]bool {
@@ -208,17 +222,11 @@ func (fam Family) build(fields map[string]any) (Case, error) {
 	labels := map[string]string{}
 	var ctx string
 	for k, v := range fields {
-		labels[k] = fmt.Sprint(v)
-		if obj, ok := v.(map[string]any); ok {
-			// An object value sets several fields at once; its "label" names it.
-			for ok2, ov := range obj {
-				if ok2 != "label" {
-					plain[ok2] = ov
-				}
-			}
-			labels[k] = fmt.Sprint(obj["label"])
+		if name, ok := strings.CutPrefix(k, labelKey); ok {
+			labels[name] = fmt.Sprint(v)
 			continue
 		}
+		labels[k] = fmt.Sprint(v)
 		switch {
 		case k == "context":
 			ctx = fmt.Sprint(v)

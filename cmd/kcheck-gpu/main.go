@@ -23,7 +23,7 @@ import (
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 const usage = `usage:
-  kcheck-gpu run --kernel NAME --in FILE --out FILE [--ptx-dir DIR] [--ptx-only] [--repeat N] [--force]
+  kcheck-gpu run --kernel NAME --in FILE --out FILE [--ptx-dir DIR] [--ptx-only] [--repeat N] [--copy-bytes N] [--force]
   kcheck-gpu info [--ptx-dir DIR] [--ptx-only]
   kcheck-gpu kernels
 `
@@ -99,6 +99,7 @@ func cmdRun(argv []string, stdout, stderr io.Writer) int {
 	outPath := fs.String("out", "", "output evidence file to write")
 	repeat := fs.Int("repeat", 1, "run the kernel N times and report the median device time")
 	force := fs.Bool("force", false, "overwrite --out if it exists")
+	copyBytes := fs.Int64("copy-bytes", 0, "also time a device-to-device copy of this many bytes (kcheck.cuda.copy_ms), for bandwidth ratios")
 	if err := fs.Parse(argv); err != nil {
 		return gpu.ExitUsage
 	}
@@ -170,6 +171,14 @@ func cmdRun(argv []string, stdout, stderr io.Writer) int {
 	}
 	for key, v := range res.Meta {
 		meta[key] = v
+	}
+	if *copyBytes > 0 {
+		ms, err := dev.CopyMillis(*copyBytes, *repeat)
+		if err != nil {
+			return fail(stderr, err)
+		}
+		meta["kcheck.cuda.copy_ms"] = strconv.FormatFloat(ms, 'g', 6, 64)
+		meta["kcheck.cuda.copy_bytes"] = strconv.FormatInt(*copyBytes, 10)
 	}
 	if _, ok := res.Outputs["partial_out"]; !ok && k == "mla_decode" {
 		delete(meta, "num_splits") // no partials were written: S = 1

@@ -189,3 +189,26 @@ func TestDiagnoseReport(t *testing.T) {
 		t.Errorf("second report into the same directory: exit %d, stderr %q", code, errs)
 	}
 }
+
+// bench measures; it judges nothing. On the reference backend it reports
+// the bytes a kernel must move: for a dequantize, the packed codes, the
+// scales and the global scale read once and the output written once.
+func TestBenchReference(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "cases.json")
+	os.WriteFile(file, []byte(`{"cases":[{"name":"d","kernel":"nvfp4_dequantize","m":32,"k":64,"seed":1}]}`), 0o644)
+	code, out, errs := run(t, "bench", "--cases", file, "--case", "d", "--backend", "reference", "--repeat", "2", "--json")
+	if code != ExitPass {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var row benchRow
+	if err := json.Unmarshal([]byte(out), &row); err != nil {
+		t.Fatal(err)
+	}
+	// packed 32*32 + scales 32*4 (E4M3) + global 4 + out 32*64 bf16
+	if want := int64(32*32 + 32*4 + 4 + 32*64*2); row.Bytes != want || row.MS <= 0 || row.Error != "" {
+		t.Errorf("row %+v, want %d bytes and a positive time", row, want)
+	}
+	if code, _, _ := run(t, "bench", "--cases", file, "--case", "d", "--backend", "reference", "--repeat", "0"); code != ExitUsage {
+		t.Errorf("--repeat 0: exit %d, want 2", code)
+	}
+}

@@ -120,6 +120,10 @@ type Worker struct {
 	// PTXDir is passed as --ptx-dir when set; Repeat as --repeat when > 1.
 	PTXDir string
 	Repeat int
+	// CopyBytes, when > 0, asks the worker to time a device-to-device copy
+	// of that many bytes in the same process (--copy-bytes), the yardstick
+	// `kcheck bench` reports bandwidth against.
+	CopyBytes int64
 	// Env is added to the worker's environment.
 	Env []string
 	// TempDir holds the per-run exchange files (default os.TempDir()).
@@ -212,6 +216,9 @@ func (w *Worker) Run(ctx context.Context, name string, in kernel.Inputs) (map[st
 	argv := []string{path, "run", "--kernel", name, "--in", inPath, "--out", outPath}
 	if w.PTXDir != "" {
 		argv = append(argv, "--ptx-dir", w.PTXDir)
+	}
+	if w.CopyBytes > 0 {
+		argv = append(argv, "--copy-bytes", strconv.FormatInt(w.CopyBytes, 10))
 	}
 	if w.Repeat > 1 {
 		argv = append(argv, "--repeat", strconv.Itoa(w.Repeat))
