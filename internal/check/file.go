@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/kcheck-dev/kcheck/internal/npy"
-	"github.com/kcheck-dev/kcheck/internal/safetensors"
 )
 
 // File checks one evidence file (.safetensors, or .npy/.npz with the
@@ -45,7 +44,7 @@ func loadBounded(path string, extraMeta map[string]string, limit int64) (c Captu
 		}
 		c.Tensors = ts
 	default:
-		f, err := safetensors.Open(path)
+		f, err := openSafetensors(path, limit)
 		if err != nil {
 			return c, closeFn, err
 		}

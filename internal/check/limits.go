@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/safetensors"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -427,6 +429,35 @@ func within(e Estimate, limit int64, what string) error {
 		return memoryError{e, limit, what}
 	}
 	return nil
+}
+
+// openSafetensors is safetensors.Open, except that a file that cannot be
+// mapped (a pipe, a device: `kcheck check <(python dump.py)`) is read into
+// memory only up to limit bytes: /dev/zero would otherwise be read until
+// memory runs out.
+func openSafetensors(path string, limit int64) (*safetensors.File, error) {
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().IsRegular() || st.IsDir() || limit < 0 {
+		return safetensors.Open(path)
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s: a stream of more than %s, the memory bound: refused (raise it with --max-memory)", path, FormatBytes(limit))
+	}
+	f, err := safetensors.Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	f.Path = path
+	return f, nil
 }
 
 // readLimit is the bound on numpy array bytes read into memory for a

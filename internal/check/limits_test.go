@@ -393,3 +393,15 @@ func TestAbandonedCheckStopsObserving(t *testing.T) {
 		t.Errorf("%d observations after the check was abandoned", seen)
 	}
 }
+
+// A device or pipe that never ends (/dev/zero) is read only up to the
+// memory bound, then refused.
+func TestEndlessStream(t *testing.T) {
+	if _, err := os.Stat("/dev/zero"); err != nil {
+		t.Skip("no /dev/zero")
+	}
+	res := File("/dev/zero", nil, Options{MaxMemory: 1 << 20})
+	if res.Verdict != Error || res.Error == nil || !strings.Contains(*res.Error, "a stream of more than 1.0 MiB") {
+		t.Fatalf("verdict %s error %v, want a refusal at the 1 MiB bound", res.Verdict, res.Error)
+	}
+}

@@ -225,6 +225,9 @@ func badInputs() []badInput {
 			f.Close()
 			return []string{"check", "--json", "--max-memory", "16M", "--set", "kcheck.kernel=splitk_combine", path}
 		}, code: ExitUsage, want: []string{"needs 67108864 bytes", "--max-memory"}},
+		{name: "an endless stream (/dev/zero) given as a capture, --max-memory 16M", setup: func(t *testing.T, dir string) []string {
+			return []string{"check", "--json", "--max-memory", "16M", "/dev/zero"}
+		}, code: ExitUsage, want: []string{"a stream of more than 16.0 MiB"}},
 		{name: "a path that does not exist", setup: func(t *testing.T, dir string) []string {
 			return []string{"check", filepath.Join(dir, "nowhere.safetensors")}
 		}, code: ExitUsage, want: []string{"no such file"}},
