@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
@@ -167,4 +170,38 @@ func BenchmarkKernels(b *testing.B) {
 		}
 		report(b, float64(2*Block*l))
 	})
+}
+
+// peakRSS is the process's VmHWM in bytes (0 where /proc is missing).
+func peakRSS() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// BenchmarkDecodeMemory reports the memory bound as a figure: a decode of 4
+// requests x 16K tokens, 128 heads, reads a 72 MiB cache through Cache.Row
+// and must not hold more than a few blocks of rows besides its inputs and
+// outputs (internal/bench's table reports the real sizes, one process per
+// case).
+func BenchmarkDecodeMemory(b *testing.B) {
+	p := benchDense(b, kvcache.BF16, 4, 128, 16384)
+	inputs := float64(p.Cache.NB*p.Cache.Layout.PageSize*p.Cache.D()*2 + 8*len(p.Q.Data))
+	before := peakRSS()
+	for b.Loop() {
+		if _, _, err := Decode(p, benchCfg(), DefaultPrecision()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(inputs/(1<<20), "inputs-MiB")
+	b.ReportMetric(peakRSS()/(1<<20), "peak-RSS-MiB")
+	b.ReportMetric((peakRSS()-before)/(1<<20), "peak-growth-MiB")
 }

@@ -28,18 +28,21 @@ func scoresExact(p *qpack, k []float64, d, nj int, s []float64) {
 			var a0, a1, a2, a3, b0, b1, b2, b3 archsimd.Float64x8
 			i := 0
 			for ; i+4 <= d; i += 4 {
-				q0 := archsimd.LoadFloat64x8Slice(p.t[i*p.stride+g:])
-				q1 := archsimd.LoadFloat64x8Slice(p.t[(i+1)*p.stride+g:])
-				q2 := archsimd.LoadFloat64x8Slice(p.t[(i+2)*p.stride+g:])
-				q3 := archsimd.LoadFloat64x8Slice(p.t[(i+3)*p.stride+g:])
-				a0 = a0.Add(q0.Mul(archsimd.BroadcastFloat64x8(k0[i])))
-				a1 = a1.Add(q1.Mul(archsimd.BroadcastFloat64x8(k0[i+1])))
-				a2 = a2.Add(q2.Mul(archsimd.BroadcastFloat64x8(k0[i+2])))
-				a3 = a3.Add(q3.Mul(archsimd.BroadcastFloat64x8(k0[i+3])))
-				b0 = b0.Add(q0.Mul(archsimd.BroadcastFloat64x8(k1[i])))
-				b1 = b1.Add(q1.Mul(archsimd.BroadcastFloat64x8(k1[i+1])))
-				b2 = b2.Add(q2.Mul(archsimd.BroadcastFloat64x8(k1[i+2])))
-				b3 = b3.Add(q3.Mul(archsimd.BroadcastFloat64x8(k1[i+3])))
+				// one query vector live at a time: Go gives vectors 16
+				// registers and eight hold the sums
+				qt := p.t[i*p.stride+g : (i+3)*p.stride+g+8]
+				q := archsimd.LoadFloat64x8Slice(qt)
+				a0 = a0.Add(q.Mul(archsimd.BroadcastFloat64x8(k0[i])))
+				b0 = b0.Add(q.Mul(archsimd.BroadcastFloat64x8(k1[i])))
+				q = archsimd.LoadFloat64x8Slice(qt[p.stride:])
+				a1 = a1.Add(q.Mul(archsimd.BroadcastFloat64x8(k0[i+1])))
+				b1 = b1.Add(q.Mul(archsimd.BroadcastFloat64x8(k1[i+1])))
+				q = archsimd.LoadFloat64x8Slice(qt[2*p.stride:])
+				a2 = a2.Add(q.Mul(archsimd.BroadcastFloat64x8(k0[i+2])))
+				b2 = b2.Add(q.Mul(archsimd.BroadcastFloat64x8(k1[i+2])))
+				q = archsimd.LoadFloat64x8Slice(qt[3*p.stride:])
+				a3 = a3.Add(q.Mul(archsimd.BroadcastFloat64x8(k0[i+3])))
+				b3 = b3.Add(q.Mul(archsimd.BroadcastFloat64x8(k1[i+3])))
 			}
 			for ; i < d; i++ {
 				q0 := archsimd.LoadFloat64x8Slice(p.t[i*p.stride+g:])
@@ -129,8 +132,10 @@ func scoresExpected(p *qpack, k []float64, d, nj int, s []float64, m rmode) {
 	}
 }
 
-// pvExact2 is pvExact2Generic with 32 latent columns of two rows held in
-// eight vectors across the token loop.
+// pvExact2 is pvExact2Generic with 16 latent columns of two rows held in
+// four vectors across the token loop (Go gives vectors 16 registers, and
+// its scheduler computes a token's products before adding them, so wider
+// tiles spill).
 func pvExact2(acc0, acc1, p0, p1, v []float64, d int) {
 	n := len(acc0)
 	if !useAVX512 || n < 8 {
@@ -140,41 +145,25 @@ func pvExact2(acc0, acc1, p0, p1, v []float64, d int) {
 	acc1 = acc1[:n]
 	p1 = p1[:len(p0)]
 	l := 0
-	for ; l+32 <= n; l += 32 {
+	for ; l+16 <= n; l += 16 {
 		a0 := archsimd.LoadFloat64x8Slice(acc0[l:])
 		a1 := archsimd.LoadFloat64x8Slice(acc0[l+8:])
-		a2 := archsimd.LoadFloat64x8Slice(acc0[l+16:])
-		a3 := archsimd.LoadFloat64x8Slice(acc0[l+24:])
 		b0 := archsimd.LoadFloat64x8Slice(acc1[l:])
 		b1 := archsimd.LoadFloat64x8Slice(acc1[l+8:])
-		b2 := archsimd.LoadFloat64x8Slice(acc1[l+16:])
-		b3 := archsimd.LoadFloat64x8Slice(acc1[l+24:])
 		for j, pa := range p0 {
-			// one value vector live at a time: Go's register allocator
-			// gives vectors 16 registers, and eight hold the sums
-			x := v[j*d+l : j*d+l+32]
+			x := v[j*d+l : j*d+l+16]
+			x0 := archsimd.LoadFloat64x8Slice(x)
+			x1 := archsimd.LoadFloat64x8Slice(x[8:])
 			va, vb := archsimd.BroadcastFloat64x8(pa), archsimd.BroadcastFloat64x8(p1[j])
-			y := archsimd.LoadFloat64x8Slice(x)
-			a0 = a0.Add(y.Mul(va))
-			b0 = b0.Add(y.Mul(vb))
-			y = archsimd.LoadFloat64x8Slice(x[8:])
-			a1 = a1.Add(y.Mul(va))
-			b1 = b1.Add(y.Mul(vb))
-			y = archsimd.LoadFloat64x8Slice(x[16:])
-			a2 = a2.Add(y.Mul(va))
-			b2 = b2.Add(y.Mul(vb))
-			y = archsimd.LoadFloat64x8Slice(x[24:])
-			a3 = a3.Add(y.Mul(va))
-			b3 = b3.Add(y.Mul(vb))
+			a0 = a0.Add(x0.Mul(va))
+			a1 = a1.Add(x1.Mul(va))
+			b0 = b0.Add(x0.Mul(vb))
+			b1 = b1.Add(x1.Mul(vb))
 		}
 		a0.StoreSlice(acc0[l:])
 		a1.StoreSlice(acc0[l+8:])
-		a2.StoreSlice(acc0[l+16:])
-		a3.StoreSlice(acc0[l+24:])
 		b0.StoreSlice(acc1[l:])
 		b1.StoreSlice(acc1[l+8:])
-		b2.StoreSlice(acc1[l+16:])
-		b3.StoreSlice(acc1[l+24:])
 	}
 	for ; l+8 <= n; l += 8 {
 		a0 := archsimd.LoadFloat64x8Slice(acc0[l:])

@@ -28,64 +28,45 @@ func (g *gemmJob) run(b *Matrix) {
 	parallel(ti*tj, func(u int) {
 		i0, j0 := (u/tj)*simdTI, (u%tj)*simdTJ
 		i1 := min(i0+simdTI, m)
-		var acc32 [simdTI * simdTJ]float32
-		var acc64 [simdTI * simdTJ]float64
+		// one spare row at the end takes the sums of repeated rows
+		var acc32 [(simdTI + 1) * simdTJ]float32
+		var acc64 [(simdTI + 1) * simdTJ]float64
 		for k0 := 0; k0 < k; k0 += simdTK {
 			k1 := min(k0+simdTK, k)
-			for i := i0; i < i1; i += 2 {
-				i2 := min(i+1, i1-1) // an odd last row is computed twice, stored once
-				ar, as := g.av[i*k:(i+1)*k], g.av[i2*k:(i2+1)*k]
-				t := (i - i0) * simdTJ
-				t2 := t + simdTJ
-				if i2 == i {
-					t2 = t
+			for i := i0; i < i1; i += 4 {
+				// four rows (a short last group repeats its last row into
+				// the spare accumulator row), 32 columns: eight block sums
+				// in registers (Go gives vectors 16), the two accumulators
+				// in memory
+				var rows [4][]float32
+				var t [4]int
+				for q := range rows {
+					r := min(i+q, i1-1)
+					rows[q], t[q] = g.av[r*k:(r+1)*k], (r-i0)*simdTJ
+					if i+q >= i1 {
+						t[q] = simdTI * simdTJ
+					}
 				}
-				c00 := archsimd.LoadFloat32x16Slice(acc32[t:])
-				c01 := archsimd.LoadFloat32x16Slice(acc32[t+16:])
-				c10 := archsimd.LoadFloat32x16Slice(acc32[t2:])
-				c11 := archsimd.LoadFloat32x16Slice(acc32[t2+16:])
-				d00 := archsimd.LoadFloat64x8Slice(acc64[t:])
-				d01 := archsimd.LoadFloat64x8Slice(acc64[t+8:])
-				d02 := archsimd.LoadFloat64x8Slice(acc64[t+16:])
-				d03 := archsimd.LoadFloat64x8Slice(acc64[t+24:])
-				d10 := archsimd.LoadFloat64x8Slice(acc64[t2:])
-				d11 := archsimd.LoadFloat64x8Slice(acc64[t2+8:])
-				d12 := archsimd.LoadFloat64x8Slice(acc64[t2+16:])
-				d13 := archsimd.LoadFloat64x8Slice(acc64[t2+24:])
 				for c := k0; c < k1; c += BlockSize {
-					var s00, s01, s10, s11 archsimd.Float32x16
+					var s00, s01, s10, s11, s20, s21, s30, s31 archsimd.Float32x16
 					for e := c; e < c+BlockSize; e++ {
 						row := bt[e*np+j0 : e*np+j0+simdTJ]
 						b0 := archsimd.LoadFloat32x16Slice(row)
 						b1 := archsimd.LoadFloat32x16Slice(row[16:])
-						x, y := archsimd.BroadcastFloat32x16(ar[e]), archsimd.BroadcastFloat32x16(as[e])
-						s00 = x.MulAdd(b0, s00)
-						s01 = x.MulAdd(b1, s01)
-						s10 = y.MulAdd(b0, s10)
-						s11 = y.MulAdd(b1, s11)
+						x := archsimd.BroadcastFloat32x16(rows[0][e])
+						s00, s01 = x.MulAdd(b0, s00), x.MulAdd(b1, s01)
+						x = archsimd.BroadcastFloat32x16(rows[1][e])
+						s10, s11 = x.MulAdd(b0, s10), x.MulAdd(b1, s11)
+						x = archsimd.BroadcastFloat32x16(rows[2][e])
+						s20, s21 = x.MulAdd(b0, s20), x.MulAdd(b1, s21)
+						x = archsimd.BroadcastFloat32x16(rows[3][e])
+						s30, s31 = x.MulAdd(b0, s30), x.MulAdd(b1, s31)
 					}
-					c00, c01, c10, c11 = c00.Add(s00), c01.Add(s01), c10.Add(s10), c11.Add(s11)
-					d00 = d00.Add(s00.GetLo().ConvertToFloat64())
-					d01 = d01.Add(s00.GetHi().ConvertToFloat64())
-					d02 = d02.Add(s01.GetLo().ConvertToFloat64())
-					d03 = d03.Add(s01.GetHi().ConvertToFloat64())
-					d10 = d10.Add(s10.GetLo().ConvertToFloat64())
-					d11 = d11.Add(s10.GetHi().ConvertToFloat64())
-					d12 = d12.Add(s11.GetLo().ConvertToFloat64())
-					d13 = d13.Add(s11.GetHi().ConvertToFloat64())
+					addBlock(acc32[t[0]:], acc64[t[0]:], s00, s01)
+					addBlock(acc32[t[1]:], acc64[t[1]:], s10, s11)
+					addBlock(acc32[t[2]:], acc64[t[2]:], s20, s21)
+					addBlock(acc32[t[3]:], acc64[t[3]:], s30, s31)
 				}
-				c10.StoreSlice(acc32[t2:])
-				c11.StoreSlice(acc32[t2+16:])
-				d10.StoreSlice(acc64[t2:])
-				d11.StoreSlice(acc64[t2+8:])
-				d12.StoreSlice(acc64[t2+16:])
-				d13.StoreSlice(acc64[t2+24:])
-				c00.StoreSlice(acc32[t:])
-				c01.StoreSlice(acc32[t+16:])
-				d00.StoreSlice(acc64[t:])
-				d01.StoreSlice(acc64[t+8:])
-				d02.StoreSlice(acc64[t+16:])
-				d03.StoreSlice(acc64[t+24:])
 			}
 		}
 		for i := i0; i < i1; i++ {
@@ -95,4 +76,16 @@ func (g *gemmJob) run(b *Matrix) {
 			}
 		}
 	})
+}
+
+// addBlock adds one block's partials s0 (columns 0..15) and s1 (16..31) to
+// the fp32 and float64 accumulators of one output row of the tile.
+func addBlock(a32 []float32, a64 []float64, s0, s1 archsimd.Float32x16) {
+	a32, a64 = a32[:simdTJ], a64[:simdTJ]
+	archsimd.LoadFloat32x16Slice(a32).Add(s0).StoreSlice(a32)
+	archsimd.LoadFloat32x16Slice(a32[16:]).Add(s1).StoreSlice(a32[16:])
+	archsimd.LoadFloat64x8Slice(a64).Add(s0.GetLo().ConvertToFloat64()).StoreSlice(a64)
+	archsimd.LoadFloat64x8Slice(a64[8:]).Add(s0.GetHi().ConvertToFloat64()).StoreSlice(a64[8:])
+	archsimd.LoadFloat64x8Slice(a64[16:]).Add(s1.GetLo().ConvertToFloat64()).StoreSlice(a64[16:])
+	archsimd.LoadFloat64x8Slice(a64[24:]).Add(s1.GetHi().ConvertToFloat64()).StoreSlice(a64[24:])
 }
