@@ -195,8 +195,8 @@ func explain(att *CaptureAttribution) string {
 	s := fmt.Sprintf("%s (%s) is the first stage whose output is wrong on its own captured inputs (%s off by %s, %.3g× its tolerance at worst)",
 		row.Prefix, row.Kernel, row.Tensor, fmtErr(float64(row.LocalError)), float64(row.LocalExcess))
 	if len(later) > 0 {
-		s += fmt.Sprintf("; %s %s correct on what %s given and fail only against the reference chain, through it",
-			strings.Join(later, ", "), plural(len(later), "is", "are"), plural(len(later), "it was", "they were"))
+		s += fmt.Sprintf("; %s %s correct on what %s given and %s only against the reference chain, through it",
+			strings.Join(later, ", "), plural(len(later), "is", "are"), plural(len(later), "it was", "they were"), plural(len(later), "fails", "fail"))
 	}
 	return s
 }
