@@ -24,3 +24,10 @@ func pvExpected2(acc0, acc1, p0, p1, v []float64, d int, m rmode) {
 func pvExpected32x2(acc0, acc1 []float32, p0, p1 []float64, v []float32, l int) {
 	pvExpected32x2Generic(acc0, acc1, p0, p1, v, l)
 }
+
+// scoresBoth is the two score kernels, one after the other (the simd build
+// fuses them; the results are the same bits).
+func scoresBoth(p *qpack, k []float64, d, nj int, sx, sr []float64, m rmode) {
+	scoresExactGeneric(p, k, d, nj, sx)
+	scoresExpectedGeneric(p, k, d, nj, sr, m)
+}

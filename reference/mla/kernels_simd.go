@@ -303,3 +303,62 @@ func pvExpected32x2(acc0, acc1 []float32, p0, p1 []float64, v []float32, l int) 
 		}
 	}
 }
+
+// scoresBoth computes scoresExact and scoresExpected in one pass when both
+// read the same cache rows (kx = kr): each product q[i]·k[i] is formed once
+// and added to dot64's partial sum s_(i mod 4) and to dotAcc's block sum of
+// its parity, in the order each of those defines; one token at a time, so
+// the seven sums fit Go's 16 vector registers. Results are bit-identical to
+// the two kernels (and so to dot64 and dotAcc).
+func scoresBoth(p *qpack, k []float64, d, nj int, sx, sr []float64, m rmode) {
+	if !useAVX512 || (m != r32 && m != r64) {
+		scoresExact(p, k, d, nj, sx)
+		scoresExpected(p, k, d, nj, sr, m)
+		return
+	}
+	d4 := d &^ 3
+	st := p.stride
+	for g := 0; g < st; g += 8 {
+		for j := 0; j < nj; j++ {
+			kj := k[j*d : (j+1)*d]
+			var a0, a1, a2, a3, acc archsimd.Float64x8
+			for d0 := 0; d0 < d; d0 += MMAK {
+				d1 := min(d0+MMAK, d)
+				var s0, s1 archsimd.Float64x8
+				i := d0
+				for ; i+4 <= d1 && i+4 <= d4; i += 4 {
+					qt := p.t[i*st+g : (i+3)*st+g+8]
+					x := archsimd.LoadFloat64x8Slice(qt).Mul(archsimd.BroadcastFloat64x8(kj[i]))
+					a0, s0 = a0.Add(x), s0.Add(x)
+					x = archsimd.LoadFloat64x8Slice(qt[st:]).Mul(archsimd.BroadcastFloat64x8(kj[i+1]))
+					a1, s1 = a1.Add(x), s1.Add(x)
+					x = archsimd.LoadFloat64x8Slice(qt[2*st:]).Mul(archsimd.BroadcastFloat64x8(kj[i+2]))
+					a2, s0 = a2.Add(x), s0.Add(x)
+					x = archsimd.LoadFloat64x8Slice(qt[3*st:]).Mul(archsimd.BroadcastFloat64x8(kj[i+3]))
+					a3, s1 = a3.Add(x), s1.Add(x)
+				}
+				for ; i < d1; i++ { // tails: dot64's past d&^3 go to s0
+					x := archsimd.LoadFloat64x8Slice(p.t[i*st+g:]).Mul(archsimd.BroadcastFloat64x8(kj[i]))
+					switch {
+					case i >= d4 || i%4 == 0:
+						a0 = a0.Add(x)
+					case i%4 == 1:
+						a1 = a1.Add(x)
+					case i%4 == 2:
+						a2 = a2.Add(x)
+					default:
+						a3 = a3.Add(x)
+					}
+					if (i-d0)%2 == 0 {
+						s0 = s0.Add(x)
+					} else {
+						s1 = s1.Add(x)
+					}
+				}
+				acc = roundLanes(acc.Add(s0.Add(s1)), m)
+			}
+			a0.Add(a1).Add(a2.Add(a3)).StoreSlice(sx[j*st+g:])
+			acc.StoreSlice(sr[j*st+g:])
+		}
+	}
+}

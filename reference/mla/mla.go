@@ -574,8 +574,12 @@ func (w *worker) do(u *unit) {
 		if e.pv32 {
 			minV = w.values32(nj)
 		}
-		scoresExact(&w.q, w.kx, D, nj, w.sx)
-		scoresExpected(&w.q, w.kr, D, nj, w.sr, e.acc)
+		if e.deqSame {
+			scoresBoth(&w.q, w.kx, D, nj, w.sx, w.sr, e.acc)
+		} else {
+			scoresExact(&w.q, w.kx, D, nj, w.sx)
+			scoresExpected(&w.q, w.kr, D, nj, w.sr, e.acc)
+		}
 		for r, rs := range u.rows {
 			w.nj[r] = max(0, min(c1, rs.limit)-c0)
 			if w.nj[r] > 0 {
