@@ -40,8 +40,10 @@ fuzz-short:
 	  $(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg || exit 1; \
 	done
 
+# Go references against numpy float64 on the real sizes (internal/bench/RESULTS.md);
+# make bench BENCHFLAGS=-quick for reduced sizes, BENCHFLAGS=-md FILE for markdown.
 bench:
-	$(GO) run ./internal/bench/cmd/benchtable
+	$(GO) run ./internal/bench/cmd/benchtable $(BENCHFLAGS)
 
 clean:
 	rm -rf bin build cuda/ptx
