@@ -5,7 +5,7 @@ GO      ?= go
 PKGS    ?= ./...
 FUZZTIME ?= 10s
 
-.PHONY: all build test demo fixtures fixtures-check bench fuzz-short cuda-vet ci clean
+.PHONY: all build test demo fixtures bench fuzz-short ci gpu-check clean
 
 all: build
 
@@ -17,11 +17,17 @@ test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race $(PKGS)
 
-# The main job: check every shipped example capture (some are planted
-# faults, so kcheck exits 1 by design) and diagnose the faulty pipeline.
+# The main job: check every shipped example capture (most carry planted
+# faults, so kcheck exits 1 by design), then lay out the evidence for one
+# faulty decode step.
 demo:
-	@$(GO) run ./cmd/kcheck check fixtures/examples; \
-	  echo "(kcheck exited $$?: 0 all pass, 1 a planted fault was found, as expected here)"
+	@$(GO) build -o bin/kcheck ./cmd/kcheck
+	@echo '$$ kcheck check --quiet fixtures/examples'
+	@bin/kcheck check --quiet fixtures/examples; \
+	  echo "(exit $$?: 0 all pass, 1 a fault was found, as planted here)"; echo
+	@echo '$$ kcheck diagnose fixtures/examples/pipeline_cache_page_off_by_one.safetensors'
+	@bin/kcheck diagnose fixtures/examples/pipeline_cache_page_off_by_one.safetensors; \
+	  echo "(exit $$?)"
 
 # Regenerate the golden fixtures bit-identically (a test fails when they drift).
 fixtures:
@@ -52,4 +58,11 @@ clean:
 
 # What CI runs (.ci/run): the test command, the kernels, the cuda-tagged Go
 # code compiled without a GPU, and a short fuzz of every target.
-ci: test kernels cuda-vet fuzz-short
+ci: test kernels kernels-hostcheck cuda-vet fuzz-short
+
+# Everything a GPU machine with the driver and nvcc but no Go needs, in
+# build/gpu/: the cuda-tagged test binaries, the worker, the PTX and
+# gpu-check.sh, which runs them in under 5 minutes and writes JSON and
+# Markdown results into the folder it is given.
+gpu-check: gpu-bundle
+	@echo "copy build/gpu/ to the GPU machine and run: build/gpu/gpu-check.sh RESULTS_DIR"
