@@ -196,7 +196,9 @@ func mutateTensors(c *Capture, r *fuzzBytes, op int) {
 		if r.byte()%8 == 0 {
 			start, count = 0, t.Len() // the whole tensor
 		}
-		for i := start; i < min(t.Len(), start+count); i++ {
+		// (bounded by the bytes too: mutation 6 leaves data that does not
+		// match the shape)
+		for i := start; i < min(t.Len(), start+count) && (i+1)*len(v) <= len(t.Data); i++ {
 			copy(t.Data[i*len(v):], v)
 		}
 	case 1: // raw fuzzer bytes at an offset
