@@ -9,6 +9,7 @@ import (
 
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/compare"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/signature"
 )
 
@@ -113,8 +114,15 @@ func FromCheck(res check.Result, contextLens map[int]int) *Report {
 	}
 	att := &CaptureAttribution{}
 	stages := res.Stages
-	if len(stages) == 0 { // a single kernel
-		stages = []check.StageResult{{Prefix: res.Kernel, Kernel: res.Kernel, Verdict: res.Verdict, Local: res.Checks}}
+	if len(stages) == 0 {
+		// A single kernel is a one-stage pipeline named by its stage
+		// (spec section 7: stages are quant, cache, attn, combine
+		// everywhere, diagnose included).
+		stage := res.Kernel
+		if k, err := kernel.Lookup(res.Kernel); err == nil {
+			stage = k.Stage
+		}
+		stages = []check.StageResult{{Prefix: stage, Kernel: res.Kernel, Stage: stage, Verdict: res.Verdict, Local: res.Checks}}
 	}
 	for _, st := range stages {
 		row := StageRow{Prefix: st.Prefix, Kernel: st.Kernel, Stage: st.Stage, Step: stepOf(st.Prefix), Verdict: st.Verdict}
