@@ -33,7 +33,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/bits"
 	"os"
 	"path/filepath"
 	"strings"
@@ -169,7 +168,7 @@ func read(r io.Reader, size int64, sizeIsReal, exact bool, budget *int64) (*tens
 	if err != nil {
 		return nil, err
 	}
-	nbytes, ok := byteSize(h.shape, h.dtype.Size())
+	nbytes, ok := tensor.ByteSize(h.shape, h.dtype.Size())
 	if !ok {
 		return nil, fmt.Errorf("shape %v of %s is too large (its byte size overflows 63 bits)", h.shape, h.descr)
 	}
@@ -356,28 +355,6 @@ func parseDescr(s string) (tensor.DType, bool, error) {
 	// '=' is the writer's native order; every platform kcheck runs on is
 	// little-endian, as numpy writes '<' there anyway.
 	return dt, order == '>' && dt.Size() > 1, nil
-}
-
-// byteSize multiplies out shape × elemSize, reporting overflow; the nonzero
-// dimensions must fit even when a zero one makes the array empty.
-func byteSize(shape []int, elemSize int) (uint64, bool) {
-	n := uint64(elemSize)
-	empty := false
-	for _, d := range shape {
-		if d == 0 {
-			empty = true
-			continue
-		}
-		hi, lo := bits.Mul64(n, uint64(d))
-		if hi != 0 || lo > math.MaxInt64 {
-			return 0, false
-		}
-		n = lo
-	}
-	if empty {
-		return 0, true
-	}
-	return n, true
 }
 
 // swap reverses the bytes of each size-byte element in place.

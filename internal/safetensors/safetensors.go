@@ -35,7 +35,6 @@ import (
 	"io"
 	"io/fs"
 	"math"
-	"math/bits"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -381,7 +380,7 @@ func parseEntry(name string, v json.RawMessage, bufLen uint64) (t *tensor.Tensor
 	if end > bufLen {
 		return fail("data_offsets [%d, %d] run past the end of the data buffer (%d bytes; truncated?)", begin, end, bufLen)
 	}
-	nbytes, ok := byteSize(shape, dt.Size())
+	nbytes, ok := tensor.ByteSize(shape, dt.Size())
 	if !ok {
 		return fail("shape %v of %s is too large (2^63 bytes or more)", shape, dt)
 	}
@@ -389,31 +388,6 @@ func parseEntry(name string, v json.RawMessage, bufLen uint64) (t *tensor.Tensor
 		return fail("data_offsets [%d, %d] give %d bytes, but shape %v of %s needs %d", begin, end, end-begin, shape, dt, nbytes)
 	}
 	return &tensor.Tensor{DType: dt, Shape: shape}, begin, end, nil
-}
-
-// byteSize multiplies out shape × elemSize, reporting overflow instead of
-// wrapping: a header claiming 10^12 × 10^12 elements is an error, not a small
-// number. The nonzero dimensions must multiply out within 63 bits even when a
-// zero dimension makes the tensor empty, so strides computed from the shape
-// cannot overflow either.
-func byteSize(shape []int, elemSize int) (uint64, bool) {
-	n := uint64(elemSize)
-	empty := false
-	for _, d := range shape {
-		if d == 0 {
-			empty = true
-			continue
-		}
-		hi, lo := bits.Mul64(n, uint64(d))
-		if hi != 0 || lo > math.MaxInt64 {
-			return 0, false
-		}
-		n = lo
-	}
-	if empty {
-		return 0, true
-	}
-	return n, true
 }
 
 // dtypes is every dtype the reader accepts, in the spec's order.

@@ -553,9 +553,9 @@ func TestByteSize(t *testing.T) {
 		{[]int{0, 1 << 32, 1 << 32}, 1, 0, false},
 	}
 	for _, tt := range tests {
-		got, ok := byteSize(tt.shape, tt.size)
+		got, ok := tensor.ByteSize(tt.shape, tt.size)
 		if got != tt.want || ok != tt.ok {
-			t.Errorf("byteSize(%v, %d) = %d, %v; want %d, %v", tt.shape, tt.size, got, ok, tt.want, tt.ok)
+			t.Errorf("ByteSize(%v, %d) = %d, %v; want %d, %v", tt.shape, tt.size, got, ok, tt.want, tt.ok)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/bits"
 
 	"github.com/kcheck-dev/kcheck/reference/formats"
 )
@@ -140,6 +141,34 @@ func (t *Tensor) Check() error {
 		return fmt.Errorf("shape %v of %s needs %d bytes, has %d", t.Shape, t.DType, want, len(t.Data))
 	}
 	return nil
+}
+
+// ByteSize multiplies out shape × elemSize, reporting overflow instead of
+// wrapping: the nonzero dimensions must multiply out within 63 bits even
+// when a zero dimension makes the tensor empty, so strides computed from
+// the shape cannot overflow either. File readers call it before trusting a
+// header's shape.
+func ByteSize(shape []int, elemSize int) (uint64, bool) {
+	n := uint64(elemSize)
+	empty := false
+	for _, d := range shape {
+		if d < 0 {
+			return 0, false
+		}
+		if d == 0 {
+			empty = true
+			continue
+		}
+		hi, lo := bits.Mul64(n, uint64(d))
+		if hi != 0 || lo > math.MaxInt64 {
+			return 0, false
+		}
+		n = lo
+	}
+	if empty {
+		return 0, true
+	}
+	return n, true
 }
 
 // Strides returns the row-major element strides of shape.
