@@ -176,32 +176,13 @@ func CombineRowExpected(o, lse []float64, l int, c Convention, outDType, lseDTyp
 	if math.IsInf(m, -1) {
 		return RoundTo(lseDType, c.Empty), nil
 	}
-	m32 := float32(m)
-	weight := func(v, ref float32) float32 {
-		d := v - ref
-		if c.Base == BaseE {
-			d *= log2eF32
-		}
-		return Exp2F32(d)
-	}
-	var sum float32
-	for _, v := range lse {
-		if math.IsInf(v, -1) {
-			continue
-		}
-		sum += weight(float32(v), m32)
-	}
-	var g float32
-	if c.Base == BaseE {
-		g = m32 + float32(math.Log(float64(sum)))
-	} else {
-		g = m32 + float32(math.Log2(float64(sum)))
-	}
+	cw := make([]float64, len(lse))
+	g := expectedWeights(lse, m, c, cw)
 	for s, v := range lse {
 		if math.IsInf(v, -1) {
 			continue
 		}
-		cs := float64(weight(float32(v), g))
+		cs := cw[s]
 		os := o[s*l : (s+1)*l]
 		for i, x := range os {
 			// cs·x is exact in float64 (two 24-bit significands), so
@@ -320,34 +301,8 @@ func combineRowBoth(o, lse []float64, l int, c Convention, outDType, lseDType te
 		w[s] = exp(v - m)
 		sum += w[s]
 	}
-	// expected weights (CombineRowExpected)
-	m32 := float32(m)
-	weight := func(v, ref float32) float32 {
-		d := v - ref
-		if c.Base == BaseE {
-			d *= log2eF32
-		}
-		return Exp2F32(d)
-	}
-	var sum32 float32
-	for _, v := range lse {
-		if math.IsInf(v, -1) {
-			continue
-		}
-		sum32 += weight(float32(v), m32)
-	}
-	var g float32
-	if c.Base == BaseE {
-		g = m32 + float32(math.Log(float64(sum32)))
-	} else {
-		g = m32 + float32(math.Log2(float64(sum32)))
-	}
 	cw := ws[len(lse) : 2*len(lse)]
-	for s, v := range lse {
-		if !math.IsInf(v, -1) {
-			cw[s] = float64(weight(float32(v), g))
-		}
-	}
+	g := expectedWeights(lse, m, c, cw)
 	for s, v := range lse {
 		if math.IsInf(v, -1) {
 			continue
@@ -359,6 +314,40 @@ func combineRowBoth(o, lse []float64, l int, c Convention, outDType, lseDType te
 		xp[i] = RoundTo(outDType, xp[i])
 	}
 	return m + log(sum), RoundTo(lseDType, float64(g))
+}
+
+// expectedWeights computes a correct fp32 combine's weights, in the order
+// CombineRowExpected documents: the fp32 sum of exp2f((lse_s - m)·log2e)
+// over the non-empty splits, g = m + logf(sum), then c_s =
+// exp2f((lse_s - g)·log2e) into cw (empty splits left as they are). It
+// returns g, the row's fp32 lse. m is the row's maximum, finite.
+func expectedWeights(lse []float64, m float64, c Convention, cw []float64) float32 {
+	weight := func(v, ref float32) float32 {
+		d := v - ref
+		if c.Base == BaseE {
+			d *= log2eF32
+		}
+		return Exp2F32(d)
+	}
+	m32 := float32(m)
+	var sum float32
+	for _, v := range lse {
+		if !math.IsInf(v, -1) {
+			sum += weight(float32(v), m32)
+		}
+	}
+	var g float32
+	if c.Base == BaseE {
+		g = m32 + float32(math.Log(float64(sum)))
+	} else {
+		g = m32 + float32(math.Log2(float64(sum)))
+	}
+	for s, v := range lse {
+		if !math.IsInf(v, -1) {
+			cw[s] = float64(weight(float32(v), g))
+		}
+	}
+	return g
 }
 
 // weightedAdd adds one split's partial output to both sums:
