@@ -174,7 +174,7 @@ func runPipeline(c Capture, meta map[string]string, opts Options) Result {
 	}
 	chain := map[string]*tensor.Tensor{} // reference chain outputs, by "<prefix>.<tensor>"
 	var culprit *string
-	verdicts := []string{}
+	var verdicts []compare.Verdict
 	for _, st := range stages {
 		if err := opts.interrupted(); err != nil {
 			return errorResult(c.Name, "pipeline", fmt.Errorf("before stage %s: %v", st.prefix, err))
@@ -217,12 +217,12 @@ func runPipeline(c Capture, meta map[string]string, opts Options) Result {
 			p := st.prefix
 			culprit = &p
 		}
-		verdicts = append(verdicts, sr.Verdict)
+		verdicts = append(verdicts, compare.Verdict(sr.Verdict))
 		res.Stages = append(res.Stages, sr)
 		res.Checks = append(res.Checks, prefixed(st.prefix, sr.Local)...)
 	}
 	res.Stage = culprit
-	res.Verdict = worst(verdicts)
+	res.Verdict = string(compare.Combine(verdicts...))
 	return res
 }
 
@@ -233,18 +233,4 @@ func prefixed(prefix string, checks []compare.Check) []compare.Check {
 		out[i] = c
 	}
 	return out
-}
-
-// worst orders verdicts fail > inconclusive > pass.
-func worst(vs []string) string {
-	v := Pass
-	for _, x := range vs {
-		switch {
-		case x == Fail:
-			return Fail
-		case x == Inconclusive:
-			v = Inconclusive
-		}
-	}
-	return v
 }
