@@ -128,10 +128,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 		fmt.Fprintln(o.io.Err, "kcheck: --report:", err)
 		code = worseExit(code, ExitUsage)
 	}
-	if code != ExitPass {
-		return exitError{code}
-	}
-	return nil
+	return exitCode(code)
 }
 
 // exitWith reports err on stderr and exits with code (mapped for --bisect).

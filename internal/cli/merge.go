@@ -82,10 +82,7 @@ stdout and a tally on stderr, and exits as a single run over all of them would.`
 			}
 			fmt.Fprintf(s.Err, "%d results: %d pass, %d fail, %d inconclusive, %d error\n",
 				len(all), tally["pass"], tally["fail"], tally["inconclusive"], tally["error"])
-			if code != ExitPass {
-				return exitError{code}
-			}
-			return nil
+			return exitCode(code)
 		},
 	}
 	cmd.Flags().BoolVar(&bisect, "bisect", false, "exit 125 (git bisect skip) for inconclusive results and unusable input")

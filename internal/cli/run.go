@@ -232,10 +232,7 @@ func (o *runOptions) run(ctx context.Context) error {
 		fmt.Fprintln(o.io.Err, "kcheck: --report:", err)
 		code = worseExit(code, ExitUsage)
 	}
-	if code != ExitPass {
-		return exitError{code}
-	}
-	return nil
+	return exitCode(code)
 }
 
 // RunCase builds a case, runs it on be and checks the outputs; the
