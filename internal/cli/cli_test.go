@@ -212,3 +212,23 @@ func TestBenchReference(t *testing.T) {
 		t.Errorf("--repeat 0: exit %d, want 2", code)
 	}
 }
+
+func TestSanitizedBackend(t *testing.T) {
+	tests := []struct {
+		spec string
+		on   bool
+		want string
+		err  bool
+	}{
+		{"cuda", false, "cuda", false},
+		{"cuda", true, "cuda:sanitize", false},
+		{"cuda:timeout=5s", true, "cuda:timeout=5s,sanitize", false},
+		{"reference", true, "", true},
+	}
+	for _, tc := range tests {
+		got, err := sanitized(tc.spec, tc.on)
+		if got != tc.want || (err != nil) != tc.err {
+			t.Errorf("sanitized(%q, %v) = %q, %v; want %q (error %v)", tc.spec, tc.on, got, err, tc.want, tc.err)
+		}
+	}
+}

@@ -29,6 +29,7 @@ type runOptions struct {
 	match     string
 	casesFile string
 	backend   string
+	sanitize  bool
 	shard     string
 	json      bool
 	bisect    bool
@@ -63,6 +64,7 @@ indexed Job; 'kcheck merge' combines the JSON results.`,
 	f.StringVar(&o.match, "match", "", "run the cases whose name matches this glob (* matches any characters)")
 	f.StringVar(&o.casesFile, "cases", "", "read cases from this file instead of the built-in catalog")
 	f.StringVar(&o.backend, "backend", "reference", "reference, cuda, or faulty:NAME (see 'kcheck faults')")
+	f.BoolVar(&o.sanitize, "sanitize", false, "run the cuda worker under compute-sanitizer memcheck (same as --backend cuda:sanitize)")
 	f.StringVar(&o.shard, "shard", "", "run slice I of N (I/N, 0-based)")
 	f.BoolVar(&o.json, "json", false, "print one JSON object per case")
 	f.BoolVar(&o.bisect, "bisect", false, "exit 125 (git bisect skip) for inconclusive results and unusable input")
@@ -180,7 +182,11 @@ func (o *runOptions) run(ctx context.Context) error {
 		return exitWith(o.io, ExitUsage, o.bisect, err)
 	}
 	sel = shardOf(sel, si, sn)
-	be, err := backend.Parse(o.backend)
+	spec, err := sanitized(o.backend, o.sanitize)
+	if err != nil {
+		return exitWith(o.io, ExitUsage, o.bisect, err)
+	}
+	be, err := backend.Parse(spec)
 	if err != nil {
 		return exitWith(o.io, ExitUsage, o.bisect, err)
 	}
@@ -340,4 +346,19 @@ func newCasesCmd(s *IO) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the cases as a JSON array")
 	cmd.Flags().BoolVar(&long, "long", false, "include cases tagged long")
 	return cmd
+}
+
+// sanitized adds the cuda backend's sanitize option for --sanitize; only
+// the cuda worker has a memory checker to run under.
+func sanitized(spec string, sanitize bool) (string, error) {
+	if !sanitize {
+		return spec, nil
+	}
+	switch {
+	case spec == "cuda":
+		return "cuda:sanitize", nil
+	case strings.HasPrefix(spec, "cuda:"):
+		return spec + ",sanitize", nil
+	}
+	return "", fmt.Errorf("--sanitize needs --backend cuda (got %q)", spec)
 }
