@@ -290,10 +290,7 @@ func (c *Cache) RowSlot(slot int, dst []float64, deq tensor.DType) {
 	dst = dst[:d]
 	switch l.Kind {
 	case BF16:
-		b := c.data[2*d*slot : 2*d*(slot+1)]
-		for j := range dst {
-			dst[j] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*j:])) << 16))
-		}
+		widenBF16(dst, c.data[2*d*slot:2*d*(slot+1)])
 	case FP8E4M3:
 		lut := &c.lut[deqIndex(deq)]
 		b := c.data[d*slot : d*(slot+1)]
