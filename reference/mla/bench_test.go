@@ -121,7 +121,9 @@ func BenchmarkDecodePartials(b *testing.B) {
 }
 
 // BenchmarkKernels times the inner loops alone on one goroutine: 64 query
-// rows against one block of 64 cache rows of D = 576 (L = 512).
+// rows against one block of 64 cache rows of D = 576 (L = 512), and the PV
+// updates of the 64 rows over them, as this build runs them (kernelsName) and
+// as the plain-Go definitions do.
 func BenchmarkKernels(b *testing.B) {
 	const g, d, l = 64, 576, 512
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -139,37 +141,40 @@ func BenchmarkKernels(b *testing.B) {
 	}
 	var p qpack
 	p.pack(q, rows, d)
-	s := make([]float64, Block*p.stride)
-	acc := make([]float64, 2*l)
-	pr := bf(2 * Block)
-	mac := float64(g * Block * d)
+	sx, sr := make([]float64, Block*p.stride), make([]float64, Block*p.stride)
+	acc := make([]float64, g*l)
+	pr := bf(g * Block)
+	a32, p32, v32 := make([]float32, g*l), make([]float32, g*Block), make([]float32, Block*l)
+	for i := range p32 {
+		p32[i] = float32(pr[i])
+	}
+	for j := 0; j < Block; j++ {
+		for c := 0; c < l; c++ {
+			v32[j*l+c] = float32(k[j*d+c])
+		}
+	}
 	report := func(b *testing.B, macs float64) {
 		b.ReportMetric(2*macs*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	}
-	b.Run("scoresExact", func(b *testing.B) {
-		for b.Loop() {
-			scoresExact(&p, k, d, Block, s)
-		}
-		report(b, mac)
-	})
-	b.Run("scoresExpected", func(b *testing.B) {
-		for b.Loop() {
-			scoresExpected(&p, k, d, Block, s, r32)
-		}
-		report(b, mac)
-	})
-	b.Run("pvExact2", func(b *testing.B) {
-		for b.Loop() {
-			pvExact2(acc[:l], acc[l:], pr[:Block], pr[Block:], k, d)
-		}
-		report(b, float64(2*Block*l))
-	})
-	b.Run("pvExpected2", func(b *testing.B) {
-		for b.Loop() {
-			pvExpected2(acc[:l], acc[l:], pr[:Block], pr[Block:], k, d, r32)
-		}
-		report(b, float64(2*Block*l))
-	})
+	for _, c := range []struct {
+		name string
+		run  func()
+		macs float64
+	}{
+		{"scores/" + kernelsName, func() { scores(&p, k, d, Block, sx, sr, r32) }, g * Block * d},
+		{"scores/generic", func() { scoresGeneric(&p, k, d, Block, sx, sr, r32) }, g * Block * d},
+		{"pvExact/" + kernelsName, func() { pvExact(acc, l, pr, Block, k, d, Block, l, g) }, g * Block * l},
+		{"pvExact/generic", func() { pvExactGeneric(acc, l, pr, Block, k, d, Block, l, g) }, g * Block * l},
+		{"pvExpected32/" + kernelsName, func() { pvExpected32(a32, l, p32, Block, v32, Block, l, g) }, g * Block * l},
+		{"pvExpected32/generic", func() { pvExpected32Generic(a32, l, p32, Block, v32, Block, l, g) }, g * Block * l},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				c.run()
+			}
+			report(b, c.macs)
+		})
+	}
 }
 
 // peakRSS is the process's VmHWM in bytes (0 where /proc is missing).

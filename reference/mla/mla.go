@@ -508,10 +508,10 @@ type state struct {
 
 // A worker holds one goroutine's scratch space, reused from unit to unit.
 // Per block of tokens it decodes the cache rows once, computes the scores of
-// every row of the unit against them in one blocked pass (scoresExact,
-// scoresExpected), runs each row's online-softmax step on its column of
-// scores, and adds the probability-weighted values in blocked passes
-// (pvExact, pvExpected). Every output element sees the same operations in
+// every row of the unit against them in one blocked pass (scores, both
+// answers), runs each row's online-softmax step on its column of scores,
+// and adds the probability-weighted values, all rows that attend the same
+// tokens together (pvExact, pvExpected32). Every output element sees the same operations in
 // the same order as the one-row-at-a-time loops of the package doc.
 type worker struct {
 	e      *engine
@@ -524,7 +524,9 @@ type worker struct {
 	ex, xp []state
 	acc    []float64
 	v32    []float32 // the block's values [Block][L] in float32, when e.pv32
-	a32    []float32 // two rows' Expected accumulators in float32
+	a32    []float32 // the Expected accumulators of a run of rows, in float32
+	p32    []float32 // their probabilities [rows][Block] in float32
+	junk   []float64 // the dropped half of a score pass (when !e.deqSame)
 }
 
 func (w *worker) do(u *unit) {
@@ -550,6 +552,9 @@ func (w *worker) do(u *unit) {
 	}
 	if len(w.sx) < Block*w.q.stride {
 		w.sx, w.sr = make([]float64, Block*w.q.stride), make([]float64, Block*w.q.stride)
+		if !e.deqSame {
+			w.junk = make([]float64, Block*w.q.stride)
+		}
 	}
 	w.ex, w.xp, w.nj = w.ex[:n], w.xp[:n], w.nj[:n]
 	maxLim := 0
@@ -575,10 +580,10 @@ func (w *worker) do(u *unit) {
 			minV = w.values32(nj)
 		}
 		if e.deqSame {
-			scoresBoth(&w.q, w.kx, D, nj, w.sx, w.sr, e.acc)
-		} else {
-			scoresExact(&w.q, w.kx, D, nj, w.sx)
-			scoresExpected(&w.q, w.kr, D, nj, w.sr, e.acc)
+			scores(&w.q, w.kx, D, nj, w.sx, w.sr, e.acc)
+		} else { // each answer from its own rows; the other result is dropped
+			scores(&w.q, w.kx, D, nj, w.sx, w.junk, e.acc)
+			scores(&w.q, w.kr, D, nj, w.junk, w.sr, e.acc)
 		}
 		for r, rs := range u.rows {
 			w.nj[r] = max(0, min(c1, rs.limit)-c0)
@@ -588,27 +593,28 @@ func (w *worker) do(u *unit) {
 			}
 		}
 		// Rows attending the same number of tokens go through the PV
-		// product in pairs, so each value row loaded serves two rows.
+		// product together, so each value loaded serves all of them.
 		for r := 0; r < n; {
 			m := w.nj[r]
-			if m == 0 {
-				r++
-				continue
+			g := 1
+			for r+g < n && w.nj[r+g] == m {
+				g++
 			}
-			if r+1 < n && w.nj[r+1] == m {
-				p0, p1 := w.pr[r*Block:r*Block+m], w.pr[(r+1)*Block:(r+1)*Block+m]
-				pvExact2(w.ex[r].acc, w.ex[r+1].acc, w.px[r*Block:r*Block+m], w.px[(r+1)*Block:(r+1)*Block+m], w.kx, D)
-				if e.pv32 && min(minNonzero(p0), minNonzero(p1))*minV >= 0x1p-126 {
-					w.pvExpected32(w.xp[r].acc, w.xp[r+1].acc, p0, p1, L)
-				} else {
-					pvExpected2(w.xp[r].acc, w.xp[r+1].acc, p0, p1, w.kr, D, e.acc)
+			if m > 0 {
+				pvExact(w.acc[2*r*L:], 2*L, w.px[r*Block:], Block, w.kx, D, m, L, g)
+				lo := math.Inf(1)
+				for i := r; i < r+g; i++ {
+					lo = min(lo, minNonzero(w.pr[i*Block:i*Block+m]))
 				}
-				r += 2
-				continue
+				if e.pv32 && lo*minV >= 0x1p-126 {
+					w.pvExpected32(r, m, L, g)
+				} else {
+					for i := r; i < r+g; i++ {
+						pvExpected1(w.xp[i].acc, w.pr[i*Block:i*Block+m], w.kr, D, e.acc)
+					}
+				}
 			}
-			pvExact1(w.ex[r].acc, w.px[r*Block:r*Block+m], w.kx, D)
-			pvExpected1(w.xp[r].acc, w.pr[r*Block:r*Block+m], w.kr, D, e.acc)
-			r++
+			r += g
 		}
 	}
 	for r, rs := range u.rows {
@@ -623,17 +629,10 @@ func (w *worker) values32(nj int) float64 {
 	D, L := w.e.q.D, w.e.cache.Layout.L
 	if len(w.v32) < Block*L {
 		w.v32 = make([]float32, Block*L)
-		w.a32 = make([]float32, 2*L)
 	}
 	lo := math.Inf(1)
 	for j := 0; j < nj; j++ {
-		src, dst := w.kr[j*D:j*D+L], w.v32[j*L:(j+1)*L]
-		for l, x := range src {
-			dst[l] = float32(x)
-			if a := math.Abs(x); a < lo && a != 0 {
-				lo = a
-			}
-		}
+		lo = narrow(w.v32[j*L:(j+1)*L], w.kr[j*D:j*D+L], lo)
 	}
 	return lo
 }
@@ -650,21 +649,26 @@ func minNonzero(p []float64) float64 {
 	return lo
 }
 
-// pvExpected32 is pvExpected2 for fp32 accumulation of bf16 P and bf16
-// values when every product is at least 2^-126 (checked by the caller):
-// each product pr·x is then exactly a normal float32 (16 significant bits),
-// so float32(acc + pr·x), computed in float64 as pvExpected2 does, is the
-// correctly rounded fp32 sum of two float32 values, which is what float32
-// arithmetic (or an fp32 fused multiply-add) gives too. The accumulators
-// hold float32 values already, so the conversions both ways are exact.
-func (w *worker) pvExpected32(acc0, acc1, p0, p1 []float64, l int) {
-	a0, a1 := w.a32[:l], w.a32[l:2*l]
-	for i := range a0 {
-		a0[i], a1[i] = float32(acc0[i]), float32(acc1[i])
+// pvExpected32 is pvExpected1 of rows r..r+rows-1 over nj tokens, for
+// fp32 accumulation of bf16 P and bf16 values when every product is at
+// least 2^-126 (checked by the caller): each product pr·x is then exactly a
+// normal float32 (16 significant bits), so float32(acc + pr·x), computed in
+// float64 as pvExpected1 does, is the correctly rounded fp32 sum of two
+// float32 values, which is what float32 arithmetic (or an fp32 fused
+// multiply-add) gives too. The accumulators and P hold float32 values
+// already, so the conversions both ways are exact.
+func (w *worker) pvExpected32(r, nj, l, rows int) {
+	if len(w.a32) < rows*l {
+		w.a32 = make([]float32, rows*l)
+		w.p32 = make([]float32, rows*Block)
 	}
-	pvExpected32x2(a0, a1, p0, p1, w.v32, l)
-	for i := range a0 {
-		acc0[i], acc1[i] = float64(a0[i]), float64(a1[i])
+	for i := 0; i < rows; i++ {
+		narrow(w.a32[i*l:(i+1)*l], w.xp[r+i].acc, 0)
+		narrow(w.p32[i*Block:i*Block+nj], w.pr[(r+i)*Block:(r+i)*Block+nj], 0)
+	}
+	pvExpected32(w.a32, l, w.p32, Block, w.v32, nj, l, rows)
+	for i := 0; i < rows; i++ {
+		widenF32(w.xp[r+i].acc, w.a32[i*l:(i+1)*l])
 	}
 }
 

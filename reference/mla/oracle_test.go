@@ -18,28 +18,10 @@ import (
 // PV update a loop over the latent columns. The blocked, parallel engine
 // must reproduce it bit for bit, for both answers.
 
-// oracleDot64 is q·k in float64 with four partial sums, by d mod 4, tail in
-// the first, combined as (s0+s1)+(s2+s3).
-func oracleDot64(q, k []float64) float64 {
-	var s0, s1, s2, s3 float64
-	d := 0
-	for ; d+4 <= len(q); d += 4 {
-		s0 += float64(q[d] * k[d])
-		s1 += float64(q[d+1] * k[d+1])
-		s2 += float64(q[d+2] * k[d+2])
-		s3 += float64(q[d+3] * k[d+3])
-	}
-	for ; d < len(q); d++ {
-		s0 += float64(q[d] * k[d])
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-// oracleDotAcc is the emulated MMA: k-blocks of 16 products, even and odd
-// positions summed separately in float64, the block sum added to an
-// accumulator rounded to m.
-func oracleDotAcc(q, k []float64, m rmode) float64 {
-	acc := 0.0
+// oracleDot is the score, both answers: k-blocks of 16 products, even and
+// odd positions summed separately in float64, the block sum added to the
+// exact dot in float64 and to the emulated MMA's accumulator rounded to m.
+func oracleDot(q, k []float64, m rmode) (exact, acc float64) {
 	for d0 := 0; d0 < len(q); d0 += MMAK {
 		d1 := min(d0+MMAK, len(q))
 		var s0, s1 float64
@@ -51,9 +33,10 @@ func oracleDotAcc(q, k []float64, m rmode) float64 {
 		if d < d1 {
 			s0 += float64(q[d] * k[d])
 		}
+		exact += s0 + s1
 		acc = m.round(acc + (s0 + s1))
 	}
-	return acc
+	return exact, acc
 }
 
 type oracleOut struct {
@@ -87,7 +70,8 @@ func oracleRow(c *kvcache.Cache, q []float64, toks [][2]int, cfg Config, prec Pr
 		// exact
 		bm := math.Inf(-1)
 		for j := 0; j < nj; j++ {
-			s[j] = cfg.SoftmaxScale * oracleDot64(q, kx[j*D:(j+1)*D])
+			ex, _ := oracleDot(q, kx[j*D:(j+1)*D], acc)
+			s[j] = cfg.SoftmaxScale * ex
 			if s[j] > bm {
 				bm = s[j]
 			}
@@ -112,7 +96,7 @@ func oracleRow(c *kvcache.Cache, q []float64, toks [][2]int, cfg Config, prec Pr
 		// expected
 		bm = xpM
 		for j := 0; j < nj; j++ {
-			s[j] = oracleDotAcc(q, kr[j*D:(j+1)*D], acc)
+			_, s[j] = oracleDot(q, kr[j*D:(j+1)*D], acc)
 			if s[j] > bm {
 				bm = s[j]
 			}

@@ -1,0 +1,95 @@
+//go:build amd64 && !purego
+
+package mla
+
+import "golang.org/x/sys/cpu"
+
+// On amd64 the inner loops run in assembly when the CPU has AVX-512
+// (kernels_amd64.s): sixteen query rows a pass, one row a vector lane, so
+// the score block is laid out with a stride of 16. Shapes the assembly does
+// not cover (D not a multiple of MMAK, latent widths not a multiple of the
+// strip, bf16 or fp16 accumulation) run the plain-Go definitions, which give
+// the same bits.
+
+const qLanes = 16
+
+var useAVX512 = cpu.X86.HasAVX512F
+
+// kernelsName names the inner loops this build runs (for benchmarks).
+var kernelsName = map[bool]string{true: "avx512", false: "generic"}[useAVX512]
+
+//go:noescape
+func scoresAVX512(qt *float64, stride int, k *float64, d int, nj int, sx *float64, sr *float64, round32 bool)
+
+//go:noescape
+func pvExactAVX512(acc *float64, accStride int, p *float64, pStride int, v *float64, vStride int, nj int, l int, rows int)
+
+//go:noescape
+func pvExpected32AVX512(acc *float32, accStride int, p *float32, pStride int, v *float32, nj int, l int, rows int)
+
+// scores is scoresGeneric. The assembly computes whole groups of four
+// tokens: rows nj up to the next multiple of four are read from k (the
+// worker's block buffer holds them) and their scores are left in sx and sr
+// unused.
+func scores(p *qpack, k []float64, d, nj int, sx, sr []float64, m rmode) {
+	n4 := (nj + 3) &^ 3
+	if !useAVX512 || nj <= 0 || d%MMAK != 0 || (m != r32 && m != r64) || p.stride%16 != 0 ||
+		len(k) < n4*d || len(sx) < n4*p.stride || len(sr) < n4*p.stride || len(p.t) < d*p.stride {
+		scoresGeneric(p, k, d, nj, sx, sr, m)
+		return
+	}
+	scoresAVX512(&p.t[0], p.stride, &k[0], d, n4, &sx[0], &sr[0], m == r32)
+}
+
+// pvExact is pvExactGeneric; the assembly takes the rows in fours.
+func pvExact(acc []float64, accStride int, p []float64, pStride int, v []float64, d, nj, l, rows int) {
+	r4 := rows &^ 3
+	if !useAVX512 || nj <= 0 || l%32 != 0 || l == 0 || r4 == 0 ||
+		len(acc) < (r4-1)*accStride+l || len(p) < (r4-1)*pStride+nj || len(v) < (nj-1)*d+l {
+		pvExactGeneric(acc, accStride, p, pStride, v, d, nj, l, rows)
+		return
+	}
+	pvExactAVX512(&acc[0], accStride, &p[0], pStride, &v[0], d, nj, l, r4)
+	if r4 < rows {
+		pvExactGeneric(acc[r4*accStride:], accStride, p[r4*pStride:], pStride, v, d, nj, l, rows-r4)
+	}
+}
+
+// pvExpected32 is pvExpected32Generic; the assembly takes the rows in fours.
+func pvExpected32(acc []float32, accStride int, p []float32, pStride int, v []float32, nj, l, rows int) {
+	r4 := rows &^ 3
+	if !useAVX512 || nj <= 0 || l%64 != 0 || l == 0 || r4 == 0 ||
+		len(acc) < (r4-1)*accStride+l || len(p) < (r4-1)*pStride+nj || len(v) < nj*l {
+		pvExpected32Generic(acc, accStride, p, pStride, v, nj, l, rows)
+		return
+	}
+	pvExpected32AVX512(&acc[0], accStride, &p[0], pStride, &v[0], nj, l, r4)
+	if r4 < rows {
+		pvExpected32Generic(acc[r4*accStride:], accStride, p[r4*pStride:], pStride, v, nj, l, rows-r4)
+	}
+}
+
+//go:noescape
+func narrowAVX512(dst *float32, src *float64, n int, lo float64) float64
+
+//go:noescape
+func widenF32AVX512(dst *float64, src *float32, n int)
+
+func narrow(dst []float32, src []float64, lo float64) float64 {
+	n := len(src) &^ 7
+	if !useAVX512 || n == 0 || len(dst) < len(src) {
+		return narrowGeneric(dst, src, lo)
+	}
+	lo = narrowAVX512(&dst[0], &src[0], n, lo)
+	return narrowGeneric(dst[n:], src[n:], lo)
+}
+
+func widenF32(dst []float64, src []float32) {
+	n := len(src) &^ 7
+	if !useAVX512 || n == 0 || len(dst) < len(src) {
+		widenF32Generic(dst, src)
+		return
+	}
+	widenF32AVX512(&dst[0], &src[0], n)
+	widenF32Generic(dst[n:], src[n:])
+}

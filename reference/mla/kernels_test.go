@@ -1,0 +1,143 @@
+package mla
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestKernelsMatchDefinitions: the inner loops this build runs (assembly on
+// amd64 with AVX-512) give the bits of the plain-Go definitions, on shapes
+// the assembly takes (D a multiple of 16, latent widths of 32 and 64
+// columns) and on shapes it leaves to the definitions, with values spanning
+// many binades, zeros, subnormal products and infinities.
+func TestKernelsMatchDefinitions(t *testing.T) {
+	t.Logf("kernels: %s", kernelsName)
+	rng := rand.New(rand.NewPCG(5, 17))
+	val := func() float64 {
+		switch rng.IntN(40) {
+		case 0:
+			return 0
+		case 1:
+			return math.Ldexp(1, -140) // products of two underflow below float32
+		case 2:
+			return math.Inf(1 - 2*rng.IntN(2))
+		}
+		x := math.Ldexp(rng.NormFloat64(), rng.IntN(40)-20)
+		return float64(math.Float32frombits(math.Float32bits(float32(x)) &^ 0xFFFF)) // bf16
+	}
+	fill := func(n int, finite bool) []float64 {
+		v := make([]float64, n)
+		for i := range v {
+			for v[i] = val(); finite && math.IsInf(v[i], 0); v[i] = val() {
+			}
+		}
+		return v
+	}
+	for _, c := range []struct{ rows, d, nj int }{
+		{16, 576, 64}, {64, 576, 61}, {11, 576, 3}, {33, 32, 9}, {5, 43, 7}, {1, 16, 1},
+	} {
+		for _, m := range []rmode{r32, r64, rBF16} {
+			q := fill(c.rows*c.d, false)
+			k := fill(Block*c.d, false)
+			rows := make([]rowSpec, c.rows)
+			for r := range rows {
+				rows[r].q = r * c.d
+			}
+			var p qpack
+			p.pack(q, rows, c.d)
+			n := Block * p.stride
+			sx, sr, gx, gr := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+			scores(&p, k, c.d, c.nj, sx, sr, m)
+			scoresGeneric(&p, k, c.d, c.nj, gx, gr, m)
+			for j := 0; j < c.nj; j++ {
+				for r := 0; r < c.rows; r++ {
+					i := j*p.stride + r
+					if !sameFloat(sx[i], gx[i]) || !sameFloat(sr[i], gr[i]) {
+						t.Fatalf("scores rows=%d d=%d nj=%d mode %d: token %d row %d: (%v, %v), definition (%v, %v)",
+							c.rows, c.d, c.nj, m, j, r, sx[i], sr[i], gx[i], gr[i])
+					}
+				}
+			}
+		}
+	}
+	for _, c := range []struct{ l, d, nj, rows int }{
+		{512, 576, 64, 64}, {512, 576, 1, 4}, {64, 80, 13, 7}, {37, 43, 9, 5}, {128, 128, 5, 2},
+	} {
+		acc, v := fill(c.rows*2*c.l, true), fill(Block*c.d, true)
+		p := make([]float64, c.rows*Block)
+		for i := range p {
+			p[i] = math.Abs(fill(1, true)[0])
+		}
+		want := append([]float64(nil), acc...)
+		pvExact(acc, 2*c.l, p, Block, v, c.d, c.nj, c.l, c.rows)
+		pvExactGeneric(want, 2*c.l, p, Block, v, c.d, c.nj, c.l, c.rows)
+		for i := range acc {
+			if !sameFloat(acc[i], want[i]) {
+				t.Fatalf("pvExact l=%d nj=%d rows=%d: element %d is %v, definition %v", c.l, c.nj, c.rows, i, acc[i], want[i])
+			}
+		}
+		// fp32: bf16 values and P whose products are normal float32
+		a32, v32, p32 := make([]float32, c.rows*c.l), make([]float32, Block*c.l), make([]float32, c.rows*Block)
+		for i := range a32 {
+			a32[i] = float32(rng.NormFloat64())
+		}
+		for i := range v32 {
+			v32[i] = math.Float32frombits(math.Float32bits(float32(rng.NormFloat64())) &^ 0xFFFF)
+		}
+		for i := range p32 {
+			p32[i] = math.Float32frombits(math.Float32bits(float32(rng.Float64())) &^ 0xFFFF)
+		}
+		w32 := append([]float32(nil), a32...)
+		pvExpected32(a32, c.l, p32, Block, v32, c.nj, c.l, c.rows)
+		pvExpected32Generic(w32, c.l, p32, Block, v32, c.nj, c.l, c.rows)
+		for i := range a32 {
+			if math.Float32bits(a32[i]) != math.Float32bits(w32[i]) {
+				t.Fatalf("pvExpected32 l=%d nj=%d rows=%d: element %d is %v, definition %v", c.l, c.nj, c.rows, i, a32[i], w32[i])
+			}
+		}
+	}
+}
+
+// TestNarrowWidenMatchDefinitions: the float64/float32 conversions and the
+// running smallest nonzero magnitude, on every length up to 40 with zeros,
+// NaN, infinities and values that round when narrowed.
+func TestNarrowWidenMatchDefinitions(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	special := []float64{0, math.Copysign(0, -1), math.NaN(), math.Inf(1), math.Inf(-1), 1e-300, -3e-41, 1 + 0x1p-40}
+	for n := 0; n <= 40; n++ {
+		src := make([]float64, n)
+		for i := range src {
+			if rng.IntN(4) == 0 {
+				src[i] = special[rng.IntN(len(special))]
+			} else {
+				src[i] = math.Ldexp(rng.NormFloat64(), rng.IntN(60)-30)
+			}
+		}
+		for _, lo := range []float64{math.Inf(1), 1e-3, 0} {
+			g, w := make([]float32, n), make([]float32, n)
+			gl, wl := narrow(g, src, lo), narrowGeneric(w, src, lo)
+			if math.Float64bits(gl) != math.Float64bits(wl) {
+				t.Fatalf("narrow n=%d lo=%v: smallest %v, definition %v", n, lo, gl, wl)
+			}
+			for i := range g {
+				if math.Float32bits(g[i]) != math.Float32bits(w[i]) {
+					t.Fatalf("narrow n=%d: value %d is %v, definition %v", n, i, g[i], w[i])
+				}
+			}
+			gw, ww := make([]float64, n), make([]float64, n)
+			widenF32(gw, w)
+			widenF32Generic(ww, w)
+			for i := range gw {
+				if math.Float64bits(gw[i]) != math.Float64bits(ww[i]) {
+					t.Fatalf("widenF32 n=%d: value %d is %v, definition %v", n, i, gw[i], ww[i])
+				}
+			}
+		}
+	}
+}
+
+// sameFloat: the same bits, or both NaN (payloads may differ with operand order).
+func sameFloat(a, b float64) bool {
+	return math.Float64bits(a) == math.Float64bits(b) || (math.IsNaN(a) && math.IsNaN(b))
+}
