@@ -255,7 +255,7 @@ func Combine(partialOut, partialLSE []float64, n, s, l int, c Convention, outDTy
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ws := make([]float64, 2*s)
+			ws, idx := make([]float64, 2*s), make([]int, s)
 			for {
 				u := int(next.Add(1) - 1)
 				if u >= units {
@@ -263,7 +263,7 @@ func Combine(partialOut, partialLSE []float64, n, s, l int, c Convention, outDTy
 				}
 				for r := u * per; r < min((u+1)*per, n); r++ {
 					exact.LSE[r], expected.LSE[r] = combineRowBoth(partialOut[r*s*l:(r+1)*s*l], partialLSE[r*s:(r+1)*s], l, c,
-						outDType, lseDType, exact.Out[r*l:(r+1)*l], expected.Out[r*l:(r+1)*l], ws)
+						outDType, lseDType, exact.Out[r*l:(r+1)*l], expected.Out[r*l:(r+1)*l], ws, idx)
 				}
 			}
 		}()
@@ -274,8 +274,9 @@ func Combine(partialOut, partialLSE []float64, n, s, l int, c Convention, outDTy
 
 // combineRowBoth is CombineRowExact and CombineRowExpected of one valid row
 // (checkLSE passed) in one pass: the same operations on every element, in
-// the same order, so the same bits. ws is scratch for 2·S weights.
-func combineRowBoth(o, lse []float64, l int, c Convention, outDType, lseDType tensor.DType, ex, xp, ws []float64) (float64, float64) {
+// the same order, so the same bits. ws is scratch for 2·S weights, idx for
+// S split indices.
+func combineRowBoth(o, lse []float64, l int, c Convention, outDType, lseDType tensor.DType, ex, xp, ws []float64, idx []int) (float64, float64) {
 	m := math.Inf(-1)
 	for _, v := range lse {
 		if v > m {
@@ -303,12 +304,15 @@ func combineRowBoth(o, lse []float64, l int, c Convention, outDType, lseDType te
 	}
 	cw := ws[len(lse) : 2*len(lse)]
 	g := expectedWeights(lse, m, c, cw)
+	// the non-empty splits in order, their weights moved down beside them
+	k := 0
 	for s, v := range lse {
-		if math.IsInf(v, -1) {
-			continue
+		if !math.IsInf(v, -1) {
+			idx[k], w[k], cw[k] = s, w[s], cw[s]
+			k++
 		}
-		weightedAdd(ex, xp, o[s*l:(s+1)*l], w[s], cw[s])
 	}
+	weightedSum(ex, xp, o, l, idx[:k], w[:k], cw[:k])
 	for i := range ex {
 		ex[i] /= sum
 		xp[i] = RoundTo(outDType, xp[i])
@@ -350,17 +354,23 @@ func expectedWeights(lse []float64, m float64, c Convention, cw []float64) float
 	return g
 }
 
-// weightedAdd adds one split's partial output to both sums:
+// weightedSumGeneric adds the listed splits' partial outputs to both sums,
+// split by split in order (splits[k] with weights w[k], cw[k]); split s's
+// partial is o[s*l:][:len(ex)]:
 //
-//	for i, x := range o { ex[i] += w·x;  xp[i] = fp32(xp[i] + cs·fp32(x)) }
+//	for i := range ex { ex[i] += w·x;  xp[i] = fp32(xp[i] + cs·fp32(x)) }   (x = o[s*l+i])
 //
 // cs·fp32(x) is exact in float64 (two 24-bit significands), so rounding the
 // sum once to float32 is the fp32 fused multiply-add.
-func weightedAddGeneric(ex, xp, o []float64, w, cs float64) {
-	ex, xp = ex[:len(o)], xp[:len(o)]
-	for i, x := range o {
-		ex[i] += float64(w * x)
-		xp[i] = float64(float32(xp[i] + cs*float64(float32(x))))
+func weightedSumGeneric(ex, xp, o []float64, l int, splits []int, w, cw []float64) {
+	xp = xp[:len(ex)]
+	for k, s := range splits {
+		ws, cs := w[k], cw[k]
+		x := o[s*l : s*l+len(ex)]
+		for i, v := range x {
+			ex[i] += float64(ws * v)
+			xp[i] = float64(float32(xp[i] + cs*float64(float32(v))))
+		}
 	}
 }
 

@@ -1,0 +1,38 @@
+//go:build amd64 && !purego
+
+package splitk
+
+import "golang.org/x/sys/cpu"
+
+// On amd64 with AVX-512 the weighted sums run in assembly
+// (weighted_amd64.s), 32 columns of both sums held in registers while every
+// split passes over them; columns past the last multiple of 32 run the Go
+// definition, which gives the same bits.
+
+var useAVX512 = cpu.X86.HasAVX512F
+
+//go:noescape
+func weightedSumAVX512(ex *float64, xp *float64, o *float64, l int, splits *int, n int, w *float64, cw *float64, cols int)
+
+func weightedSum(ex, xp, o []float64, l int, splits []int, w, cw []float64) {
+	cols := len(ex) &^ 31
+	n := len(splits)
+	if !useAVX512 || cols == 0 || n == 0 || len(xp) < len(ex) || len(w) < n || len(cw) < n || !inRange(o, l, splits, len(ex)) {
+		weightedSumGeneric(ex, xp, o, l, splits, w, cw)
+		return
+	}
+	weightedSumAVX512(&ex[0], &xp[0], &o[0], l, &splits[0], n, &w[0], &cw[0], cols)
+	if cols < len(ex) {
+		weightedSumGeneric(ex[cols:], xp[cols:], o[cols:], l, splits, w, cw)
+	}
+}
+
+// inRange reports whether every listed split's columns [0, cols) lie in o.
+func inRange(o []float64, l int, splits []int, cols int) bool {
+	for _, s := range splits {
+		if s < 0 || s*l+cols > len(o) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,7 @@
+//go:build !amd64 || purego
+
+package splitk
+
+func weightedSum(ex, xp, o []float64, l int, splits []int, w, cw []float64) {
+	weightedSumGeneric(ex, xp, o, l, splits, w, cw)
+}
