@@ -221,7 +221,7 @@ func (m rmode) round(x float64) float64 {
 
 // exp2f is the correctly rounded fp32 2^x (kernels' ex2.approx is within 2
 // ulp of it; spec 1.1 calls that difference noise).
-func exp2f(x float64) float64 { return float64(float32(math.Exp2(float64(float32(x))))) }
+func exp2f(x float64) float64 { return float64(splitk.Exp2F32(float32(x))) }
 
 // check validates what every decode shares.
 func (q *Query) check(c *kvcache.Cache, cfg *Config, prec *Precision) error {

@@ -196,10 +196,49 @@ func CombineRowExpected(o, lse []float64, l int, c Convention, outDType, lseDTyp
 	return RoundTo(lseDType, float64(g)), nil
 }
 
-// Exp2F32 is exp2f on an fp32 argument: the correctly rounded fp32 value of
-// 2^x. Kernels use ex2.approx (within 2 ulp of it); the three-way verdict
-// treats that difference as noise (spec 1.1).
-func Exp2F32(x float32) float32 { return float32(math.Exp2(float64(x))) }
+// Exp2F32 is exp2f on an fp32 argument: float32(math.Exp2(x)), the fp32
+// value of 2^x rounded once (math.Exp2 is within an ulp of float64, so this
+// is the correctly rounded value unless 2^x lies within 2^-52 of an fp32
+// rounding boundary). Kernels use ex2.approx (within 2 ulp of it); the
+// three-way verdict treats that difference as noise (spec 1.1).
+//
+// It runs once per score in an attention reference, and math.Exp2 is slow,
+// so the value is first computed as 2^(k/64)·p(r) (x = k/64 + r, |r| <=
+// 1/128, 2^(j/64) from a table, p a degree-5 Taylor polynomial of 2^r),
+// within 2^-50 of 2^x: when that value and its neighbours at a relative
+// 2^-48 round to the same float32, that float32 is the correct rounding of
+// 2^x and so also math.Exp2's (whose own error is below 2^-52); otherwise,
+// about once in 2^23 arguments, math.Exp2 decides. TestExp2F32 checks the
+// shortcut against the definition.
+func Exp2F32(x float32) float32 {
+	xf := float64(x)
+	if !(xf >= -149 && xf <= 127) { // NaN, and 2^x at or past fp32's range ends
+		return float32(math.Exp2(xf))
+	}
+	const magic = 0x1.8p52 // adding it rounds to an integer, ties to even
+	k := (xf*64 + magic) - magic
+	u := float64((xf - k/64) * math.Ln2) // xf - k/64 is exact: |u| <= ln2/128
+	p := float64(u*(1.0/120)) + 1.0/24
+	p = float64(p*u) + 1.0/6
+	p = float64(p*u) + 1.0/2
+	p = float64(p*u) + 1
+	p = float64(p*u) + 1
+	ki := int64(k)
+	y := exp2Sixtyfourths[ki&63] * p * math.Float64frombits(uint64(ki>>6+1023)<<52) // the last factor is 2^floor(k/64), exact
+	r := float32(y)
+	if float32(y*(1+0x1p-48)) != r || float32(y*(1-0x1p-48)) != r {
+		return float32(math.Exp2(xf))
+	}
+	return r
+}
+
+// exp2Sixtyfourths[j] is 2^(j/64), each within an ulp.
+var exp2Sixtyfourths = func() (t [64]float64) {
+	for j := range t {
+		t[j] = math.Exp2(float64(j) / 64)
+	}
+	return t
+}()
 
 // RoundTo rounds v to dtype d the way a kernel storing an fp32 value does
 // (F32: to float32; BF16/F16: through float32, nearest even; F64 and any

@@ -330,3 +330,32 @@ func TestParseConventions(t *testing.T) {
 		}
 	}
 }
+
+// TestExp2F32: the polynomial shortcut gives float32(math.Exp2(x)) for
+// every fp32 argument in [-150, 128] with the low 6 significand bits
+// cleared (about 2^26 arguments, every binade, both signs), and for the
+// values past the ends, NaN and the infinities.
+func TestExp2F32(t *testing.T) {
+	want := func(x float32) float32 { return float32(math.Exp2(float64(x))) }
+	check := func(x float32) {
+		if got, w := Exp2F32(x), want(x); math.Float32bits(got) != math.Float32bits(w) && !(got != got && w != w) {
+			t.Fatalf("Exp2F32(%v) = %v (%#08x), want %v (%#08x)", x, got, math.Float32bits(got), w, math.Float32bits(w))
+		}
+	}
+	n := 0
+	for b := uint32(0); b < 1<<31; b += 1 << 6 {
+		for _, sign := range []uint32{0, 1 << 31} {
+			x := math.Float32frombits(b | sign)
+			if x >= -150 && x <= 128 {
+				check(x)
+				n++
+			}
+		}
+	}
+	for _, x := range []float32{-149, -149.5, -150, 127, 127.99, 128, 200, -200, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())} {
+		check(x)
+	}
+	if n < 1<<25 {
+		t.Fatalf("checked only %d arguments", n)
+	}
+}
