@@ -8,9 +8,10 @@
 //	benchtable -quick     reduced sizes (also KCHECK_BENCH_QUICK=1)
 //	benchtable -md FILE   also write the tables as markdown
 //
-// The Go reference is built twice when the go command is at hand: with the
-// simd experiment (GOEXPERIMENT=simd: AVX-512 inner loops) and without
-// (plain Go); both must give bit-identical outputs, which the run checks.
+// The Go reference is built twice when the go command is at hand: as every
+// build gets it (asm: the AVX-512 assembly inner loops where the CPU has
+// them) and with the purego tag (the plain-Go definitions of those loops);
+// both must give bit-identical outputs, which the run checks.
 // numpy comes from Debian's python3-numpy with libopenblas0-pthread; the
 // command installs them when missing and it runs as root. OPENBLAS_CORETYPE
 // and OPENBLAS_L2_SIZE, which some machines here set for correctness with
@@ -71,7 +72,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	python := fs.String("python", "/usr/bin/python3", "python with numpy")
 	md := fs.String("md", "", "also write the tables as markdown to this file")
 	keep := fs.Bool("keep", false, "keep the case directories")
-	builds := fs.String("builds", "simd,plain", "Go builds to time (simd, plain); empty: this binary only")
+	builds := fs.String("builds", "asm,purego", "Go builds to time (asm: the default build; purego: -tags purego); empty: this binary only")
 	child := fs.String("child", "", "(internal) run one case's Go side")
 	dir := fs.String("dir", "", "(internal) case directory")
 	write := fs.Bool("write", false, "(internal) write the inputs")
@@ -144,8 +145,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// goBuilds compiles this command with and without the simd experiment, so
-// the table can show both; without a go command it times itself only.
+// goBuilds compiles this command as the default build and with the purego
+// tag, so the table can show both; without a go command it times itself
+// only.
 func goBuilds(root, spec string, stderr io.Writer) []build {
 	self, _ := os.Executable()
 	gobin, err := exec.LookPath("go")
@@ -155,13 +157,11 @@ func goBuilds(root, spec string, stderr io.Writer) []build {
 	var bs []build
 	for _, t := range strings.Split(spec, ",") {
 		exe := filepath.Join(root, "benchtable-"+t)
-		cmd := exec.Command(gobin, "build", "-o", exe, "./internal/bench/cmd/benchtable")
-		cmd.Env = os.Environ()
-		if t == "simd" {
-			cmd.Env = append(cmd.Env, "GOEXPERIMENT=simd")
-		} else {
-			cmd.Env = append(cmd.Env, "GOEXPERIMENT=nosimd")
+		args := []string{"build", "-o", exe}
+		if t == "purego" {
+			args = append(args, "-tags", "purego")
 		}
+		cmd := exec.Command(gobin, append(args, "./internal/bench/cmd/benchtable")...)
 		cmd.Stderr = stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintf(stderr, "building the %s variant: %v (timing this binary only)\n", t, err)
