@@ -1,6 +1,10 @@
 package mla
 
-import "math"
+import (
+	"math"
+
+	"github.com/kcheck-dev/kcheck/reference/splitk"
+)
 
 // The inner loops of the decode. Each is defined by a one-row loop written
 // out in its comment (the arithmetic the package doc describes) and
@@ -243,5 +247,60 @@ func widenF32Generic(dst []float64, src []float32) {
 	dst = dst[:len(src)]
 	for i, x := range src {
 		dst[i] = float64(x)
+	}
+}
+
+// expDef is Exact's e^x, the softmax's exp (its arguments are differences
+// from a running maximum, so x <= 0; larger x work up to 709, past which it
+// returns +Inf). It is written out rather than taken from math.Exp so that
+// the assembly can compute eight at once with the same operations: x =
+// n·ln2 + r with |r| <= ln2/2 (n by rounding x·log2e, r by two fused
+// multiply-adds against ln2 split in two), e^r by its degree-13 Taylor
+// polynomial (truncation below 2^-57 relative) in fused Horner steps, and
+// 2^n put into the exponent bits. Within 2 ulp of e^x (TestExpDef). Below
+// -708 it returns 0 instead of a subnormal: such terms are under 2^-1021 of
+// a softmax sum that is at least 1.
+func expDef(x float64) float64 {
+	if x > 709 {
+		return math.Inf(1)
+	}
+	if x < -708 {
+		return 0
+	}
+	t := float64(x*math.Log2E) + expMagic
+	n := t - expMagic
+	r := math.FMA(-n, expLn2Hi, x)
+	r = math.FMA(-n, expLn2Lo, r)
+	p := expTaylor[0]
+	for _, c := range expTaylor[1:] {
+		p = math.FMA(p, r, c)
+	}
+	return p * math.Float64frombits(math.Float64bits(t)<<52+1023<<52)
+}
+
+const (
+	expMagic = 0x1.8p52 // adding it rounds to an integer, ties to even, held in the low bits
+	expLn2Hi = 0x1.62e42fefa39efp-1
+	expLn2Lo = 0x1.abc9e3b39803fp-56
+)
+
+// expTaylor are 1/k! for k = 13 down to 0.
+var expTaylor = [14]float64{1.0 / 6227020800, 1.0 / 479001600, 1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880,
+	1.0 / 40320, 1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 1.0 / 2, 1, 1}
+
+// expVecGeneric sets dst[i] = expDef(src[i]).
+func expVecGeneric(dst, src []float64) {
+	dst = dst[:len(src)]
+	for i, x := range src {
+		dst[i] = expDef(x)
+	}
+}
+
+// exp2fVecGeneric sets dst[i] to Expected's exp2f(src[i]): the argument
+// rounded to fp32, then splitk.Exp2F32.
+func exp2fVecGeneric(dst, src []float64) {
+	dst = dst[:len(src)]
+	for i, x := range src {
+		dst[i] = float64(splitk.Exp2F32(float32(x)))
 	}
 }

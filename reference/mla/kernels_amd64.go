@@ -13,7 +13,7 @@ import "golang.org/x/sys/cpu"
 
 const qLanes = 16
 
-var useAVX512 = cpu.X86.HasAVX512F
+var useAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL
 
 // kernelsName names the inner loops this build runs (for benchmarks).
 var kernelsName = map[bool]string{true: "avx512", false: "generic"}[useAVX512]
@@ -92,4 +92,32 @@ func widenF32(dst []float64, src []float32) {
 	}
 	widenF32AVX512(&dst[0], &src[0], n)
 	widenF32Generic(dst[n:], src[n:])
+}
+
+//go:noescape
+func expVecAVX512(dst *float64, src *float64, n int)
+
+//go:noescape
+func exp2fVecAVX512(dst *float64, src *float64, n int) int
+
+func expVec(dst, src []float64) {
+	n := len(src) &^ 7
+	if !useAVX512 || n == 0 || len(dst) < len(src) {
+		expVecGeneric(dst, src)
+		return
+	}
+	expVecAVX512(&dst[0], &src[0], n)
+	expVecGeneric(dst[n:len(src)], src[n:])
+}
+
+func exp2fVec(dst, src []float64) {
+	n := len(src) &^ 7
+	if !useAVX512 || n == 0 || len(dst) < len(src) {
+		exp2fVecGeneric(dst, src)
+		return
+	}
+	if exp2fVecAVX512(&dst[0], &src[0], n) > 0 {
+		exp2fVecGeneric(dst[:n], src[:n])
+	}
+	exp2fVecGeneric(dst[n:len(src)], src[n:])
 }

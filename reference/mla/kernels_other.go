@@ -25,3 +25,7 @@ const kernelsName = "generic"
 func narrow(dst []float32, src []float64, lo float64) float64 { return narrowGeneric(dst, src, lo) }
 
 func widenF32(dst []float64, src []float32) { widenF32Generic(dst, src) }
+
+func expVec(dst, src []float64) { expVecGeneric(dst, src) }
+
+func exp2fVec(dst, src []float64) { exp2fVecGeneric(dst, src) }

@@ -137,6 +137,78 @@ func TestNarrowWidenMatchDefinitions(t *testing.T) {
 	}
 }
 
+// TestExpDef: Exact's exp is within 2 ulp of math.Exp across its range
+// (arguments in every binade from 2^-40 to 708, both signs), 0 below -708,
+// +Inf above 709, NaN for NaN, and 1 at 0.
+func TestExpDef(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	worst := 0.0
+	for i := 0; i < 1<<20; i++ {
+		x := math.Ldexp(rng.Float64(), rng.IntN(50)-40)
+		if rng.IntN(2) == 0 {
+			x = -x
+		}
+		if x > 709 || x < -708 {
+			continue
+		}
+		got, want := expDef(x), math.Exp(x)
+		ulp := math.Nextafter(want, math.Inf(1)) - want
+		if e := math.Abs(got-want) / ulp; e > worst {
+			worst = e
+		}
+	}
+	if worst > 2 {
+		t.Fatalf("expDef is %.2f ulp from math.Exp at worst; want at most 2", worst)
+	}
+	t.Logf("expDef: at most %.2f ulp from math.Exp", worst)
+	for _, c := range []struct{ x, want float64 }{{0, 1}, {-708.5, 0}, {math.Inf(-1), 0}, {709.5, math.Inf(1)}, {math.Inf(1), math.Inf(1)}} {
+		if got := expDef(c.x); got != c.want {
+			t.Fatalf("expDef(%v) = %v, want %v", c.x, got, c.want)
+		}
+	}
+	if !math.IsNaN(expDef(math.NaN())) {
+		t.Fatalf("expDef(NaN) is not NaN")
+	}
+}
+
+// TestExpVectorsMatchDefinitions: the softmax's vector exps give the bits
+// of expDef and of exp2f (splitk.Exp2F32 of the fp32 argument) on random
+// arguments of a softmax's range, the ends of fp32's exponent range, and
+// infinities and NaN, at lengths that leave remainders.
+func TestExpVectorsMatchDefinitions(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	special := []float64{0, math.Copysign(0, -1), -149, -149.5, -150, -150.5, -126, 127, 127.5, 128, -708, -708.5, 709, 709.5,
+		math.Inf(1), math.Inf(-1), math.NaN(), -1e300}
+	for _, n := range []int{1, 7, 8, 64, 1003} {
+		for trial := 0; trial < 200; trial++ {
+			src := make([]float64, n)
+			for i := range src {
+				switch rng.IntN(10) {
+				case 0:
+					src[i] = special[rng.IntN(len(special))]
+				case 1:
+					src[i] = -300 * rng.Float64()
+				default:
+					src[i] = -40 * rng.Float64()
+				}
+			}
+			for _, f := range []struct {
+				name      string
+				vec, spec func(dst, src []float64)
+			}{{"exp", expVec, expVecGeneric}, {"exp2f", exp2fVec, exp2fVecGeneric}} {
+				got, want := make([]float64, n), make([]float64, n)
+				f.vec(got, src)
+				f.spec(want, src)
+				for i := range got {
+					if !sameFloat(got[i], want[i]) {
+						t.Fatalf("%s(%v) = %v, definition %v", f.name, src[i], got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
 // sameFloat: the same bits, or both NaN (payloads may differ with operand order).
 func sameFloat(a, b float64) bool {
 	return math.Float64bits(a) == math.Float64bits(b) || (math.IsNaN(a) && math.IsNaN(b))

@@ -9,7 +9,8 @@
 //
 // Two answers are computed in one pass over the cache. Exact is float64
 // throughout (q and the cache as stored, fp8 entries dequantized exactly,
-// e4m3·scale), online softmax over blocks of 64 tokens. Expected is what a
+// e4m3·scale), online softmax over blocks of 64 tokens (its exp is expDef,
+// within 2 ulp of e^x). Expected is what a
 // correct kernel of the declared Precision writes, with FlashMLA's
 // (FlashAttention-2's) arithmetic in this fixed order:
 //
@@ -674,7 +675,7 @@ func (w *worker) pvExpected32(r, nj, l, rows int) {
 
 // softmaxExact is the Exact online-softmax step of row r over nj tokens:
 // scale the raw dots, rescale the running state on a new maximum, and write
-// the probabilities exp(s_j - m) to px.
+// the probabilities exp(s_j - m) to px (exp is expDef).
 func (w *worker) softmaxExact(r, nj int) {
 	e, st := w.e, &w.ex[r]
 	stride := w.q.stride
@@ -688,7 +689,7 @@ func (w *worker) softmaxExact(r, nj int) {
 	}
 	if bm > st.m {
 		if st.sum != 0 {
-			a := math.Exp(st.m - bm)
+			a := expDef(st.m - bm)
 			st.sum *= a
 			for l := range st.acc {
 				st.acc[l] *= a
@@ -696,10 +697,13 @@ func (w *worker) softmaxExact(r, nj int) {
 		}
 		st.m = bm
 	}
-	p := w.px[r*Block : r*Block+nj]
 	for j := range s {
-		p[j] = math.Exp(s[j] - st.m)
-		st.sum += p[j]
+		s[j] -= st.m
+	}
+	p := w.px[r*Block : r*Block+nj]
+	expVec(p, s)
+	for _, x := range p {
+		st.sum += x
 	}
 }
 
@@ -727,11 +731,15 @@ func (w *worker) softmaxExpected(r, nj int) {
 		st.m = bm
 	}
 	maxScaled := float64(float32(st.m * e.scaleLog2))
+	// s·scaleLog2 is exact in float64 (two 24-bit significands): one
+	// rounding to fp32 of the difference is the fp32 fma.
+	a := w.sc[:nj]
+	for j := range a {
+		a[j] = w.sr[j*stride+r]*e.scaleLog2 - maxScaled
+	}
 	p := w.pr[r*Block : r*Block+nj]
-	for j := range p {
-		// s·scaleLog2 is exact in float64 (two 24-bit significands):
-		// one rounding to fp32 of the difference is the fp32 fma.
-		v := exp2f(w.sr[j*stride+r]*e.scaleLog2 - maxScaled)
+	exp2fVec(p, a)
+	for j, v := range p {
 		st.sum = float64(float32(st.sum + v))
 		p[j] = e.pm.round(v)
 	}

@@ -78,7 +78,7 @@ func oracleRow(c *kvcache.Cache, q []float64, toks [][2]int, cfg Config, prec Pr
 		}
 		if bm > exM {
 			if exSum != 0 {
-				a := math.Exp(exM - bm)
+				a := expDef(exM - bm)
 				exSum *= a
 				for l := range exAcc {
 					exAcc[l] *= a
@@ -87,7 +87,7 @@ func oracleRow(c *kvcache.Cache, q []float64, toks [][2]int, cfg Config, prec Pr
 			exM = bm
 		}
 		for j := 0; j < nj; j++ {
-			p := math.Exp(s[j] - exM)
+			p := expDef(s[j] - exM)
 			exSum += p
 			for l, x := range kx[j*D : j*D+L] {
 				exAcc[l] += float64(p * x)
