@@ -130,21 +130,39 @@ func (a *Matrix) Scale(r, c int) uint8 { return a.Scales[r*(a.K/BlockSize)+c/Blo
 // blockValues returns e2m1(code)*e4m3(scale) for every element, without the
 // global scale, as float32: the product of a 2-bit and a 4-bit significand
 // is exact in either float type, and these are the values a block-scaled
-// MMA multiplies.
+// MMA multiplies. The rows are shared out to GOMAXPROCS goroutines; each
+// value is written by one.
 func (a *Matrix) blockValues() []float32 {
 	v := make([]float32, a.Rows*a.K)
+	if a.K == 0 {
+		return v
+	}
 	kb := a.K / BlockSize
-	for r := 0; r < a.Rows; r++ {
-		for b := 0; b < kb; b++ {
-			s := ScaleValue(a.Scales[r*kb+b])
-			for j := 0; j < BlockSize; j++ {
-				i := r*a.K + b*BlockSize + j
-				v[i] = float32(CodeValue(CodeAt(a.Packed, i)) * s)
+	rowsPer := max(1, (1<<16)/a.K)
+	parallel((a.Rows+rowsPer-1)/rowsPer, func(u int) {
+		for b := u * rowsPer * kb; b < min((u+1)*rowsPer, a.Rows)*kb; b++ {
+			s := e4m3Values32[a.Scales[b]]
+			dst := v[b*BlockSize : (b+1)*BlockSize]
+			for j, p := range a.Packed[b*BlockSize/2 : (b+1)*BlockSize/2] {
+				dst[2*j] = e2m1Values32[p&0xF] * s
+				dst[2*j+1] = e2m1Values32[p>>4] * s
 			}
 		}
-	}
+	})
 	return v
 }
+
+// e2m1Values32 and e4m3Values32 are the E2M1 and E4M3FN values as float32
+// (exact: both formats are narrower), for blockValues and the GEMM's panels.
+var e2m1Values32, e4m3Values32 = func() (c [16]float32, s [256]float32) {
+	for i := range c {
+		c[i] = float32(e2m1Values[i])
+	}
+	for i := range s {
+		s[i] = float32(ScaleValue(uint8(i)))
+	}
+	return c, s
+}()
 
 // RoundTo rounds x to dtype d as a kernel storing an fp32 result does
 // (through float32 first); F64 leaves x alone.
@@ -167,21 +185,4 @@ func checkOutDType(d tensor.DType) error {
 		return nil
 	}
 	return fmt.Errorf("output dtype %s: want BF16, F16 or F32", d)
-}
-
-// blockValuesT is blockValues transposed, [K][np] with np >= Rows columns
-// (the padding zero): column r holds row r's values.
-func (a *Matrix) blockValuesT(np int) []float32 {
-	v := make([]float32, a.K*np)
-	kb := a.K / BlockSize
-	for r := 0; r < a.Rows; r++ {
-		for b := 0; b < kb; b++ {
-			s := ScaleValue(a.Scales[r*kb+b])
-			for j := 0; j < BlockSize; j++ {
-				c := b*BlockSize + j
-				v[c*np+r] = float32(CodeValue(CodeAt(a.Packed, r*a.K+c)) * s)
-			}
-		}
-	}
-	return v
 }

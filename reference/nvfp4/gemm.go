@@ -47,9 +47,14 @@ func GEMM(a, b *Matrix, out tensor.DType) (exact, expected []float64, err error)
 	if err := checkOutDType(out); err != nil {
 		return nil, nil, err
 	}
-	m, n, k := a.Rows, b.Rows, a.K
-	av := a.blockValues()
+	g := newGemmJob(a, b, out)
+	g.run(b)
+	return g.exact, g.expected, nil
+}
 
+// newGemmJob prepares the GEMM of checked operands: a's block values, the
+// epilogue's multipliers and the output buffers.
+func newGemmJob(a, b *Matrix, out tensor.DType) *gemmJob {
 	num, den := 1.0, 1.0
 	num32, den32 := float32(1), float32(1)
 	for _, x := range []*Matrix{a, b} {
@@ -61,12 +66,9 @@ func GEMM(a, b *Matrix, out tensor.DType) (exact, expected []float64, err error)
 			num32 = float32(num32 * float32(x.Global))
 		}
 	}
-	alpha32 := float32(num32 / den32)
-
-	g := &gemmJob{m: m, n: n, k: k, num: num, den: den, alpha32: alpha32, out: out,
-		av: av, exact: make([]float64, m*n), expected: make([]float64, m*n)}
-	g.run(b)
-	return g.exact, g.expected, nil
+	m, n := a.Rows, b.Rows
+	return &gemmJob{m: m, n: n, k: a.K, num: num, den: den, alpha32: float32(num32 / den32), out: out,
+		av: a.blockValues(), exact: make([]float64, m*n), expected: make([]float64, m*n)}
 }
 
 // gemmJob is one GEMM shared out to the workers in output tiles. Every
@@ -111,8 +113,10 @@ func parallel(units int, fn func(u int)) {
 // slices of gemmTK elements so that both operands' slices stay in cache.
 const gemmTI, gemmTJ, gemmTK = 8, 32, 512
 
-// runGeneric is the plain-Go GEMM: per output tile and K slice, each pair
-// of outputs (i, j), (i, j+1) takes its block partials with blockSum.
+// runGeneric is the plain-Go GEMM, and the definition the assembly of
+// gemm_amd64.s is tested against bit for bit: per output tile and K slice,
+// each output takes its block partials with blockSum and adds them in K
+// order to its two accumulators.
 func (g *gemmJob) runGeneric(b *Matrix) {
 	bv := b.blockValues()
 	m, n, k := g.m, g.n, g.k
