@@ -246,7 +246,7 @@ func stepBF16(x float64, up int) float64 {
 
 func attnOutput(exact, expected []float64) kernel.Output {
 	return kernel.Output{Name: "out", Shape: []int{attnH, attnL}, DType: tensor.BF16,
-		Exact: exact, Expected: expected, Mode: kernel.Numeric, Reduction: attnN,
+		Exact: kernel.Dense(exact), Expected: kernel.Dense(expected), Mode: kernel.Numeric, Reduction: attnN,
 		Coords: kernel.Coords{Axes: []string{"head", "latent"}}}
 }
 
@@ -402,7 +402,7 @@ func TestBF16AccumulationGrowsWithContext(t *testing.T) {
 		faulty = append(faulty, d.flat(kernelOpts{bf16Acc: true})...)
 	}
 	shape := []int{len(lens), heads, attnL}
-	o := kernel.Output{Name: "out", Shape: shape, DType: tensor.BF16, Exact: exact, Expected: expected,
+	o := kernel.Output{Name: "out", Shape: shape, DType: tensor.BF16, Exact: kernel.Dense(exact), Expected: kernel.Dense(expected),
 		Reduction: lens[len(lens)-1], Coords: kernel.Coords{Axes: []string{"request", "head", "latent"},
 			Derived: func(idx []int) []kernel.Coord { return []kernel.Coord{{Name: "context_len", Value: lens[idx[0]]}} }}}
 	c, err := Compare(o, tensor.FromFloat64s(tensor.BF16, shape, faulty), ThreeWay{}, Options{})
@@ -422,8 +422,8 @@ func TestBF16AccumulationGrowsWithContext(t *testing.T) {
 func TestAggregateCatchesSystematicBias(t *testing.T) {
 	d := newAttnData()
 	o := attnOutput(d.exact(), roundTo(tensor.BF16, d.flat(kernelOpts{})))
-	biased := make([]float64, len(o.Expected))
-	for i, e := range o.Expected {
+	biased := make([]float64, o.Expected.Len())
+	for i, e := range kernel.Float64s(o.Expected) {
 		biased[i] = stepBF16(stepBF16(e, 1), 1)
 	}
 	c, err := Compare(o, tensor.FromFloat64s(tensor.BF16, o.Shape, biased), ThreeWay{}, Options{})

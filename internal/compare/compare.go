@@ -140,14 +140,17 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		return Check{}, fmt.Errorf("output %s has dtype %q, which holds no numbers", o.Name, actual.DType)
 	}
 	N := actual.Len()
-	if len(o.Exact) != len(o.Expected) {
-		return Check{}, fmt.Errorf("output %s: the reference has %d exact and %d expected values", o.Name, len(o.Exact), len(o.Expected))
+	if o.Exact == nil || o.Expected == nil {
+		return Check{}, fmt.Errorf("output %s: the reference lacks its exact or its expected values", o.Name)
+	}
+	if o.Exact.Len() != o.Expected.Len() {
+		return Check{}, fmt.Errorf("output %s: the reference has %d exact and %d expected values", o.Name, o.Exact.Len(), o.Expected.Len())
 	}
 	if o.Shape != nil && !equalInts(o.Shape, actual.Shape) {
 		return Check{}, fmt.Errorf("output %s has shape %v; the reference has %v", o.Name, actual.Shape, o.Shape)
 	}
-	if len(o.Expected) != N {
-		return Check{}, fmt.Errorf("output %s has %d elements; the reference has %d", o.Name, N, len(o.Expected))
+	if o.Expected.Len() != N {
+		return Check{}, fmt.Errorf("output %s has %d elements; the reference has %d", o.Name, N, o.Expected.Len())
 	}
 	if pol == nil {
 		pol = DefaultPolicy()
@@ -176,7 +179,6 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		k = 5
 	}
 	worst := &elemHeap{}
-	excess := make([]float64, N)
 	m := &c.Metrics
 	m.N = N
 	var (
@@ -184,7 +186,7 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		sumEX, sumE2, sumX2                       float64
 		nFinite                                   int
 		maxAbs, maxRel, maxULP, floorMax, maxExc  float64
-		overElems                                 int
+		overElems, beyondBand                     int
 	)
 	push := func(i int, av, ev, xv, err, tol, exc float64) {
 		if k < 0 || (exc == 0 && err == 0) {
@@ -198,33 +200,27 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 			heap.Fix(worst, 0)
 		}
 	}
+	j := judge{o: &o, actual: actual, b: b}
 	for i := 0; i < N; i++ {
-		av := actual.Float64At(i)
-		ev, xv := o.Expected[i], o.Exact[i]
-		nanA, nanE := math.IsNaN(av), math.IsNaN(ev)
-		switch {
-		case nanA != nanE:
+		e := j.at(i)
+		av, ev, xv := e.av, e.ev, e.xv
+		switch e.special {
+		case nanMismatch:
 			m.NaNMismatch++
 			overElems++
-			excess[i] = math.Inf(1)
+			beyondBand++
 			push(i, av, ev, xv, math.NaN(), 0, math.Inf(1))
 			continue
-		case nanA:
-			continue // NaN where NaN is expected
-		case math.IsInf(av, 0) || math.IsInf(ev, 0):
-			if av != ev {
-				m.InfMismatch++
-				overElems++
-				excess[i] = math.Inf(1)
-				push(i, av, ev, xv, math.Abs(av-ev), 0, math.Inf(1))
-			}
+		case nanMatch, infMatch:
+			continue
+		case infMismatch:
+			m.InfMismatch++
+			overElems++
+			beyondBand++
+			push(i, av, ev, xv, math.Abs(av-ev), 0, math.Inf(1))
 			continue
 		}
-		ref := xv
-		if o.Mode == kernel.Bitwise || !finite(xv) {
-			ref = ev
-		}
-		err := math.Abs(av - ref)
+		ref, err, tol, exc := e.ref, e.err, e.tol, e.exc
 		if finite(xv) {
 			floorMax = max(floorMax, math.Abs(ev-xv))
 			sumFloor2 += sq(ev - xv)
@@ -235,27 +231,14 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		if d, ok := ULPDistance(actual.DType, av, ev); ok {
 			maxULP = max(maxULP, float64(d))
 		}
-		tol := b.Tol(i)
-		exc := 0.0
-		differs := err > tol
-		if o.Mode == kernel.Bitwise {
-			differs = av != ev
+		if e.excused {
+			m.Excused++
 		}
-		if differs {
-			exc = math.Inf(1)
-			if tol > 0 {
-				exc = err / tol
-			}
-			if o.Equivalent != nil && o.Equivalent(i, av) {
-				m.Excused++
-				exc = 0
-			}
-		} else if tol > 0 {
-			exc = err / tol
-		}
-		excess[i] = exc
 		if exc > 1 {
 			overElems++
+		}
+		if exc > band {
+			beyondBand++
 		}
 		maxExc = max(maxExc, exc)
 		push(i, av, ev, xv, err, tol, exc)
@@ -308,12 +291,6 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		}
 	}
 
-	beyondBand := 0
-	for _, e := range excess {
-		if e > band {
-			beyondBand++
-		}
-	}
 	switch {
 	case m.NaNMismatch+m.InfMismatch > 0:
 		c.Verdict = Fail
@@ -340,10 +317,110 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 
 	c.Worst = worst.sorted(shape, o.Coords)
 	if c.Verdict != Pass {
-		c.Signature = signature.Analyze(o, excess, signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At})
+		// The signature reads every element's excess again, in passes:
+		// judged again on each read, never stored, since an output may be
+		// a whole KV cache.
+		c.Signature = signature.Analyze(o, excessValues{n: N, j: &j}, signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At})
 	}
 	return c, nil
 }
+
+// special says how an element's special values (NaN, Inf) decide it.
+type special int
+
+const (
+	numbers     special = iota // finite on both sides: judged by the error
+	nanMatch                   // NaN where NaN is expected: correct
+	nanMismatch                // NaN on one side only: fails
+	infMatch                   // the same infinity: correct
+	infMismatch                // an infinity on one side, or of the other sign: fails
+)
+
+// judge is the judgement of one element, the one definition Compare's
+// metrics and the excess the signature reads both come from.
+type judge struct {
+	o      *kernel.Output
+	actual *tensor.Tensor
+	b      Bounds
+}
+
+// element is one element judged: its actual, expected and exact values,
+// and, for numbers, the reference the error is taken against, the error,
+// the tolerance and the excess err/tol (+Inf for an error against a zero
+// tolerance, or a bitwise difference; 0 where the equivalence rule excused
+// it).
+type element struct {
+	special            special
+	av, ev, xv         float64
+	ref, err, tol, exc float64
+	excused            bool
+}
+
+func (j *judge) at(i int) element {
+	o := j.o
+	e := element{av: j.actual.Float64At(i), ev: o.Expected.At(i), xv: o.Exact.At(i)}
+	av, ev, xv := e.av, e.ev, e.xv
+	nanA, nanE := math.IsNaN(av), math.IsNaN(ev)
+	switch {
+	case nanA != nanE:
+		e.special = nanMismatch
+		return e
+	case nanA:
+		e.special = nanMatch
+		return e
+	case math.IsInf(av, 0) || math.IsInf(ev, 0):
+		e.special = infMatch
+		if av != ev {
+			e.special = infMismatch
+		}
+		return e
+	}
+	e.ref = xv
+	if o.Mode == kernel.Bitwise || !finite(xv) {
+		e.ref = ev
+	}
+	e.err = math.Abs(av - e.ref)
+	e.tol = j.b.Tol(i)
+	differs := e.err > e.tol
+	if o.Mode == kernel.Bitwise {
+		differs = av != ev
+	}
+	if differs {
+		e.exc = math.Inf(1)
+		if e.tol > 0 {
+			e.exc = e.err / e.tol
+		}
+		if o.Equivalent != nil && o.Equivalent(i, av) {
+			e.excused = true
+			e.exc = 0
+		}
+	} else if e.tol > 0 {
+		e.exc = e.err / e.tol
+	}
+	return e
+}
+
+// excess is the element's err/tol as the signature reads it: +Inf for a
+// special-value mismatch, 0 for a special value that matches.
+func (e element) excess() float64 {
+	switch e.special {
+	case nanMismatch, infMismatch:
+		return math.Inf(1)
+	case nanMatch, infMatch:
+		return 0
+	}
+	return e.exc
+}
+
+// excessValues is every element's excess as kernel.Values, computed again
+// on each read.
+type excessValues struct {
+	n int
+	j *judge
+}
+
+func (x excessValues) Len() int         { return x.n }
+func (x excessValues) At(i int) float64 { return x.j.at(i).excess() }
 
 func cosDiff(sumXY, sumSq float64) float64 {
 	if sumSq == 0 {

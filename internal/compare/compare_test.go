@@ -23,7 +23,7 @@ func near(a, b, rel float64) bool { return math.Abs(a-b) <= rel*math.Abs(b) }
 
 func TestMetricsByHand(t *testing.T) {
 	o := kernel.Output{Name: "y", Shape: []int{2, 2}, DType: tensor.F32,
-		Exact: []float64{1, 2, 3, 4}, Expected: []float64{1, 2, 3, 4},
+		Exact: kernel.Dense([]float64{1, 2, 3, 4}), Expected: kernel.Dense([]float64{1, 2, 3, 4}),
 		Coords: kernel.Coords{Axes: []string{"row", "col"}}}
 	act := tensor.FromFloat64s(tensor.F32, []int{2, 2}, []float64{1, 2.5, 3, 3})
 	c, err := Compare(o, act, constPolicy{tol: 0.4, band: 2}, Options{WorstK: 3})
@@ -83,7 +83,7 @@ func TestMetricsByHand(t *testing.T) {
 }
 
 func TestCosDiffZeroAndSQNRInf(t *testing.T) {
-	o := kernel.Output{Name: "z", Shape: []int{3}, Exact: []float64{0, 0, 0}, Expected: []float64{0, 0, 0}}
+	o := kernel.Output{Name: "z", Shape: []int{3}, Exact: kernel.Dense([]float64{0, 0, 0}), Expected: kernel.Dense([]float64{0, 0, 0})}
 	c, err := Compare(o, tensor.New(tensor.BF16, 3), ThreeWay{}, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -97,8 +97,8 @@ func TestCosDiffZeroAndSQNRInf(t *testing.T) {
 func TestSpecialValuesFirst(t *testing.T) {
 	nan, inf := math.NaN(), math.Inf(1)
 	o := kernel.Output{Name: "lse", Shape: []int{5},
-		Exact:    []float64{nan, inf, 1, -inf, 2},
-		Expected: []float64{nan, inf, 1, -inf, 2}}
+		Exact:    kernel.Dense([]float64{nan, inf, 1, -inf, 2}),
+		Expected: kernel.Dense([]float64{nan, inf, 1, -inf, 2})}
 	tests := []struct {
 		name     string
 		actual   []float64
@@ -131,7 +131,7 @@ func TestSpecialValuesFirst(t *testing.T) {
 func TestBitwise(t *testing.T) {
 	nan := math.NaN()
 	o := kernel.Output{Name: "codes", Shape: []int{4}, DType: tensor.F8E4M3, Mode: kernel.Bitwise,
-		Exact: []float64{1, 2.1, 3, nan}, Expected: []float64{1, 2, 3, nan}}
+		Exact: kernel.Dense([]float64{1, 2.1, 3, nan}), Expected: kernel.Dense([]float64{1, 2, 3, nan})}
 	act := tensor.FromFloat64s(tensor.F8E4M3, []int{4}, []float64{1, 2.25, 3, nan})
 	c, err := Compare(o, act, ThreeWay{}, Options{})
 	if err != nil {
@@ -153,7 +153,7 @@ func TestBitwise(t *testing.T) {
 }
 
 func TestCompareErrors(t *testing.T) {
-	o := kernel.Output{Name: "out", Shape: []int{2, 3}, Exact: make([]float64, 6), Expected: make([]float64, 6)}
+	o := kernel.Output{Name: "out", Shape: []int{2, 3}, Exact: make(kernel.Dense, 6), Expected: make(kernel.Dense, 6)}
 	tests := []struct {
 		name   string
 		o      kernel.Output
@@ -164,8 +164,9 @@ func TestCompareErrors(t *testing.T) {
 		{"shape", o, tensor.New(tensor.BF16, 3, 2), "output out has shape [3 2]; the reference has [2 3]"},
 		{"truncated", o, &tensor.Tensor{DType: tensor.BF16, Shape: []int{2, 3}, Data: make([]byte, 5)}, "needs 12 bytes, has 5"},
 		{"unknown dtype", o, &tensor.Tensor{DType: "Q4", Shape: []int{2, 3}}, "unknown dtype"},
-		{"reference lengths", kernel.Output{Name: "out", Exact: make([]float64, 6), Expected: make([]float64, 5)}, tensor.New(tensor.BF16, 2, 3), "6 exact and 5 expected"},
-		{"element count", kernel.Output{Name: "out", Exact: make([]float64, 5), Expected: make([]float64, 5)}, tensor.New(tensor.BF16, 2, 3), "has 6 elements; the reference has 5"},
+		{"reference lengths", kernel.Output{Name: "out", Exact: make(kernel.Dense, 6), Expected: make(kernel.Dense, 5)}, tensor.New(tensor.BF16, 2, 3), "6 exact and 5 expected"},
+		{"element count", kernel.Output{Name: "out", Exact: make(kernel.Dense, 5), Expected: make(kernel.Dense, 5)}, tensor.New(tensor.BF16, 2, 3), "has 6 elements; the reference has 5"},
+		{"no exact values", kernel.Output{Name: "out", Expected: make(kernel.Dense, 6)}, tensor.New(tensor.BF16, 2, 3), "output out: the reference lacks its exact or its expected values"},
 	}
 	for _, tc := range tests {
 		_, err := Compare(tc.o, tc.actual, nil, Options{})
@@ -221,7 +222,7 @@ func TestJSON(t *testing.T) {
 
 	// A whole check with non-finite metrics and a signature encodes, and
 	// carries the fields `kcheck check --json` promises.
-	o := kernel.Output{Name: "out", Shape: []int{2}, Exact: []float64{1, 2}, Expected: []float64{1, 2}}
+	o := kernel.Output{Name: "out", Shape: []int{2}, Exact: kernel.Dense([]float64{1, 2}), Expected: kernel.Dense([]float64{1, 2})}
 	c, err := Compare(o, tensor.FromFloat64s(tensor.F32, []int{2}, []float64{1, math.NaN()}), nil, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +248,7 @@ func TestJSON(t *testing.T) {
 // TestUnitRoundoffBound checks the provisional policy against its formula
 // worked out by hand.
 func TestUnitRoundoffBound(t *testing.T) {
-	o := kernel.Output{Name: "y", Shape: []int{4}, Exact: []float64{1, -2, 0, 4}, Expected: []float64{1, -2, 0, 4}, Reduction: 16}
+	o := kernel.Output{Name: "y", Shape: []int{4}, Exact: kernel.Dense([]float64{1, -2, 0, 4}), Expected: kernel.Dense([]float64{1, -2, 0, 4}), Reduction: 16}
 	b := UnitRoundoff{}.Bounds(o, tensor.BF16)
 	// rms(exact) = sqrt((1+4+0+16)/4) = sqrt(5.25); γ_16 = 16u/(1-16u), u = 2^-24; u_bf16 = 2^-8.
 	g := 16 * 0x1p-24 / (1 - 16*0x1p-24)
@@ -273,13 +274,13 @@ func TestThreeWayExactOutput(t *testing.T) {
 	for i := range exact {
 		exact[i] = 1 + float64(i)/float64(n) + 1e-4 // not representable in bf16
 	}
-	o := kernel.Output{Name: "y", Shape: []int{8, 8}, Exact: exact, Expected: roundTo(tensor.BF16, exact), Reduction: 1}
+	o := kernel.Output{Name: "y", Shape: []int{8, 8}, Exact: kernel.Dense(exact), Expected: kernel.Dense(roundTo(tensor.BF16, exact)), Reduction: 1}
 	c, err := Compare(o, tensor.FromFloat64s(tensor.BF16, []int{8, 8}, exact), ThreeWay{}, Options{})
 	if err != nil || c.Verdict != Pass {
 		t.Fatalf("correctly rounded: %s (%s) %v", c.Verdict, c.Reason, err)
 	}
 	off := make([]float64, n)
-	for i, x := range o.Expected {
+	for i, x := range kernel.Float64s(o.Expected) {
 		off[i] = x + 4*Spacing(tensor.BF16, x)
 	}
 	c, _ = Compare(o, tensor.FromFloat64s(tensor.BF16, []int{8, 8}, off), ThreeWay{}, Options{})

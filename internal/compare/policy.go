@@ -98,8 +98,8 @@ func (p UnitRoundoff) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	uOut := d.UnitRoundoff()
 	var s2 float64
 	var cnt int
-	for _, x := range o.Exact {
-		if finite(x) {
+	for i, n := 0, o.Exact.Len(); i < n; i++ {
+		if x := o.Exact.At(i); finite(x) {
 			s2 += x * x
 			cnt++
 		}
@@ -111,7 +111,7 @@ func (p UnitRoundoff) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	exact := o.Exact
 	return Bounds{
 		Tol: func(i int) float64 {
-			ax := math.Abs(exact[i])
+			ax := math.Abs(exact.At(i))
 			return c * (uOut*ax + g*max(ax, rms))
 		},
 		Band: orDefault(p.Band, 2),
@@ -191,9 +191,9 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	alpha := orDefault(p.Alpha, 1e-3)
 	rho := orDefault(p.Rho, 2)
 	band := orDefault(p.Band, 2)
-	N := len(o.Exact)
-	if len(o.Expected) != N {
-		panic(fmt.Sprintf("compare: output %s has %d exact and %d expected values", o.Name, N, len(o.Expected)))
+	N := o.Exact.Len()
+	if o.Expected.Len() != N {
+		panic(fmt.Sprintf("compare: output %s has %d exact and %d expected values", o.Name, N, o.Expected.Len()))
 	}
 	n := max(o.Reduction, 1)
 
@@ -216,7 +216,7 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	var gF, normX2, normE2 float64
 	var cnt int
 	for i := 0; i < N; i++ {
-		x, e := o.Exact[i], o.Expected[i]
+		x, e := o.Exact.At(i), o.Expected.At(i)
 		if !finite(x) || !finite(e) {
 			continue
 		}
@@ -258,12 +258,13 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	// Tol is computed on demand, not stored: a capture's output can have
 	// tens of millions of elements.
 	exact, expected := o.Exact, o.Expected
+	spacing := spacingOf(d)
 	tolAt := func(i int) (tol, ulp, am float64) {
-		x, e := exact[i], expected[i]
+		x, e := exact.At(i), expected.At(i)
 		if !finite(x) || !finite(e) {
 			return 0, 0, 0
 		}
-		ulp = Spacing(d, max(math.Abs(x), math.Abs(e)))
+		ulp = spacing(max(math.Abs(x), math.Abs(e)))
 		if math.IsNaN(ulp) {
 			ulp = 0
 		}

@@ -31,24 +31,37 @@ var floatInfos = map[tensor.DType]floatInfo{
 // in |x|'s binade: one ulp of d at x. Zero and subnormal x give the
 // subnormal spacing 2^(minExp-mantbits) (2^-133 for BF16, 2^-9 for E4M3FN).
 // Integer dtypes have spacing 1. NaN, ±Inf and unknown dtypes give NaN.
-func Spacing(d tensor.DType, x float64) float64 {
-	if math.IsNaN(x) || math.IsInf(x, 0) {
-		return math.NaN()
-	}
+func Spacing(d tensor.DType, x float64) float64 { return spacingOf(d)(x) }
+
+// spacingOf returns Spacing(d, ·) with d's format looked up once: the
+// three-way tolerance asks for a spacing per element of outputs that can
+// hold hundreds of millions.
+func spacingOf(d tensor.DType) func(x float64) float64 {
 	if d.IsInt() {
-		return 1
+		return func(x float64) float64 {
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return math.NaN()
+			}
+			return 1
+		}
 	}
 	fi, ok := floatInfos[d]
 	if !ok {
-		return math.NaN()
+		return func(float64) float64 { return math.NaN() }
 	}
-	ax := math.Abs(x)
-	exp := fi.minExp
-	if ax >= math.Ldexp(1, fi.minExp) {
-		_, e := math.Frexp(ax) // ax = frac·2^e, frac in [0.5, 1)
-		exp = e - 1
+	minNormal := math.Ldexp(1, fi.minExp)
+	return func(x float64) float64 {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return math.NaN()
+		}
+		ax := math.Abs(x)
+		exp := fi.minExp
+		if ax >= minNormal {
+			_, e := math.Frexp(ax) // ax = frac·2^e, frac in [0.5, 1)
+			exp = e - 1
+		}
+		return math.Ldexp(1, exp-int(fi.mantbits))
 	}
-	return math.Ldexp(1, exp-int(fi.mantbits))
 }
 
 // code returns the bit pattern of v in dtype d (rounded to nearest even when

@@ -46,7 +46,7 @@ func (Exact) Run(_ context.Context, name string, in kernel.Inputs) (map[string]*
 		if o.Mode == kernel.Bitwise {
 			v = o.Expected
 		}
-		res[o.Name] = tensor.FromFloat64s(o.DType, o.Shape, v)
+		res[o.Name] = kernel.Materialize(o.DType, o.Shape, v)
 	}
 	return res, nil
 }

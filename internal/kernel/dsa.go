@@ -108,8 +108,8 @@ func dsaIndexer(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([
 			Name:      "scores",
 			Shape:     []int{s.B, s.MaxSeq},
 			DType:     tensor.F32,
-			Exact:     s.Exact,
-			Expected:  s.Expected,
+			Exact:     Dense(s.Exact),
+			Expected:  Dense(s.Expected),
 			Mode:      Numeric,
 			Reduction: dk + hi + 1,
 			Coords:    Coords{Axes: []string{"request", "token"}, Derived: pos},
@@ -118,8 +118,8 @@ func dsaIndexer(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([
 			Name:     "topk_indices",
 			Shape:    []int{s.B, topk},
 			DType:    tensor.I32,
-			Exact:    int32s(exTop),
-			Expected: int32s(epTop),
+			Exact:    Dense(int32s(exTop)),
+			Expected: Dense(int32s(epTop)),
 			Mode:     Bitwise,
 			// A top-k entry is judged by its score, not its position: any
 			// token whose score ties the k-th within the fp32 noise is right.

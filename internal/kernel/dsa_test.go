@@ -35,11 +35,11 @@ func TestDSAIndexer(t *testing.T) {
 	sc, top := outs[0], outs[1]
 	want := []float64{1, 6, 4.5, 3, math.Inf(-1), math.Inf(-1)}
 	for i, w := range want {
-		if sc.Expected[i] != w || sc.Exact[i] != w {
-			t.Errorf("scores[0,%d] = %v / %v, want %v", i, sc.Expected[i], sc.Exact[i], w)
+		if sc.Expected.At(i) != w || sc.Exact.At(i) != w {
+			t.Errorf("scores[0,%d] = %v / %v, want %v", i, sc.Expected.At(i), sc.Exact.At(i), w)
 		}
 	}
-	if top.Expected[0] != 1 || top.Expected[1] != 2 || top.Mode != Bitwise || top.DType != tensor.I32 {
+	if top.Expected.At(0) != 1 || top.Expected.At(1) != 2 || top.Mode != Bitwise || top.DType != tensor.I32 {
 		t.Errorf("topk %v (%v %s), want [1 2] Bitwise I32", top.Expected, top.Mode, top.DType)
 	}
 	// order is free: [2 1] is the same set; 3 (score 3 < 4.5) is not in it.

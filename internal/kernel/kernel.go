@@ -185,8 +185,9 @@ type Output struct {
 	// DType is the dtype Expected is rounded to (the actual output's).
 	DType tensor.DType
 	// Exact is the float64 reference; Expected is what a correct kernel of
-	// the declared precision produces (Expected == Exact is allowed).
-	Exact, Expected []float64
+	// the declared precision produces (Expected == Exact is allowed). Both
+	// are read-only; see Values for why they need not be in memory.
+	Exact, Expected Values
 	Mode            Mode
 	// Equivalent, when set, reports whether an actual value that differs
 	// from Expected at flat index i is still correct (a rounding tie, a
@@ -259,7 +260,8 @@ type Kernel struct {
 
 // Produce runs k's reference at precision prec and stores each output's
 // Expected values in its dtype: what a correct kernel of that precision
-// writes. It is the reference backend and the fixture generator.
+// writes. It is the reference backend and the fixture generator. An output
+// computed on demand is written straight into its tensor (Materialize).
 func Produce(k *Kernel, in Inputs, prec Precision, outDTypes map[string]tensor.DType) (map[string]*tensor.Tensor, error) {
 	outs, err := k.Reference(in, prec, outDTypes)
 	if err != nil {
@@ -267,7 +269,7 @@ func Produce(k *Kernel, in Inputs, prec Precision, outDTypes map[string]tensor.D
 	}
 	res := make(map[string]*tensor.Tensor, len(outs))
 	for _, o := range outs {
-		res[o.Name] = tensor.FromFloat64s(o.DType, o.Shape, o.Expected)
+		res[o.Name] = Materialize(o.DType, o.Shape, o.Expected)
 	}
 	return res, nil
 }

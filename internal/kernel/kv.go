@@ -145,13 +145,13 @@ func kvCacheWrite(in Inputs, prec Precision, outDTypes map[string]tensor.DType) 
 	for i := range slots {
 		slots[i] = sm.Int64At(i)
 	}
-	w, err := kvcache.Write(before, kvc, kpe, slots, lay, ks)
+	ov, err := kvcache.NewOverlay(before, kvc, kpe, slots, lay, ks)
 	if err != nil {
 		return nil, err
 	}
 	derived := func(idx []int) []Coord {
 		part, tile := lay.PartOf(idx[2])
-		c := []Coord{{"part", int(part)}, {"token", int(w.TokenAt[idx[0]*lay.PageSize+idx[1]])}}
+		c := []Coord{{"part", int(part)}, {"token", ov.TokenAt(idx[0]*lay.PageSize + idx[1])}}
 		if lay.Kind == kvcache.FP8DSMLA {
 			c = append(c, Coord{"tile128", tile})
 		}
@@ -161,13 +161,50 @@ func kvCacheWrite(in Inputs, prec Precision, outDTypes map[string]tensor.DType) 
 		Name:       "cache_after",
 		Shape:      append([]int(nil), before.Shape...),
 		DType:      before.DType,
-		Exact:      w.Exact.Float64s(),
-		Expected:   w.After.Float64s(),
+		Exact:      newCacheAfter(ov, true),
+		Expected:   newCacheAfter(ov, false),
 		Mode:       Bitwise,
-		Equivalent: w.Equivalent,
+		Equivalent: ov.Equivalent,
 		Reduction:  1,
 		Coords:     Coords{Axes: []string{"block", "page_offset", "column"}, Derived: derived},
 	}}, nil
+}
+
+// cacheAfter is kv_cache_write's cache_after as Values: cache_before's
+// values where no token was written, and the written entries computed from
+// their tokens on demand, an entry at a time (the last one kept), so that
+// the whole cache is never copied, let alone widened to float64.
+type cacheAfter struct {
+	ov    *kvcache.Overlay
+	exact bool
+	e     int // values an entry
+	// slot is the entry last read and k its index among the written ones
+	// (-1: not written, read from cache_before); entry holds its bytes.
+	slot, k int
+	entry   *tensor.Tensor
+}
+
+func newCacheAfter(ov *kvcache.Overlay, exact bool) *cacheAfter {
+	e := ov.Layout.EntrySize()
+	return &cacheAfter{ov: ov, exact: exact, e: e, slot: -1, k: -1,
+		entry: &tensor.Tensor{DType: ov.Before.DType, Shape: []int{e}, Data: make([]byte, ov.EntryBytes())}}
+}
+
+// Len implements Values.
+func (c *cacheAfter) Len() int { return c.ov.Before.Len() }
+
+// At implements Values.
+func (c *cacheAfter) At(i int) float64 {
+	if slot := i / c.e; slot != c.slot {
+		c.slot, c.k = slot, c.ov.Find(slot)
+		if c.k >= 0 {
+			c.ov.EntryInto(c.k, c.exact, c.entry.Data)
+		}
+	}
+	if c.k < 0 {
+		return c.ov.Before.Float64At(i)
+	}
+	return c.entry.Float64At(i - c.slot*c.e)
 }
 
 func kvCacheGather(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
@@ -217,20 +254,9 @@ func kvCacheGather(in Inputs, prec Precision, outDTypes map[string]tensor.DType)
 	if out != tensor.BF16 && out != tensor.F32 {
 		return nil, fmt.Errorf("tensor gathered has dtype %s; the contract wants BF16 or F32", out)
 	}
-	exact, err := kvcache.Gather(c, pages, tensor.F64)
-	if err != nil {
-		return nil, err
-	}
 	// vLLM dequantizes to fp32 (e4m3 * scale) and stores in the output dtype.
-	expected, err := kvcache.Gather(c, pages, tensor.F32)
-	if err != nil {
-		return nil, err
-	}
-	if out == tensor.BF16 {
-		for i, v := range expected {
-			expected[i] = formats.RoundBF16(v)
-		}
-	}
+	exact := newGathered(c, pages, tensor.F64, false)
+	expected := newGathered(c, pages, tensor.F32, out == tensor.BF16)
 	dd := lay.D()
 	derived := func(idx []int) []Coord {
 		b, t := pages.Request(idx[0])
@@ -252,4 +278,41 @@ func kvCacheGather(in Inputs, prec Precision, outDTypes map[string]tensor.DType)
 		Reduction: 1,
 		Coords:    Coords{Axes: []string{"row", "dim"}, Derived: derived},
 	}}, nil
+}
+
+// gathered is kv_cache_gather's output as Values: row CuSeqLens[b]+t is
+// request b's token t, dequantized from the cache on demand a row at a time
+// (the last one kept), so that a gather of a whole cache holds one row
+// rather than two float64 copies of the cache.
+type gathered struct {
+	c     *kvcache.Cache
+	pages *kvcache.Pages
+	deq   tensor.DType
+	// roundBF16: the values are stored rounded to bf16 (a BF16 output).
+	roundBF16 bool
+	row       int // the row buf holds (-1: none)
+	buf       []float64
+}
+
+func newGathered(c *kvcache.Cache, pages *kvcache.Pages, deq tensor.DType, roundBF16 bool) *gathered {
+	return &gathered{c: c, pages: pages, deq: deq, roundBF16: roundBF16, row: -1, buf: make([]float64, c.D())}
+}
+
+// Len implements Values.
+func (g *gathered) Len() int { return g.pages.Total() * len(g.buf) }
+
+// At implements Values.
+func (g *gathered) At(i int) float64 {
+	d := len(g.buf)
+	if r := i / d; r != g.row {
+		blk, off := g.pages.Locate(g.pages.Request(r))
+		g.c.Row(blk, off, g.buf, g.deq)
+		if g.roundBF16 {
+			for j, v := range g.buf {
+				g.buf[j] = formats.RoundBF16(v)
+			}
+		}
+		g.row = r
+	}
+	return g.buf[i%d]
 }

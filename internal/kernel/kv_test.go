@@ -2,9 +2,12 @@ package kernel
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -12,7 +15,7 @@ import (
 // and that o.Equivalent does not excuse, as a Bitwise check does.
 func bitwiseFaults(o Output, actual *tensor.Tensor) []int {
 	var bad []int
-	for i, want := range o.Expected {
+	for i, want := range Float64s(o.Expected) {
 		got := actual.Float64At(i)
 		if got == want || (math.IsNaN(got) && math.IsNaN(want)) {
 			continue
@@ -58,10 +61,10 @@ func TestKVCacheWriteDSMLA(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := outs[0]
-	if o.Mode != Bitwise || o.DType != tensor.U8 || len(o.Expected) != 3*2*656 {
-		t.Fatalf("cache_after: mode %v dtype %s %d elements", o.Mode, o.DType, len(o.Expected))
+	if o.Mode != Bitwise || o.DType != tensor.U8 || o.Expected.Len() != 3*2*656 {
+		t.Fatalf("cache_after: mode %v dtype %s %d elements", o.Mode, o.DType, o.Expected.Len())
 	}
-	good := tensor.FromFloat64s(tensor.U8, o.Shape, o.Expected)
+	good := Materialize(tensor.U8, o.Shape, o.Expected)
 	if bad := bitwiseFaults(o, good); len(bad) != 0 {
 		t.Errorf("the expected bytes fail at %v", bad)
 	}
@@ -93,7 +96,7 @@ func TestKVCacheWriteDSMLA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pow2 := tensor.FromFloat64s(tensor.U8, po[0].Shape, po[0].Expected)
+	pow2 := Materialize(tensor.U8, po[0].Shape, po[0].Expected)
 	if bad := bitwiseFaults(o, pow2); len(bad) == 0 {
 		t.Error("a pow2-convention cache passes a check that declares amax")
 	}
@@ -120,7 +123,7 @@ func TestKVCacheWriteDTypes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := outs[0].Expected[66]; got != c.want || outs[0].DType != c.out {
+		if got := outs[0].Expected.At(66); got != c.want || outs[0].DType != c.out {
 			t.Errorf("saturate=%s as %s: %v (%s), want %v", c.sat, c.out, got, outs[0].DType, c.want)
 		}
 	}
@@ -188,8 +191,8 @@ func TestKVCacheGather(t *testing.T) {
 	if o.DType != tensor.BF16 || o.Shape[0] != 4 || o.Shape[1] != 4 {
 		t.Fatalf("gathered %s %v, want BF16 [4 4]", o.DType, o.Shape)
 	}
-	if o.Expected[0] != 0.10009765625 || o.Exact[0] != 0.100000001490116119384765625 {
-		t.Errorf("row 0: expected %v exact %v", o.Expected[0], o.Exact[0])
+	if o.Expected.At(0) != 0.10009765625 || o.Exact.At(0) != 0.100000001490116119384765625 {
+		t.Errorf("row 0: expected %v exact %v", o.Expected.At(0), o.Exact.At(0))
 	}
 	// row 3 = request 1 token 2: page 1 of its table = block 0, offset 0
 	c := o.Coords.Name([]int{3, 1})
@@ -197,6 +200,110 @@ func TestKVCacheGather(t *testing.T) {
 	for i := range want {
 		if i >= len(c) || c[i] != want[i] {
 			t.Fatalf("coords %v, want %v", c, want)
+		}
+	}
+}
+
+// TestCacheValuesOnDemand: the on-demand references of the cache kernels
+// read, in sequential and in scattered order (the kept entry or row must be
+// replaced, not reused), as the whole caches and gathers that kvcache
+// materializes: cache_after as kvcache.Write's After and Exact, gathered as
+// kvcache.Gather's rows (fp32 products rounded to bf16 for Expected).
+func TestCacheValuesOnDemand(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	order := func(n int) []int {
+		idx := make([]int, 0, 2*n)
+		for i := 0; i < n; i++ {
+			idx = append(idx, i)
+		}
+		return append(idx, rng.Perm(n)...)
+	}
+	same := func(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
+	for _, kind := range []string{"bf16", "fp8_e4m3", "fp8_ds_mla"} {
+		l := 8
+		if kind == "fp8_ds_mla" {
+			l = 512
+		}
+		lay, err := kvcache.NewLayout(kvcache.Kind(kind), l, 64, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := tensor.New(lay.CacheDTypes()[0], 5, 4, lay.EntrySize())
+		for i := range before.Data {
+			before.Data[i] = byte(rng.IntN(256))
+		}
+		if kind == "bf16" { // random bytes make NaNs; keep them finite
+			for i := 0; i < before.Len(); i++ {
+				before.SetFloat64(i, float64(rng.IntN(100))/8)
+			}
+		}
+		slots := []int64{17, -1, 3, 4, 12, 0}
+		kv := make([]float64, len(slots)*l)
+		for i := range kv {
+			kv[i] = rng.NormFloat64()
+		}
+		in := writeInputs(kind, "amax", before, kv, l, slots, 0.03)
+		w, err := kvcache.Write(before, in.Tensors["kv_c"], in.Tensors["k_pe"], slots, lay, float64(float32(0.03)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, _ := Lookup("kv_cache_write")
+		outs, err := k.Reference(in, DefaultPrecision(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := outs[0]
+		if o.Expected.Len() != before.Len() || o.Exact.Len() != before.Len() {
+			t.Fatalf("%s: %d/%d values for a cache of %d", kind, o.Expected.Len(), o.Exact.Len(), before.Len())
+		}
+		for _, i := range order(before.Len()) {
+			if got, want := o.Expected.At(i), w.After.Float64At(i); !same(got, want) {
+				t.Fatalf("%s: cache_after expected[%d] = %v, want %v", kind, i, got, want)
+			}
+			if got, want := o.Exact.At(i), w.Exact.Float64At(i); !same(got, want) {
+				t.Fatalf("%s: cache_after exact[%d] = %v, want %v", kind, i, got, want)
+			}
+		}
+		if got := Materialize(o.DType, o.Shape, o.Expected); string(got.Data) != string(w.After.Data) {
+			t.Errorf("%s: the materialized cache_after differs from kvcache.Write's", kind)
+		}
+
+		// Gather the written cache back, two requests over scattered blocks.
+		cache := w.After
+		table := []int64{4, 0, 2, 1, 3, 0}
+		lens := []int64{10, 7}
+		g, _ := Lookup("kv_cache_gather")
+		gin := Inputs{Tensors: map[string]*tensor.Tensor{
+			"cache":       cache,
+			"block_table": tensor.FromInt64s(tensor.I32, []int{2, 3}, table),
+			"seq_lens":    tensor.FromInt64s(tensor.I32, []int{2}, lens),
+			"k_scale":     tensor.FromFloat64s(tensor.F32, []int{}, []float64{0.03}),
+		}, Params: Params{"kv_cache_dtype": kind}}
+		gouts, err := g.Reference(gin, DefaultPrecision(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := kvcache.New(cache, kvcache.Layout{Kind: lay.Kind, L: gouts[0].Shape[1] - 64, R: 64, PageSize: 4, DSScale: kvcache.ScaleAmax}, float64(float32(0.03)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages, err := kvcache.NewPages(gin.Tensors["block_table"], gin.Tensors["seq_lens"], 4, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exact, _ := kvcache.Gather(c, pages, tensor.F64)
+		expected, _ := kvcache.Gather(c, pages, tensor.F32)
+		o = gouts[0]
+		if o.Expected.Len() != len(exact) {
+			t.Fatalf("%s: gathered has %d values, kvcache.Gather %d", kind, o.Expected.Len(), len(exact))
+		}
+		for _, i := range order(len(exact)) {
+			if got, want := o.Exact.At(i), exact[i]; !same(got, want) {
+				t.Fatalf("%s: gathered exact[%d] = %v, want %v", kind, i, got, want)
+			}
+			if got, want := o.Expected.At(i), formats.RoundBF16(expected[i]); !same(got, want) {
+				t.Fatalf("%s: gathered expected[%d] = %v, want %v", kind, i, got, want)
+			}
 		}
 	}
 }

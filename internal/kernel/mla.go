@@ -218,14 +218,14 @@ func mlaDecode(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]
 	}
 	outs := []Output{
 		{
-			Name: "out", Shape: []int{B, SQ, H, L}, DType: c.prec.Out, Exact: ex.Out, Expected: xp.Out,
+			Name: "out", Shape: []int{B, SQ, H, L}, DType: c.prec.Out, Exact: Dense(ex.Out), Expected: Dense(xp.Out),
 			Mode: Numeric, Reduction: maxSeq,
 			Coords: Coords{Axes: []string{"request", "q_pos", "head", "latent"}, Derived: func(idx []int) []Coord {
 				return append(rowCoords(idx[0], idx[1], idx[2]), Coord{"tile128", idx[3] / 128})
 			}},
 		},
 		{
-			Name: "lse", Shape: []int{B, H, SQ}, DType: c.prec.LSE, Exact: ex.LSE, Expected: xp.LSE,
+			Name: "lse", Shape: []int{B, H, SQ}, DType: c.prec.LSE, Exact: Dense(ex.LSE), Expected: Dense(xp.LSE),
 			Mode: Numeric, Reduction: maxSeq,
 			Coords: Coords{Axes: []string{"request", "head", "q_pos"}, Derived: func(idx []int) []Coord {
 				return rowCoords(idx[0], idx[2], idx[1])
@@ -258,14 +258,14 @@ func mlaDecode(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]
 	}
 	return append(outs,
 		Output{
-			Name: "partial_out", Shape: []int{B, SQ, H, s, L}, DType: c.prec.PartialOut, Exact: pex.Out, Expected: pxp.Out,
+			Name: "partial_out", Shape: []int{B, SQ, H, s, L}, DType: c.prec.PartialOut, Exact: Dense(pex.Out), Expected: Dense(pxp.Out),
 			Mode: Numeric, Reduction: maxSplit,
 			Coords: Coords{Axes: []string{"request", "q_pos", "head", "split", "latent"}, Derived: func(idx []int) []Coord {
 				return append(splitCoords(idx[0], idx[1], idx[2], idx[3]), Coord{"tile128", idx[4] / 128})
 			}},
 		},
 		Output{
-			Name: "partial_lse", Shape: []int{B, SQ, H, s}, DType: c.prec.PartialLSE, Exact: pex.LSE, Expected: pxp.LSE,
+			Name: "partial_lse", Shape: []int{B, SQ, H, s}, DType: c.prec.PartialLSE, Exact: Dense(pex.LSE), Expected: Dense(pxp.LSE),
 			Mode: Numeric, Reduction: maxSplit,
 			Coords: Coords{Axes: []string{"request", "q_pos", "head", "split"}, Derived: func(idx []int) []Coord {
 				return splitCoords(idx[0], idx[1], idx[2], idx[3])
@@ -350,14 +350,14 @@ func mlaDecodeSparse(in Inputs, prec Precision, outDTypes map[string]tensor.DTyp
 	red := max(1, topk)
 	return []Output{
 		{
-			Name: "out", Shape: []int{B, SQ, H, L}, DType: c.prec.Out, Exact: ex.Out, Expected: xp.Out,
+			Name: "out", Shape: []int{B, SQ, H, L}, DType: c.prec.Out, Exact: Dense(ex.Out), Expected: Dense(xp.Out),
 			Mode: Numeric, Reduction: red,
 			Coords: Coords{Axes: []string{"request", "q_pos", "head", "latent"}, Derived: func(idx []int) []Coord {
 				return append(rowCoords(idx[0], idx[1], idx[2]), Coord{"tile128", idx[3] / 128})
 			}},
 		},
 		{
-			Name: "lse", Shape: []int{B, H, SQ}, DType: c.prec.LSE, Exact: ex.LSE, Expected: xp.LSE,
+			Name: "lse", Shape: []int{B, H, SQ}, DType: c.prec.LSE, Exact: Dense(ex.LSE), Expected: Dense(xp.LSE),
 			Mode: Numeric, Reduction: red,
 			Coords: Coords{Axes: []string{"request", "head", "q_pos"}, Derived: func(idx []int) []Coord {
 				return rowCoords(idx[0], idx[2], idx[1])

@@ -92,8 +92,8 @@ func TestMLADecodeContractPartialsCombine(t *testing.T) {
 	comb, _ := Lookup("splitk_combine")
 	couts, err := comb.Reference(Inputs{
 		Tensors: map[string]*tensor.Tensor{
-			"partial_out": tensor.FromFloat64s(tensor.F32, []int{n, 4, 12}, po.Exact),
-			"partial_lse": tensor.FromFloat64s(tensor.F32, []int{n, 4}, pl.Exact),
+			"partial_out": Materialize(tensor.F32, []int{n, 4, 12}, po.Exact),
+			"partial_lse": Materialize(tensor.F32, []int{n, 4}, pl.Exact),
 		},
 		Params: Params{"lse_base": "2"},
 	}, DefaultPrecision(), map[string]tensor.DType{"out": tensor.F32})
@@ -103,19 +103,19 @@ func TestMLADecodeContractPartialsCombine(t *testing.T) {
 	cout, clse := outputNamed(t, couts, "out"), outputNamed(t, couts, "lse")
 	// The partials were stored as F32 for the combine, so agreement is to
 	// fp32 rounding of the partials, not 1e-13 (reference/mla tests that).
-	for i, v := range out.Exact {
-		if math.Abs(cout.Exact[i]-v) > 1e-6*math.Max(math.Abs(v), 1) {
-			t.Fatalf("combined out[%d] = %v, mla_decode %v", i, cout.Exact[i], v)
+	for i, v := range Float64s(out.Exact) {
+		if math.Abs(cout.Exact.At(i)-v) > 1e-6*math.Max(math.Abs(v), 1) {
+			t.Fatalf("combined out[%d] = %v, mla_decode %v", i, cout.Exact.At(i), v)
 		}
 	}
-	for i, v := range lse.Exact { // s_q = 1: [B, H, 1] and [B·1·H] agree in order
-		if !(clse.Exact[i] == v || math.Abs(clse.Exact[i]-v) <= 1e-6*math.Abs(v)) {
-			t.Fatalf("combined lse[%d] = %v, mla_decode %v", i, clse.Exact[i], v)
+	for i, v := range Float64s(lse.Exact) { // s_q = 1: [B, H, 1] and [B·1·H] agree in order
+		if !(clse.Exact.At(i) == v || math.Abs(clse.Exact.At(i)-v) <= 1e-6*math.Abs(v)) {
+			t.Fatalf("combined lse[%d] = %v, mla_decode %v", i, clse.Exact.At(i), v)
 		}
 	}
 	// request 1 is empty: lse -inf (default lse_empty), partials -inf
-	if !math.IsInf(lse.Exact[3], -1) || !math.IsInf(pl.Exact[3*4], -1) {
-		t.Errorf("empty request: lse %v partial %v, want -inf", lse.Exact[3], pl.Exact[3*4])
+	if !math.IsInf(lse.Exact.At(3), -1) || !math.IsInf(pl.Exact.At(3*4), -1) {
+		t.Errorf("empty request: lse %v partial %v, want -inf", lse.Exact.At(3), pl.Exact.At(3*4))
 	}
 	// coordinates: request 2, head 1, latent 5
 	c := out.Coords.Name([]int{2, 0, 1, 5})
@@ -154,12 +154,12 @@ func TestMLADecodeProduceAndNoise(t *testing.T) {
 	for _, v := range in.Tensors["kv_cache"].Float64s() {
 		vmax = math.Max(vmax, math.Abs(v))
 	}
-	for i := range o.Exact {
+	for i := 0; i < o.Exact.Len(); i++ {
 		// bf16 output rounding (2^-9 of |out|) plus bf16 P: each p_j off by
 		// at most 2^-9 relative, so Σ p_j v_j moves by at most 2^-9 Σ p_j |v_j|
 		// <= 2^-9 max |v| (and fp32 noise far below).
-		if d := math.Abs(o.Expected[i] - o.Exact[i]); d > 0x1p-9*math.Abs(o.Exact[i])+0x1p-9*vmax*1.01 {
-			t.Errorf("out[%d]: expected %v exact %v", i, o.Expected[i], o.Exact[i])
+		if d := math.Abs(o.Expected.At(i) - o.Exact.At(i)); d > 0x1p-9*math.Abs(o.Exact.At(i))+0x1p-9*vmax*1.01 {
+			t.Errorf("out[%d]: expected %v exact %v", i, o.Expected.At(i), o.Exact.At(i))
 		}
 	}
 }
@@ -238,9 +238,9 @@ func TestMLADecodeSparseContract(t *testing.T) {
 	}
 	for _, name := range []string{"out", "lse"} {
 		d, s := outputNamed(t, douts, name), outputNamed(t, souts, name)
-		for i := range d.Exact {
-			if d.Exact[i] != s.Exact[i] || d.Expected[i] != s.Expected[i] {
-				t.Fatalf("%s[%d]: sparse %v/%v dense %v/%v", name, i, s.Exact[i], s.Expected[i], d.Exact[i], d.Expected[i])
+		for i := 0; i < d.Exact.Len(); i++ {
+			if d.Exact.At(i) != s.Exact.At(i) || d.Expected.At(i) != s.Expected.At(i) {
+				t.Fatalf("%s[%d]: sparse %v/%v dense %v/%v", name, i, s.Exact.At(i), s.Expected.At(i), d.Exact.At(i), d.Expected.At(i))
 			}
 		}
 	}
@@ -275,11 +275,11 @@ func TestSplitKCombineContract(t *testing.T) {
 	}
 	want := []float64{0.25, 0.75, 0, 0}
 	for i, w := range want {
-		if math.Abs(out.Exact[i]-w) > 1e-7 || out.Expected[i] != w { // 0.25, 0.75 exact in bf16
-			t.Errorf("out[%d] = %v / %v, want %v", i, out.Exact[i], out.Expected[i], w)
+		if math.Abs(out.Exact.At(i)-w) > 1e-7 || out.Expected.At(i) != w { // 0.25, 0.75 exact in bf16
+			t.Errorf("out[%d] = %v / %v, want %v", i, out.Exact.At(i), out.Expected.At(i), w)
 		}
 	}
-	if math.Abs(lse.Exact[0]-math.Log(4)) > 1e-7 || !math.IsInf(lse.Exact[1], 1) || !math.IsInf(lse.Expected[1], 1) {
+	if math.Abs(lse.Exact.At(0)-math.Log(4)) > 1e-7 || !math.IsInf(lse.Exact.At(1), 1) || !math.IsInf(lse.Expected.At(1), 1) {
 		t.Errorf("lse = %v / %v, want ln 4 and +inf", lse.Exact, lse.Expected)
 	}
 	if c := out.Coords.Name([]int{1, 0}); c[2] != (Coord{"splits_used", 0}) {

@@ -228,7 +228,7 @@ func nvfp4Quantize(in Inputs, prec Precision, outDTypes map[string]tensor.DType)
 	exactPacked, expPacked := exact.Packed(), expected.Packed()
 	packed := Output{
 		Name: "packed", Shape: []int{m, k / 2}, DType: tensor.U8, Mode: Bitwise,
-		Exact: bytesAsFloats(exactPacked), Expected: bytesAsFloats(expPacked),
+		Exact: Dense(bytesAsFloats(exactPacked)), Expected: Dense(bytesAsFloats(expPacked)),
 		Equivalent: func(i int, actual float64) bool {
 			b, ok := byteOf(actual)
 			return ok && eq.ok(2*i, b&0xF) && eq.ok(2*i+1, b>>4)
@@ -347,7 +347,7 @@ func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.L
 		ex[i], exp[i] = decode(exCodes[i]), decode(expCodes[i])
 	}
 	return Output{
-		Name: "block_scale", Shape: shape, DType: d, Mode: Bitwise, Exact: ex, Expected: exp,
+		Name: "block_scale", Shape: shape, DType: d, Mode: Bitwise, Exact: Dense(ex), Expected: Dense(exp),
 		Equivalent: func(i int, actual float64) bool {
 			m, k := pos(i)
 			if m >= rows || k >= kSF {
@@ -401,7 +401,7 @@ func nvfp4Dequantize(in Inputs, prec Precision, outDTypes map[string]tensor.DTyp
 		return nil, err
 	}
 	return []Output{{
-		Name: "out", Shape: []int{a.Rows, a.K}, DType: od, Exact: exact, Expected: expected,
+		Name: "out", Shape: []int{a.Rows, a.K}, DType: od, Exact: Dense(exact), Expected: Dense(expected),
 		Mode: Numeric, Reduction: 1, Coords: fp4ElementCoords("row", "col"),
 	}}, nil
 }
@@ -444,7 +444,7 @@ func nvfp4GEMM(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]
 		}
 	}
 	return []Output{{
-		Name: "out", Shape: []int{a.Rows, b.Rows}, DType: od, Exact: exact, Expected: expected,
+		Name: "out", Shape: []int{a.Rows, b.Rows}, DType: od, Exact: Dense(exact), Expected: Dense(expected),
 		Mode: Numeric, Reduction: a.K,
 		Coords: Coords{Axes: []string{"row", "col"}, Derived: func(idx []int) []Coord {
 			if len(idx) != 2 {

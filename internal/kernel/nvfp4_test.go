@@ -147,7 +147,7 @@ func TestNVFP4QuantizeNaNInput(t *testing.T) {
 		t.Fatalf("NaN input rejected: %v", err)
 	}
 	scale := outs[1]
-	if !math.IsNaN(scale.Exact[1]) || !math.IsNaN(scale.Expected[1]) || math.IsNaN(scale.Exact[0]) {
+	if !math.IsNaN(scale.Exact.At(1)) || !math.IsNaN(scale.Expected.At(1)) || math.IsNaN(scale.Exact.At(0)) {
 		t.Errorf("block scales %v / %v: want NaN in block 1 only", scale.Exact, scale.Expected)
 	}
 	if !outs[0].Equivalent(10, 0xFF) || outs[0].Equivalent(0, 0xFF) {
@@ -177,8 +177,8 @@ func TestNVFP4QuantizeEquivalence(t *testing.T) {
 				t.Fatal(err)
 			}
 			packed, scale := outs[0], outs[1]
-			if packed.Expected[0] != 0x57 || packed.Expected[1] != 0x02 || packed.Expected[8] != 0x77 {
-				t.Fatalf("packed bytes 0, 1, 8 = %#x %#x %#x; want 0x57 0x02 0x77", int(packed.Expected[0]), int(packed.Expected[1]), int(packed.Expected[8]))
+			if packed.Expected.At(0) != 0x57 || packed.Expected.At(1) != 0x02 || packed.Expected.At(8) != 0x77 {
+				t.Fatalf("packed bytes 0, 1, 8 = %#x %#x %#x; want 0x57 0x02 0x77", int(packed.Expected.At(0)), int(packed.Expected.At(1)), int(packed.Expected.At(8)))
 			}
 			for _, tc := range []struct {
 				i    int
@@ -221,7 +221,7 @@ func TestNVFP4QuantizeEquivalence(t *testing.T) {
 				// Padding is zero by contract (spec section 5): garbage there is a
 				// fault a GEMM reading the padded tile would multiply by; -0
 				// (E4M3 0x80) is the same value.
-				if scale.Equivalent(2, val(0x55)) || scale.Expected[2] != 0 {
+				if scale.Equivalent(2, val(0x55)) || scale.Expected.At(2) != 0 {
 					t.Error("swizzled padding: expected 0 and garbage refused")
 				}
 				if sd != tensor.U8 && !scale.Equivalent(2, val(0x80)) {
@@ -288,7 +288,7 @@ func TestNVFP4ProduceChain(t *testing.T) {
 			for c := 0; c < 80; c++ {
 				want += deq.Float64At(ij[0]*80+c) * deq.Float64At(ij[1]*80+c)
 			}
-			if got := o.Exact[ij[0]*130+ij[1]]; math.Abs(got-want) > 1e-5*math.Abs(want) {
+			if got := o.Exact.At(ij[0]*130 + ij[1]); math.Abs(got-want) > 1e-5*math.Abs(want) {
 				t.Errorf("%s: gemm[%d,%d] = %g, dequantized dot %g", layout, ij[0], ij[1], got, want)
 			}
 		}
@@ -313,11 +313,11 @@ func TestNVFP4QuantizeExactIsEquivalent(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, o := range outs {
-			for i := range o.Exact {
-				if o.Exact[i] != o.Expected[i] {
+			for i := 0; i < o.Exact.Len(); i++ {
+				if o.Exact.At(i) != o.Expected.At(i) {
 					differ[o.Name]++
-					if !o.Equivalent(i, o.Exact[i]) {
-						t.Errorf("%v %s[%d]: exact %v not equivalent to expected %v", shape, o.Name, i, o.Exact[i], o.Expected[i])
+					if !o.Equivalent(i, o.Exact.At(i)) {
+						t.Errorf("%v %s[%d]: exact %v not equivalent to expected %v", shape, o.Name, i, o.Exact.At(i), o.Expected.At(i))
 					}
 				}
 			}
@@ -343,8 +343,8 @@ func TestNVFP4DequantizeByHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := outs[0]
-	if o.Exact[0] != 3 || o.Exact[1] != 18 || o.Expected[1] != 18 || o.DType != tensor.BF16 || o.Mode != Numeric {
-		t.Errorf("dequant: %v %v %v %v", o.Exact[:2], o.Expected[:2], o.DType, o.Mode)
+	if o.Exact.At(0) != 3 || o.Exact.At(1) != 18 || o.Expected.At(1) != 18 || o.DType != tensor.BF16 || o.Mode != Numeric {
+		t.Errorf("dequant: %v %v %v %v", Float64s(o.Exact)[:2], Float64s(o.Expected)[:2], o.DType, o.Mode)
 	}
 	c := o.Coords.Name([]int{0, 1})
 	if len(c) != 5 || c[4].Name != "nibble" || c[4].Value != 1 || c[2].Name != "block16" {

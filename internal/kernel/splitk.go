@@ -81,14 +81,14 @@ func splitkCombine(in Inputs, prec Precision, outDTypes map[string]tensor.DType)
 	}
 	return []Output{
 		{
-			Name: "out", Shape: []int{n, l}, DType: outDT, Exact: ex.Out, Expected: xp.Out,
+			Name: "out", Shape: []int{n, l}, DType: outDT, Exact: Dense(ex.Out), Expected: Dense(xp.Out),
 			Mode: Numeric, Reduction: s,
 			Coords: Coords{Axes: []string{"row", "latent"}, Derived: func(idx []int) []Coord {
 				return []Coord{{"splits_used", used[idx[0]]}, {"tile128", idx[1] / 128}}
 			}},
 		},
 		{
-			Name: "lse", Shape: []int{n}, DType: lseDT, Exact: ex.LSE, Expected: xp.LSE,
+			Name: "lse", Shape: []int{n}, DType: lseDT, Exact: Dense(ex.LSE), Expected: Dense(xp.LSE),
 			Mode: Numeric, Reduction: s,
 			Coords: Coords{Axes: []string{"row"}, Derived: func(idx []int) []Coord {
 				return []Coord{{"splits_used", used[idx[0]]}}

@@ -155,7 +155,7 @@ type agg struct {
 func excessOf(o check.Observation, b compare.Bounds, i int) float64 {
 	ref := o.Ref
 	av := o.Actual.Float64At(i)
-	ev, xv := ref.Expected[i], ref.Exact[i]
+	ev, xv := ref.Expected.At(i), ref.Exact.At(i)
 	nanA, nanE := math.IsNaN(av), math.IsNaN(ev)
 	switch {
 	case nanA != nanE:
@@ -203,7 +203,7 @@ func profileOf(o check.Observation) (Profile, []int) {
 		p.PageSize = ps
 	}
 	n := o.Actual.Len()
-	if n == 0 || len(o.Ref.Expected) != n || len(o.Ref.Exact) != n {
+	if n == 0 || o.Ref.Expected == nil || o.Ref.Exact == nil || o.Ref.Expected.Len() != n || o.Ref.Exact.Len() != n {
 		return p, nil
 	}
 	var b compare.Bounds

@@ -471,7 +471,7 @@ func TestProfileSampling(t *testing.T) {
 	defer func(m int) { maxProfileElements = m }(maxProfileElements)
 	maxProfileElements = 100
 	const n = 1000
-	ref := kernel.Output{Name: "out", Shape: []int{n}, Exact: make([]float64, n), Expected: make([]float64, n),
+	ref := kernel.Output{Name: "out", Shape: []int{n}, Exact: make(kernel.Dense, n), Expected: make(kernel.Dense, n),
 		Coords: kernel.Coords{Axes: []string{"token"}}}
 	act := tensor.New(tensor.F32, n)
 	for _, i := range []int{7, 503} { // neither in the 1-in-10 sample

@@ -52,7 +52,10 @@ package signature
 
 import (
 	"fmt"
+	"iter"
 	"math"
+	"math/bits"
+	"slices"
 	"sort"
 	"strings"
 
@@ -141,7 +144,14 @@ type coordStats struct {
 // Analyze finds the pattern in excess (err_i/tol_i for every element of o,
 // +Inf allowed for special-value mismatches and errors against a zero
 // tolerance). It never returns nil.
-func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
+//
+// Analyze reads excess (and o.Expected, and Options.Actual) in sequential
+// passes and keeps one bit per element (which ones fail), so that an output
+// of hundreds of millions of elements (a whole KV cache), whose excess is
+// computed on demand, is analysed in memory that grows with the number of
+// coordinate values, not with 8 bytes an element. The quantiles it needs
+// are selected exactly (kthSmallest), not by sorting a copy.
+func Analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 	thr := opt.Threshold
 	if thr <= 0 {
 		thr = 1
@@ -154,7 +164,7 @@ func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
 	if maxGroups <= 0 {
 		maxGroups = 8
 	}
-	N := len(excess)
+	N := excess.Len()
 	shape := o.Shape
 	if tensor.NumElements(shape) != N || len(shape) == 0 {
 		shape = []int{N}
@@ -163,53 +173,73 @@ func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
 	// Cap infinities so that sums stay finite: an Inf element weighs ten
 	// times the largest finite excess (and at least 10·Threshold).
 	maxFinite := 0.0
-	for _, e := range excess {
-		if !math.IsInf(e, 0) && !math.IsNaN(e) {
+	for i := 0; i < N; i++ {
+		if e := excess.At(i); !math.IsInf(e, 0) && !math.IsNaN(e) {
 			maxFinite = max(maxFinite, e)
 		}
 	}
 	capv := 10 * max(maxFinite, thr)
-	ex := make([]float64, N)
-	for i, e := range excess {
+	// ex is the capped excess of element i.
+	ex := func(i int) float64 {
+		e := excess.At(i)
 		switch {
 		case math.IsNaN(e) || e < 0:
-			ex[i] = 0
+			return 0
 		case math.IsInf(e, 1):
-			ex[i] = capv
-		default:
-			ex[i] = e
+			return capv
 		}
+		return e
 	}
-	w := make([]float64, N)
-	failing := 0
+	// weight is an element's share of the excess mass, from its capped excess.
+	var weight func(e float64) float64
 	if opt.Systematic {
 		// The top decile of the excess: where a systematic error that
 		// stays under every bound is largest.
-		q90 := quantile(ex, 0.9)
-		for i, e := range ex {
-			w[i] = max(e-q90, 0)
-		}
+		q90 := quantile(N, func(yield func(float64) bool) {
+			for i := 0; i < N && yield(ex(i)); i++ {
+			}
+		}, 0.9)
+		weight = func(e float64) float64 { return max(e-q90, 0) }
 	} else {
 		// A failing element weighs 1 + ln(excess/threshold): a gross
 		// failure counts more than a marginal one, but an element whose
 		// tolerance is nearly zero (an exact output at 0, where one ulp
 		// is a subnormal) cannot outweigh thousands of others.
-		for i, e := range ex {
+		weight = func(e float64) float64 {
 			if e > thr {
-				w[i] = 1 + math.Log(e/thr)
+				return 1 + math.Log(e/thr)
+			}
+			return 0
+		}
+	}
+	// The failing elements are marked in a bitmap (one bit an element, a
+	// 64th of the float64 excess it replaces), so that the passes that look
+	// at them alone need not judge every element again.
+	var sw, sw2 float64
+	failing := 0
+	failSet := make([]uint64, (N+63)/64)
+	for i := 0; i < N; i++ {
+		e := ex(i)
+		v := weight(e)
+		sw += v
+		sw2 += v * v
+		if e > thr {
+			failing++
+			failSet[i>>6] |= 1 << (i & 63)
+		}
+	}
+	// failingSeq yields the failing elements in order.
+	failingSeq := func(yield func(int) bool) {
+		for w, word := range failSet {
+			for ; word != 0; word &= word - 1 {
+				if !yield(w<<6 + bits.TrailingZeros64(word)) {
+					return
+				}
 			}
 		}
 	}
-	var sw, sw2 float64
-	for i, v := range w {
-		sw += v
-		sw2 += v * v
-		if ex[i] > thr {
-			failing++
-		}
-	}
 	if failing >= 4 && opt.Actual != nil && !opt.Systematic {
-		if sig := valueHypotheses(o, shape, ex, thr, failing, opt.Actual); sig != nil {
+		if sig := valueHypotheses(o, shape, N, failingSeq, failing, opt.Actual); sig != nil {
 			return sig
 		}
 	}
@@ -225,7 +255,14 @@ func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
 	if maxElems <= 0 {
 		maxElems = 1 << 21
 	}
-	stats := collect(o, shape, ex, w, thr, maxElems)
+	// Off the failing elements every weight is 0 (but for a systematic
+	// error's), so the bitmap tells collect which elements it may leave out
+	// of its sample without judging them.
+	var weighted []uint64
+	if !opt.Systematic {
+		weighted = failSet
+	}
+	stats := collect(o, shape, N, ex, weight, thr, maxElems, weighted)
 	nameTry := math.Log(float64(max(len(stats), 1)))
 
 	type cand struct {
@@ -300,7 +337,7 @@ func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
 		return sig(best)
 	}
 	if mEff < 5 {
-		return &Signature{Pattern: Isolated, Detail: isolatedDetail(o, shape, ex, thr, failing)}
+		return &Signature{Pattern: Isolated, Detail: isolatedDetail(o, shape, failingSeq, failing)}
 	}
 	what := fmt.Sprintf("%d failing elements", failing)
 	if opt.Systematic {
@@ -313,31 +350,44 @@ func Analyze(o kernel.Output, excess []float64, opt Options) *Signature {
 // least 90% of them must hold exactly the value a swap predicts, or lie
 // within 1% of the expected value times their median ratio to it (a factor
 // at least 5% away from 1).
-func valueHypotheses(o kernel.Output, shape []int, ex []float64, thr float64, failing int, actual func(int) float64) *Signature {
-	if len(o.Expected) != len(ex) {
+func valueHypotheses(o kernel.Output, shape []int, N int, failingSeq iter.Seq[int], failing int, actual func(int) float64) *Signature {
+	if o.Expected == nil || o.Expected.Len() != N {
 		return nil
 	}
 	same := func(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
 	last := len(shape) - 1
 	pairs := shape[last]%2 == 0
 	bytes := o.DType == tensor.U8
-	var pairHits, nibbleHits, zeros int
-	var ratios []float64
-	for i, e := range ex {
-		if e <= thr {
-			continue
+	// ratio is a failing element's actual over expected value, when the
+	// actual one is finite and the expected one nonzero and not infinite
+	// (NaN where the expected value is NaN).
+	ratio := func(i int) (float64, bool) {
+		a, x := actual(i), o.Expected.At(i)
+		if x != 0 && !math.IsInf(x, 0) && !math.IsNaN(a) && !math.IsInf(a, 0) {
+			return a / x, true
 		}
+		return 0, false
+	}
+	ratios := func(yield func(float64) bool) {
+		for i := range failingSeq {
+			if r, ok := ratio(i); ok && !yield(r) {
+				return
+			}
+		}
+	}
+	var pairHits, nibbleHits, zeros, nRatios int
+	for i := range failingSeq {
 		a := actual(i)
 		if a == 0 {
 			zeros++
 		}
-		if x := o.Expected[i]; x != 0 && !math.IsInf(x, 0) && !math.IsNaN(a) && !math.IsInf(a, 0) {
-			ratios = append(ratios, a/x)
+		if _, ok := ratio(i); ok {
+			nRatios++
 		}
-		if pairs && same(a, o.Expected[i^1]) {
+		if pairs && same(a, o.Expected.At(i^1)) {
 			pairHits++
 		}
-		if x := o.Expected[i]; bytes && x >= 0 && x <= 255 && x == math.Trunc(x) {
+		if x := o.Expected.At(i); bytes && x >= 0 && x <= 255 && x == math.Trunc(x) {
 			b := uint8(x)
 			if same(a, float64(b<<4|b>>4)) {
 				nibbleHits++
@@ -359,10 +409,10 @@ func valueHypotheses(o kernel.Output, shape []int, ex []float64, thr float64, fa
 		return &Signature{Pattern: AlternatingNibble, Coord: axis,
 			Detail: fmt.Sprintf("%d of %d failing elements hold their pair neighbour's expected value (%s 2i and 2i+1 exchanged: FP4 nibble order)", pairHits, failing, axis)}
 	}
-	if float64(len(ratios)) >= 0.9*float64(failing) {
-		c := quantile(ratios, 0.5)
+	if float64(nRatios) >= 0.9*float64(failing) {
+		c := quantile(nRatios, ratios, 0.5)
 		near := 0
-		for _, r := range ratios {
+		for r := range ratios {
 			if math.Abs(r/c-1) <= 0.01 {
 				near++
 			}
@@ -375,8 +425,11 @@ func valueHypotheses(o kernel.Output, shape []int, ex []float64, thr float64, fa
 	return nil
 }
 
-// collect aggregates excess by every coordinate value.
-func collect(o kernel.Output, shape []int, ex, w []float64, thr float64, maxElems int) []*coordStats {
+// collect aggregates excess by every coordinate value: ex(i) is element i's
+// capped excess, weight(ex(i)) its excess mass. weighted, when not nil,
+// marks (a bit an element) every element of nonzero weight: the others need
+// not be judged unless they fall in the sample.
+func collect(o kernel.Output, shape []int, N int, ex func(int) float64, weight func(float64) float64, thr float64, maxElems int, weighted []uint64) []*coordStats {
 	var stats []*coordStats
 	byName := map[string]*coordStats{}
 	get := func(name string) *coordStats {
@@ -388,12 +441,12 @@ func collect(o kernel.Output, shape []int, ex, w []float64, thr float64, maxElem
 		stats = append(stats, st)
 		return st
 	}
-	add := func(name string, v int, i int, weight float64) {
+	add := func(name string, v int, e, w, count float64) {
 		st := get(name)
-		st.count[v] += weight
-		st.mass[v] += w[i]
-		st.excess[v] += weight * ex[i]
-		if ex[i] > thr {
+		st.count[v] += count
+		st.mass[v] += w
+		st.excess[v] += count * e
+		if e > thr {
 			st.fail[v]++
 		}
 	}
@@ -402,8 +455,8 @@ func collect(o kernel.Output, shape []int, ex, w []float64, thr float64, maxElem
 	// with weight 1/r (a hash, not a stride, so that no period of the
 	// tensor's layout aliases with the sample).
 	rate := 1.0
-	if len(ex) > maxElems {
-		rate = float64(maxElems) / float64(len(ex))
+	if N > maxElems {
+		rate = float64(maxElems) / float64(N)
 	}
 	// The parity of the last axis, unless the kernel names one itself.
 	last := len(shape) - 1
@@ -418,20 +471,25 @@ func collect(o kernel.Output, shape []int, ex, w []float64, thr float64, maxElem
 			}
 		}
 	}
-	for i := range ex {
-		weight := 1.0
-		if w[i] == 0 && rate < 1 {
+	for i := 0; i < N; i++ {
+		if weighted != nil && rate < 1 && weighted[i>>6]>>(i&63)&1 == 0 && unitHash(uint64(i)) >= rate {
+			continue // weight 0 and not in the sample
+		}
+		e := ex(i)
+		w := weight(e)
+		count := 1.0
+		if w == 0 && rate < 1 {
 			if unitHash(uint64(i)) >= rate {
 				continue
 			}
-			weight = 1 / rate
+			count = 1 / rate
 		}
 		idx := tensor.Unravel(i, shape)
 		for _, c := range o.Coords.Name(idx) {
-			add(c.Name, c.Value, i, weight)
+			add(c.Name, c.Value, e, w, count)
 		}
 		if parityName != "" {
-			add(parityName, idx[last]%2, i, weight)
+			add(parityName, idx[last]%2, e, w, count)
 		}
 	}
 	for _, st := range stats {
@@ -584,16 +642,17 @@ func topGroups(st *coordStats, sw float64, N, maxGroups int) []Group {
 	return g
 }
 
-func isolatedDetail(o kernel.Output, shape []int, ex []float64, thr float64, failing int) string {
+func isolatedDetail(o kernel.Output, shape []int, failingSeq iter.Seq[int], failing int) string {
 	var where []string
-	for i, e := range ex {
-		if e > thr && len(where) < 3 {
-			var parts []string
-			for _, c := range o.Coords.Name(tensor.Unravel(i, shape)) {
-				parts = append(parts, fmt.Sprintf("%s %d", c.Name, c.Value))
-			}
-			where = append(where, strings.Join(parts, ", "))
+	for i := range failingSeq {
+		if len(where) == 3 {
+			break
 		}
+		var parts []string
+		for _, c := range o.Coords.Name(tensor.Unravel(i, shape)) {
+			parts = append(parts, fmt.Sprintf("%s %d", c.Name, c.Value))
+		}
+		where = append(where, strings.Join(parts, ", "))
 	}
 	return fmt.Sprintf("%d element(s) fail, too few to show a pattern: %s", failing, strings.Join(where, "; "))
 }
@@ -643,14 +702,82 @@ func lnChoose(n, k int) float64 {
 	return a - b - c
 }
 
-// quantile returns the p-quantile of x (the element at rank ⌊p·len⌋).
-func quantile(x []float64, p float64) float64 {
-	s := append([]float64(nil), x...)
-	sort.Float64s(s)
-	if len(s) == 0 {
+// quantile returns the p-quantile of the n values seq yields: the value at
+// rank ⌊p·n⌋ once sorted as sort.Float64s sorts (NaN first), 0 when there
+// are none.
+func quantile(n int, seq iter.Seq[float64], p float64) float64 {
+	if n == 0 {
 		return 0
 	}
-	return s[min(int(p*float64(len(s))), len(s)-1)]
+	return kthSmallest(seq, min(int(p*float64(n)), n-1))
+}
+
+// kthSmallest returns the k-th smallest (from 0) of the values seq yields,
+// which must number more than k. It is exact and holds no copy of the
+// values: a radix selection on their bit patterns, ordered as the values are
+// (orderKey), fixing 16 bits a pass over seq, the count of each 16-bit digit
+// among the values that share the bits fixed so far telling which digit the
+// k-th one has. Once few enough values share the fixed bits (selectDirect),
+// one more pass copies just those and sorts them. Usually two passes, at
+// most four, where a sort would copy all the values.
+func kthSmallest(seq iter.Seq[float64], k int) float64 {
+	counts := make([]int, 1<<16)
+	var prefix uint64
+	for shift := 48; shift >= 0; shift -= 16 {
+		high := ^uint64(0) << (shift + 16) // the bits fixed so far (none at first: a shift by 64 is 0)
+		clear(counts)
+		for v := range seq {
+			if key := orderKey(v); key&high == prefix {
+				counts[key>>shift&0xFFFF]++
+			}
+		}
+		d := 0
+		for ; k >= counts[d]; d++ {
+			k -= counts[d]
+		}
+		prefix |= uint64(d) << shift
+		if n := counts[d]; n <= selectDirect && shift > 0 {
+			high = ^uint64(0) << shift
+			keys := make([]uint64, 0, n)
+			for v := range seq {
+				if key := orderKey(v); key&high == prefix {
+					keys = append(keys, key)
+				}
+			}
+			slices.Sort(keys)
+			return fromOrderKey(keys[k])
+		}
+	}
+	return fromOrderKey(prefix)
+}
+
+// selectDirect is how many values kthSmallest copies and sorts rather than
+// make another counting pass (8 MiB of keys). A variable so that a test can
+// make every pass count.
+var selectDirect = 1 << 20
+
+// orderKey maps a float64 to a uint64 in the same order (NaN first, as
+// sort.Float64s puts it, then -Inf, and -0 before +0): the sign bit set on
+// positives, every bit flipped on negatives.
+func orderKey(v float64) uint64 {
+	if math.IsNaN(v) {
+		return 0 // no number maps there: -Inf maps to 0x000FFFFFFFFFFFFF
+	}
+	b := math.Float64bits(v)
+	if b>>63 == 1 {
+		return ^b
+	}
+	return b | 1<<63
+}
+
+func fromOrderKey(k uint64) float64 {
+	if k == 0 {
+		return math.NaN()
+	}
+	if k>>63 == 1 {
+		return math.Float64frombits(k &^ (1 << 63))
+	}
+	return math.Float64frombits(^k)
 }
 
 // spearman is the rank correlation of y with its index (ties get their

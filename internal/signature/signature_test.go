@@ -2,8 +2,10 @@ package signature
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"strings"
 	"testing"
 
@@ -39,7 +41,7 @@ func (s synth) build(seed uint64) (kernel.Output, []float64) {
 			}
 		}
 	}
-	o := kernel.Output{Name: "out", Shape: s.shape, Exact: make([]float64, N), Expected: make([]float64, N),
+	o := kernel.Output{Name: "out", Shape: s.shape, Exact: make(kernel.Dense, N), Expected: make(kernel.Dense, N),
 		Coords: kernel.Coords{Axes: s.axes, Derived: s.derived}}
 	return o, ex
 }
@@ -180,7 +182,7 @@ func TestPatterns(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			o, ex := tc.s.build(1)
-			sig := Analyze(o, ex, Options{})
+			sig := Analyze(o, kernel.Dense(ex), Options{})
 			t.Logf("%s: %s", sig.Pattern, sig.Detail)
 			if sig.Pattern != tc.pattern || sig.Coord != tc.coord {
 				t.Fatalf("pattern %q on %q (%s), want %q on %q", sig.Pattern, sig.Coord, sig.Detail, tc.pattern, tc.coord)
@@ -215,11 +217,11 @@ func TestNoiseClaimsNoPattern(t *testing.T) {
 			ex[i] = math.Abs(r.NormFloat64()) * 0.46 // P(> 1) ≈ 3%
 		}
 		o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []string{"request", "token", "latent"}, Derived: derived}}
-		sig := Analyze(o, ex, Options{})
+		sig := Analyze(o, kernel.Dense(ex), Options{})
 		if sig.Pattern != Uniform {
 			t.Errorf("seed %d: noise named %q on %q: %s", seed, sig.Pattern, sig.Coord, sig.Detail)
 		}
-		sig = Analyze(o, ex, Options{Systematic: true})
+		sig = Analyze(o, kernel.Dense(ex), Options{Systematic: true})
 		if sig.Pattern != Uniform {
 			t.Errorf("seed %d, systematic: noise named %q on %q: %s", seed, sig.Pattern, sig.Coord, sig.Detail)
 		}
@@ -241,10 +243,10 @@ func TestSystematic(t *testing.T) {
 		}
 	}
 	o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []string{"request", "head", "latent"}}}
-	if sig := Analyze(o, ex, Options{}); sig.Pattern != None {
+	if sig := Analyze(o, kernel.Dense(ex), Options{}); sig.Pattern != None {
 		t.Errorf("without Systematic: %q, want none (no element fails)", sig.Pattern)
 	}
-	sig := Analyze(o, ex, Options{Systematic: true})
+	sig := Analyze(o, kernel.Dense(ex), Options{Systematic: true})
 	if sig.Pattern != OneHead || sig.Groups[0].Value != 3 {
 		t.Errorf("systematic: %q %+v, want one_head on head 3", sig.Pattern, sig.Groups)
 	}
@@ -260,7 +262,7 @@ func TestDetailWording(t *testing.T) {
 			return 0
 		}}
 	o, ex := s.build(3)
-	sig := Analyze(o, ex, Options{})
+	sig := Analyze(o, kernel.Dense(ex), Options{})
 	want := "errors concentrate on page_offset 0 and 63 (page boundaries)"
 	if !strings.HasPrefix(sig.Detail, want) || !strings.Contains(sig.Detail, "of the excess in 3.1% of the elements") {
 		t.Errorf("detail %q, want it to start %q and give the 2/64 = 3.1%% element share", sig.Detail, want)
@@ -350,7 +352,7 @@ func TestSampledLikeFull(t *testing.T) {
 			return 0
 		}}
 	o, ex := s.build(4)
-	sig := Analyze(o, ex, Options{MaxElements: 3000})
+	sig := Analyze(o, kernel.Dense(ex), Options{MaxElements: 3000})
 	if sig.Pattern != PageBoundary || sig.Groups[0].Value != P-1 || math.Abs(sig.Groups[0].Elements-1.0/P) > 0.01 {
 		t.Errorf("sampled: %s %+v, want page_boundary at offset 15 holding 1/16 of the elements", sig.Pattern, sig.Groups)
 	}
@@ -362,7 +364,7 @@ func TestSampledLikeFull(t *testing.T) {
 			return 0
 		}}
 	o, ex = noise.build(5)
-	if sig := Analyze(o, ex, Options{MaxElements: 3000}); sig.Pattern != Uniform {
+	if sig := Analyze(o, kernel.Dense(ex), Options{MaxElements: 3000}); sig.Pattern != Uniform {
 		t.Errorf("sampled noise named %s: %s", sig.Pattern, sig.Detail)
 	}
 }
@@ -376,7 +378,7 @@ func TestValueHypotheses(t *testing.T) {
 	for i := range expected {
 		expected[i] = []float64{0, 0.5, 1, 1.5, 2, 3, 4, 6}[r.IntN(8)] * float64(1-2*r.IntN(2))
 	}
-	o := kernel.Output{Name: "dequant", Shape: []int{rows, cols}, DType: tensor.BF16, Expected: expected,
+	o := kernel.Output{Name: "dequant", Shape: []int{rows, cols}, DType: tensor.BF16, Expected: kernel.Dense(expected),
 		Coords: kernel.Coords{Axes: []string{"row", "col"}}}
 	excessOf := func(actual []float64) []float64 {
 		ex := make([]float64, N)
@@ -404,7 +406,7 @@ func TestValueHypotheses(t *testing.T) {
 		b := uint8(r.IntN(256))
 		bytesExp[i], bytesAct[i] = float64(b), float64(b<<4|b>>4)
 	}
-	ob := kernel.Output{Name: "packed", Shape: []int{rows, cols}, DType: tensor.U8, Expected: bytesExp,
+	ob := kernel.Output{Name: "packed", Shape: []int{rows, cols}, DType: tensor.U8, Expected: kernel.Dense(bytesExp),
 		Coords: kernel.Coords{Axes: []string{"row", "byte"}}}
 	exB := make([]float64, N)
 	for i := range exB {
@@ -431,7 +433,7 @@ func TestValueHypotheses(t *testing.T) {
 	}
 	for _, tc := range tests {
 		act := tc.actual
-		sig := Analyze(tc.o, tc.ex, Options{Actual: func(i int) float64 { return act[i] }})
+		sig := Analyze(tc.o, kernel.Dense(tc.ex), Options{Actual: func(i int) float64 { return act[i] }})
 		t.Logf("%s: %s: %s", tc.name, sig.Pattern, sig.Detail)
 		if sig.Pattern != tc.pattern {
 			t.Errorf("%s: pattern %s (%s), want %s", tc.name, sig.Pattern, sig.Detail, tc.pattern)
@@ -442,8 +444,64 @@ func TestValueHypotheses(t *testing.T) {
 	for i := range noise {
 		noise[i] = expected[i] + r.NormFloat64()
 	}
-	sig := Analyze(o, excessOf(noise), Options{Actual: func(i int) float64 { return noise[i] }})
+	sig := Analyze(o, kernel.Dense(excessOf(noise)), Options{Actual: func(i int) float64 { return noise[i] }})
 	if sig.Pattern == AlternatingNibble || sig.Pattern == ConstantFactor {
 		t.Errorf("random errors named %s: %s", sig.Pattern, sig.Detail)
+	}
+}
+
+// TestQuantileMatchesSort: the streaming selection gives, at every rank, the
+// value a sort gives (NaN first, infinities, both zeros, repeats), which is
+// what keeps every signature the same as when Analyze sorted a copy.
+func TestQuantileMatchesSort(t *testing.T) {
+	for _, direct := range []int{selectDirect, 0} { // 0: all four counting passes
+		t.Run(fmt.Sprintf("direct=%d", direct), func(t *testing.T) {
+			defer func(d int) { selectDirect = d }(selectDirect)
+			selectDirect = direct
+			quantileMatchesSort(t)
+		})
+	}
+}
+
+func quantileMatchesSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	specials := []float64{math.NaN(), math.Inf(1), math.Inf(-1), 0, math.Copysign(0, -1), 1, -1, 5e-324, math.MaxFloat64}
+	for trial := 0; trial < 50; trial++ {
+		n := 1 + rng.IntN(300)
+		x := make([]float64, n)
+		for i := range x {
+			switch rng.IntN(4) {
+			case 0:
+				x[i] = specials[rng.IntN(len(specials))]
+			case 1:
+				x[i] = float64(rng.IntN(5)) // repeats
+			default:
+				x[i] = rng.NormFloat64() * math.Pow(10, float64(rng.IntN(40)-20))
+			}
+		}
+		s := append([]float64(nil), x...)
+		sort.Float64s(s)
+		seq := func(yield func(float64) bool) {
+			for _, v := range x {
+				if !yield(v) {
+					return
+				}
+			}
+		}
+		for _, k := range []int{0, n - 1, n / 2, rng.IntN(n), rng.IntN(n), rng.IntN(n), rng.IntN(n)} {
+			got := kthSmallest(seq, k)
+			if got != s[k] && !(math.IsNaN(got) && math.IsNaN(s[k])) {
+				t.Fatalf("trial %d: rank %d of %d: selected %v, sorted %v", trial, k, n, got, s[k])
+			}
+		}
+		for _, p := range []float64{0.5, 0.9} {
+			want := s[min(int(p*float64(n)), n-1)]
+			if got := quantile(n, seq, p); got != want && !(math.IsNaN(got) && math.IsNaN(want)) {
+				t.Fatalf("trial %d: quantile %v = %v, sorted %v", trial, p, got, want)
+			}
+		}
+	}
+	if got := quantile(0, func(func(float64) bool) {}, 0.5); got != 0 {
+		t.Errorf("quantile of nothing = %v, want 0", got)
 	}
 }

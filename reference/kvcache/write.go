@@ -1,9 +1,11 @@
 package kvcache
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -17,36 +19,46 @@ import (
 // at a rounding midpoint are affected.
 const TieRelTol = 0x1p-20
 
-// Written is the result of a cache write: the cache a correct engine kernel
-// leaves (After, Expected), the float64 one (Exact), which token each entry
-// now holds, and what else would also be correct (Equivalent).
-type Written struct {
+// Overlay is a cache write held as what it changes: cache_before, never
+// copied and never modified, and the slots written with the token each now
+// holds. A written entry's bytes are computed when asked for (EntryInto,
+// Value), from the token's kv_c and k_pe, so an Overlay's memory grows with
+// the tokens written (16 bytes each, 32 more for fp8_ds_mla's tile amaxes),
+// not with the cache: a check of a 600 MB cache holds no copy of it.
+//
+// An entry is computed two ways: as the engines' kernels write it (the
+// expected cache: x/scale as one fp32 division, then E4M3
+// round-to-nearest-even, as vLLM's scaled_convert does
+// __nv_cvt_float_to_fp8(float(x) / scale, __NV_SATFINITE, __NV_E4M3)), and
+// exactly (x/scale divided in float64). BF16 entries and fp8_ds_mla's rope
+// part are copies, the same both ways. An Overlay is read-only once built and
+// safe for concurrent use.
+type Overlay struct {
 	Layout Layout
-	// After is cache_before with every token of slot >= 0 written as the
-	// engines' kernels do it: x/scale as one fp32 division, then E4M3
-	// round-to-nearest-even (vLLM scaled_convert: __nv_cvt_float_to_fp8(
-	// float(x) / scale, __NV_SATFINITE, __NV_E4M3)).
-	After *tensor.Tensor
-	// Exact is the same write with x/scale divided in float64.
-	Exact *tensor.Tensor
-	// TokenAt[slot] is the token written at slot (block*P + offset), -1
-	// where none was.
-	TokenAt []int32
-
-	before, kvc, kpe *tensor.Tensor
-	kScale           float64
-	// scales[t*DSTiles+tile] are the tile scales a correct fp8_ds_mla writer
-	// of the declared convention may store for token t (first: the one
-	// After holds).
-	scales [][]float32
+	// Before is cache_before.
+	Before *tensor.Tensor
+	// written lists the written entries by ascending slot.
+	written []writtenEntry
+	// amax[k*DSTiles+tile] is the largest magnitude in that tile of the
+	// latent values of written[k]'s token (fp8_ds_mla only): the tile scales
+	// a correct writer may store follow from it (TileScales).
+	amax     []float64
+	kvc, kpe *tensor.Tensor
+	kScale   float64
 }
 
-// Write returns the result of writing tokens kv_c [T', L] and k_pe [T', R]
-// (any float dtype; the contract's are BF16) to the slots of slots (T <= T'
-// entries: as vLLM V1, rows past len(slots) are CUDA-graph padding and are not
-// written) into a copy of before. before is never modified. kScale is
-// fp8_e4m3's per-tensor scale (ignored by the other layouts).
-func Write(before, kvc, kpe *tensor.Tensor, slots []int64, l Layout, kScale float64) (*Written, error) {
+type writtenEntry struct {
+	slot  int64
+	token int32
+}
+
+// NewOverlay returns the write of tokens kv_c [T', L] and k_pe [T', R] (any
+// float dtype; the contract's are BF16) to the slots of slots (T <= T'
+// entries: as vLLM V1, rows past len(slots) are CUDA-graph padding and are
+// not written; a negative slot skips its token) over before. kScale is
+// fp8_e4m3's per-tensor scale (ignored by the other layouts). Errors name
+// the tensor at fault.
+func NewOverlay(before, kvc, kpe *tensor.Tensor, slots []int64, l Layout, kScale float64) (*Overlay, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
@@ -80,106 +92,173 @@ func Write(before, kvc, kpe *tensor.Tensor, slots []int64, l Layout, kScale floa
 			return nil, err
 		}
 	}
-	nb := before.Shape[0]
-	if err := CheckSlots(slots, nb, l.PageSize); err != nil {
+	if err := CheckSlots(slots, before.Shape[0], l.PageSize); err != nil {
 		return nil, err
 	}
-	w := &Written{
-		Layout: l, After: before.Clone(), Exact: before.Clone(),
-		TokenAt: make([]int32, nb*l.PageSize),
-		before:  before, kvc: kvc, kpe: kpe, kScale: kScale,
-	}
-	for i := range w.TokenAt {
-		w.TokenAt[i] = -1
-	}
-	if l.Kind == FP8DSMLA {
-		w.scales = make([][]float32, len(slots)*DSTiles)
-	}
+	o := &Overlay{Layout: l, Before: before, kvc: kvc, kpe: kpe, kScale: kScale}
 	for t, s := range slots {
-		if s < 0 {
-			continue
+		if s >= 0 {
+			o.written = append(o.written, writtenEntry{s, int32(t)})
 		}
-		w.TokenAt[s] = int32(t)
-		w.writeToken(t, int(s))
 	}
-	return w, nil
+	// CheckSlots has made the slots distinct, so the order is total.
+	slices.SortFunc(o.written, func(a, b writtenEntry) int { return cmp.Compare(a.slot, b.slot) })
+	if l.Kind == FP8DSMLA {
+		o.amax = make([]float64, len(o.written)*DSTiles)
+		for k, w := range o.written {
+			for tile := 0; tile < DSTiles; tile++ {
+				amax := 0.0
+				for j := tile * DSTile; j < (tile+1)*DSTile; j++ {
+					if a := math.Abs(o.value(int(w.token), j)); a > amax { // NaN is skipped, as fmaxf does
+						amax = a
+					}
+				}
+				o.amax[k*DSTiles+tile] = amax
+			}
+		}
+	}
+	return o, nil
 }
 
-func (w *Written) overflow() formats.Overflow {
-	if w.Layout.Saturate {
+// Written is the number of entries the write changes.
+func (o *Overlay) Written() int { return len(o.written) }
+
+// Find returns the index k (0 <= k < Written()) of the entry written at slot
+// (block*P + offset), or -1 when no token was written there.
+func (o *Overlay) Find(slot int) int {
+	k, ok := slices.BinarySearchFunc(o.written, int64(slot), func(w writtenEntry, s int64) int { return cmp.Compare(w.slot, s) })
+	if !ok {
+		return -1
+	}
+	return k
+}
+
+// TokenAt returns the token written at slot, -1 where none was.
+func (o *Overlay) TokenAt(slot int) int {
+	if k := o.Find(slot); k >= 0 {
+		return int(o.written[k].token)
+	}
+	return -1
+}
+
+// EntryBytes is the size in bytes of one cache entry.
+func (o *Overlay) EntryBytes() int { return o.Layout.EntrySize() * o.Before.DType.Size() }
+
+// EntryInto writes the bytes of written entry k (as Find numbers them) into
+// dst[:EntryBytes()]: as a correct engine kernel writes them, or exactly.
+func (o *Overlay) EntryInto(k int, exact bool, dst []byte) {
+	l := &o.Layout
+	t := int(o.written[k].token)
+	dst = dst[:o.EntryBytes()]
+	switch l.Kind {
+	case BF16:
+		for j := 0; j < l.D(); j++ {
+			binary.LittleEndian.PutUint16(dst[2*j:], o.bf16Bits(t, j))
+		}
+	case FP8E4M3:
+		ks32 := float32(o.kScale)
+		for j := 0; j < l.D(); j++ {
+			dst[j] = o.quantize(o.value(t, j), ks32, exact)
+		}
+	case FP8DSMLA:
+		for tile := 0; tile < DSTiles; tile++ {
+			// Both ways store the scale a correct writer stores; only the
+			// division by it differs.
+			s := TileScale(o.amax[k*DSTiles+tile], l.DSScale)
+			binary.LittleEndian.PutUint32(dst[DSScaleOff+4*tile:], math.Float32bits(s))
+			for j := tile * DSTile; j < (tile+1)*DSTile; j++ {
+				dst[j] = o.quantize(o.value(t, j), s, exact)
+			}
+		}
+		for j := 0; j < DSRope; j++ {
+			binary.LittleEndian.PutUint16(dst[DSRopeOff+2*j:], o.bf16Bits(t, DSLatent+j))
+		}
+	}
+}
+
+// quantize is the E4M3 code of x/s: the fp32 quotient, or the exact one.
+func (o *Overlay) quantize(x float64, s float32, exact bool) uint8 {
+	q := x / float64(s)
+	if !exact {
+		q = float64(float32(x) / s)
+	}
+	c, _ := formats.E4M3FN.Encode(q, o.overflow())
+	return c
+}
+
+// Value returns flat element i of the cache after the write, as
+// tensor.Float64At reads it (the byte for U8 caches): cache_before's where
+// no token was written. It computes a whole entry to read one element;
+// sequential readers should keep the entry (EntryInto) instead.
+func (o *Overlay) Value(i int, exact bool) float64 {
+	e := o.Layout.EntrySize()
+	k := o.Find(i / e)
+	if k < 0 {
+		return o.Before.Float64At(i)
+	}
+	entry := &tensor.Tensor{DType: o.Before.DType, Shape: []int{e}, Data: make([]byte, o.EntryBytes())}
+	o.EntryInto(k, exact, entry.Data)
+	return entry.Float64At(i % e)
+}
+
+// Cache returns the whole cache after the write, as a new tensor: the
+// expected one, or the exact one.
+func (o *Overlay) Cache(exact bool) *tensor.Tensor {
+	c := o.Before.Clone()
+	eb := o.EntryBytes()
+	for k, w := range o.written {
+		s := int(w.slot)
+		o.EntryInto(k, exact, c.Data[s*eb:(s+1)*eb])
+	}
+	return c
+}
+
+// Written is a write with its caches materialized, for tests and small
+// caches: the checker reads the Overlay, which holds no copy of the cache.
+type Written struct {
+	*Overlay
+	// After is cache_before with every token of slot >= 0 written as the
+	// engines' kernels write it; Exact is the same write with x/scale
+	// divided in float64.
+	After, Exact *tensor.Tensor
+}
+
+// Write is NewOverlay with both caches materialized into copies of before
+// (which is never modified).
+func Write(before, kvc, kpe *tensor.Tensor, slots []int64, l Layout, kScale float64) (*Written, error) {
+	o, err := NewOverlay(before, kvc, kpe, slots, l, kScale)
+	if err != nil {
+		return nil, err
+	}
+	return &Written{Overlay: o, After: o.Cache(false), Exact: o.Cache(true)}, nil
+}
+
+func (o *Overlay) overflow() formats.Overflow {
+	if o.Layout.Saturate {
 		return formats.Saturate
 	}
 	return formats.NoSaturate
 }
 
 // value returns token t's value at entry column j of the D values (kv_c then k_pe).
-func (w *Written) value(t, j int) float64 {
-	if j < w.Layout.L {
-		return w.kvc.Float64At(t*w.Layout.L + j)
+func (o *Overlay) value(t, j int) float64 {
+	if j < o.Layout.L {
+		return o.kvc.Float64At(t*o.Layout.L + j)
 	}
-	return w.kpe.Float64At(t*w.Layout.R + j - w.Layout.L)
+	return o.kpe.Float64At(t*o.Layout.R + j - o.Layout.L)
 }
 
 // bf16Bits returns the BF16 bits of token t's value j: the input's own bits
 // when it is BF16 (a copy keeps NaN payloads), else the rounded value.
-func (w *Written) bf16Bits(t, j int) uint16 {
-	src, k := w.kvc, t*w.Layout.L+j
-	if j >= w.Layout.L {
-		src, k = w.kpe, t*w.Layout.R+j-w.Layout.L
+func (o *Overlay) bf16Bits(t, j int) uint16 {
+	src, k := o.kvc, t*o.Layout.L+j
+	if j >= o.Layout.L {
+		src, k = o.kpe, t*o.Layout.R+j-o.Layout.L
 	}
 	if src.DType == tensor.BF16 {
 		return binary.LittleEndian.Uint16(src.Data[2*k:])
 	}
 	return formats.BF16FromFloat64(src.Float64At(k))
-}
-
-func (w *Written) writeToken(t, slot int) {
-	l := &w.Layout
-	e := l.EntrySize()
-	after, exact := w.After.Data, w.Exact.Data
-	ov := w.overflow()
-	switch l.Kind {
-	case BF16:
-		base := 2 * e * slot
-		for j := 0; j < l.D(); j++ {
-			b := w.bf16Bits(t, j)
-			binary.LittleEndian.PutUint16(after[base+2*j:], b)
-			binary.LittleEndian.PutUint16(exact[base+2*j:], b)
-		}
-	case FP8E4M3:
-		base := e * slot
-		ks32 := float32(w.kScale)
-		for j := 0; j < l.D(); j++ {
-			x := w.value(t, j)
-			after[base+j], _ = formats.E4M3FN.Encode(float64(float32(x)/ks32), ov)
-			exact[base+j], _ = formats.E4M3FN.Encode(x/float64(ks32), ov)
-		}
-	case FP8DSMLA:
-		base := DSEntryBytes * slot
-		for tile := 0; tile < DSTiles; tile++ {
-			amax := 0.0
-			for j := tile * DSTile; j < (tile+1)*DSTile; j++ {
-				if a := math.Abs(w.value(t, j)); a > amax { // NaN is skipped, as fmaxf does
-					amax = a
-				}
-			}
-			ok := TileScales(amax, l.DSScale)
-			s := ok[0]
-			w.scales[t*DSTiles+tile] = ok
-			binary.LittleEndian.PutUint32(after[base+DSScaleOff+4*tile:], math.Float32bits(s))
-			binary.LittleEndian.PutUint32(exact[base+DSScaleOff+4*tile:], math.Float32bits(s))
-			for j := tile * DSTile; j < (tile+1)*DSTile; j++ {
-				x := w.value(t, j)
-				after[base+j], _ = formats.E4M3FN.Encode(float64(float32(x)/s), ov)
-				exact[base+j], _ = formats.E4M3FN.Encode(x/float64(s), ov)
-			}
-		}
-		for j := 0; j < DSRope; j++ {
-			b := w.bf16Bits(t, DSLatent+j)
-			binary.LittleEndian.PutUint16(after[base+DSRopeOff+2*j:], b)
-			binary.LittleEndian.PutUint16(exact[base+DSRopeOff+2*j:], b)
-		}
-	}
 }
 
 // TileScale is the F32 tile scale a writer of convention conv stores for a
@@ -242,53 +321,53 @@ func TileScales(amax float64, conv ScaleConvention) []float32 {
 	return out
 }
 
-// Equivalent reports whether a value that differs from After at flat element
-// i of the cache is still what a correct writer may leave there: an fp8 code
-// at an E4M3 rounding midpoint (within TieRelTol) rounded the other way, a
-// code of equal value (±0, NaN payloads), or an fp8_ds_mla tile scale another
-// correct writer of the declared convention stores (and the codes it gives).
-// An entry no token was written to must be unchanged, so no difference there
-// is ever equivalent: it is a stray write. actual is the element's value as
-// tensor.Float64At reads it (the byte for U8 caches).
-func (w *Written) Equivalent(i int, actual float64) bool {
-	l := &w.Layout
+// Equivalent reports whether a value that differs from the expected cache at
+// flat element i is still what a correct writer may leave there: an fp8
+// code at an E4M3 rounding midpoint (within TieRelTol) rounded the other
+// way, a code of equal value (±0, NaN payloads), or an fp8_ds_mla tile scale
+// another correct writer of the declared convention stores (and the codes
+// it gives). An entry no token was written to must be unchanged, so no
+// difference there is ever equivalent: it is a stray write. actual is the
+// element's value as tensor.Float64At reads it (the byte for U8 caches).
+func (o *Overlay) Equivalent(i int, actual float64) bool {
+	l := &o.Layout
 	e := l.EntrySize()
-	if i < 0 || i >= len(w.TokenAt)*e {
+	if i < 0 || i >= o.Before.Len() {
 		return false
 	}
-	want := w.After.Float64At(i)
-	fp8Typed := w.After.DType == tensor.F8E4M3
-	if (w.After.DType == tensor.BF16 || fp8Typed) && math.IsNaN(want) && math.IsNaN(actual) {
+	d := o.Before.DType
+	if (d == tensor.BF16 || d == tensor.F8E4M3) && math.IsNaN(actual) && math.IsNaN(o.Value(i, false)) {
 		return true // NaN compares by position, never by payload
 	}
-	t := int(w.TokenAt[i/e])
-	if t < 0 {
+	k := o.Find(i / e)
+	if k < 0 {
 		return false
 	}
+	t := int(o.written[k].token)
 	col := i % e
 	switch l.Kind {
 	case FP8E4M3:
-		code, ok := w.codeOf(actual)
-		return ok && w.fp8Accept(code, w.value(t, col), float64(float32(w.kScale)))
+		code, ok := o.codeOf(actual)
+		return ok && o.fp8Accept(code, o.value(t, col), float64(float32(o.kScale)))
 	case FP8DSMLA:
 		part, tile := l.PartOf(col)
-		code, ok := w.codeOf(actual)
+		code, ok := o.codeOf(actual)
 		if !ok || part == PartRope {
 			return false // k_pe is copied, never rounded
 		}
-		scales := w.scales[t*DSTiles+tile]
+		scales := TileScales(o.amax[k*DSTiles+tile], l.DSScale)
 		switch part {
 		case PartLatent:
-			x := w.value(t, col)
+			x := o.value(t, col)
 			for _, s := range scales {
-				if w.fp8Accept(code, x, float64(s)) {
+				if o.fp8Accept(code, x, float64(s)) {
 					return true
 				}
 			}
 		case PartScale:
-			k := uint((col - DSScaleOff) % 4)
+			b := uint((col - DSScaleOff) % 4)
 			for _, s := range scales {
-				if uint8(math.Float32bits(s)>>(8*k)) == code {
+				if uint8(math.Float32bits(s)>>(8*b)) == code {
 					return true
 				}
 			}
@@ -298,8 +377,8 @@ func (w *Written) Equivalent(i int, actual float64) bool {
 }
 
 // codeOf turns an element value back into its byte.
-func (w *Written) codeOf(actual float64) (uint8, bool) {
-	if w.After.DType == tensor.F8E4M3 {
+func (o *Overlay) codeOf(actual float64) (uint8, bool) {
+	if o.Before.DType == tensor.F8E4M3 {
 		if math.IsNaN(actual) {
 			return 0x7F, true
 		}
@@ -314,9 +393,9 @@ func (w *Written) codeOf(actual float64) (uint8, bool) {
 
 // fp8Accept reports whether code is a correct E4M3 encoding of x/s for a
 // writer whose quotient is within TieRelTol of the exact one.
-func (w *Written) fp8Accept(code uint8, x, s float64) bool {
+func (o *Overlay) fp8Accept(code uint8, x, s float64) bool {
 	q := x / s
-	ov := w.overflow()
+	ov := o.overflow()
 	got := formats.E4M3FN.Decode(code)
 	for _, qq := range []float64{q, q * (1 - TieRelTol), q * (1 + TieRelTol)} {
 		c, _ := formats.E4M3FN.Encode(qq, ov)

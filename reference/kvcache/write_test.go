@@ -66,11 +66,14 @@ func TestWriteBF16ByHand(t *testing.T) {
 	if string(before.Data) != string(keep.Data) {
 		t.Error("Write modified cache_before")
 	}
-	wantTok := []int32{-1, -1, 2, -1, -1, 0, -1, -1}
-	for s, tok := range w.TokenAt {
-		if tok != wantTok[s] {
-			t.Errorf("TokenAt[%d] = %d, want %d", s, tok, wantTok[s])
+	wantTok := []int{-1, -1, 2, -1, -1, 0, -1, -1}
+	for s, want := range wantTok {
+		if tok := w.TokenAt(s); tok != want {
+			t.Errorf("TokenAt(%d) = %d, want %d", s, tok, want)
 		}
+	}
+	if w.Written() != 2 {
+		t.Errorf("Written() = %d, want 2 (token 1 is skipped)", w.Written())
 	}
 }
 
@@ -362,6 +365,74 @@ func TestTileScaleConventions(t *testing.T) {
 		}
 		if got := TileScale(c.amax, ScalePow2); got != c.wantP {
 			t.Errorf("pow2 convention, amax %v: %v, want %v (%s)", c.amax, got, c.wantP, c.why)
+		}
+	}
+}
+
+// TestOverlayValues: element by element, an Overlay reads as the cache it
+// materializes (expected and exact), for every layout, with cache_before
+// random bytes (NaN poison included) and fp8 values that are not exact in
+// E4M3, so that the expected and exact caches differ somewhere.
+func TestOverlayValues(t *testing.T) {
+	for _, kind := range []Kind{BF16, FP8E4M3, FP8DSMLA} {
+		l, r := 6, 2
+		if kind == FP8DSMLA {
+			l, r = 512, 64
+		}
+		lay := mustLayout(t, kind, l, r, 4)
+		dt := lay.CacheDTypes()[len(lay.CacheDTypes())-1] // F8_E4M3 where allowed: values, not bytes
+		before := tensor.New(dt, 3, 4, lay.EntrySize())
+		rng := uint32(99)
+		for i := range before.Data {
+			rng = rng*1664525 + 1013904223
+			before.Data[i] = byte(rng >> 24)
+		}
+		keep := before.Clone()
+		n := 6
+		kv, pe := make([]float64, n*l), make([]float64, n*r)
+		for i := range kv {
+			kv[i] = (float64(i%29) - 14) * 0.0371
+		}
+		// With k_scale 0.03, 0.046875/0.03 rounds to E4M3 code 60 in fp32
+		// and 61 exactly (found by search over the bf16 values).
+		kv[0] = 0.046875
+		for i := range pe {
+			pe[i] = float64(i%5) * 0.75
+		}
+		slots := []int64{9, -1, 0, 4, 11, 3}
+		o, err := NewOverlay(before, bf16([]int{n, l}, kv...), bf16([]int{n, r}, pe...), slots, lay, 0.03)
+		if err != nil {
+			t.Fatal(err)
+		}
+		differ := 0
+		for _, exact := range []bool{false, true} {
+			c := o.Cache(exact)
+			for i := 0; i < c.Len(); i++ {
+				want, got := c.Float64At(i), o.Value(i, exact)
+				if want != got && !(math.IsNaN(want) && math.IsNaN(got)) {
+					t.Fatalf("%s exact=%v: Value(%d) = %v, the materialized cache holds %v", kind, exact, i, got, want)
+				}
+				if exact && o.Value(i, false) != got {
+					differ++
+				}
+			}
+		}
+		if kind != BF16 && differ == 0 {
+			t.Errorf("%s: the expected and exact caches never differ: the test does not reach the fp8 division", kind)
+		}
+		for s := 0; s < 12; s++ {
+			want := -1
+			for tok, ss := range slots {
+				if int(ss) == s {
+					want = tok
+				}
+			}
+			if got := o.TokenAt(s); got != want {
+				t.Errorf("%s: TokenAt(%d) = %d, want %d", kind, s, got, want)
+			}
+		}
+		if string(before.Data) != string(keep.Data) {
+			t.Errorf("%s: the overlay modified cache_before", kind)
 		}
 	}
 }

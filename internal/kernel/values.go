@@ -1,0 +1,68 @@
+package kernel
+
+import (
+	"fmt"
+
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// Values is a read-only sequence of float64 values: an output's exact or
+// expected reference. Most kernels compute theirs into memory (Dense), but
+// an output the size of a KV cache (kv_cache_write's cache_after, a gather
+// of a whole cache) would take 8 bytes a value twice over, many times the
+// cache itself; such outputs compute their values on demand from the
+// mapped, read-only inputs, so that a check holds little more than its
+// inputs. Readers go through At, in any order; sequential order is the fast
+// one for the on-demand implementations, which decode a cache entry or row
+// at a time and keep the last one.
+//
+// An on-demand Values keeps that last entry in itself, so it is not safe for
+// concurrent use; a reader that wants to share one across goroutines gives
+// each its own (the adapters build a fresh one per Reference call).
+type Values interface {
+	// Len is the number of values.
+	Len() int
+	// At returns value i, 0 <= i < Len().
+	At(i int) float64
+}
+
+// Dense is Values held in memory: what every kernel whose outputs are of
+// the size of its work (not of a cache) returns.
+type Dense []float64
+
+// Len implements Values.
+func (d Dense) Len() int { return len(d) }
+
+// At implements Values.
+func (d Dense) At(i int) float64 { return d[i] }
+
+// Materialize stores v in a new tensor of dtype d and shape shape, each
+// value rounded as tensor.SetFloat64 rounds it (as tensor.FromFloat64s
+// does), without a float64 copy of the whole output: the one copy is the
+// tensor itself, in its own dtype.
+func Materialize(d tensor.DType, shape []int, v Values) *tensor.Tensor {
+	if dense, ok := v.(Dense); ok {
+		return tensor.FromFloat64s(d, shape, dense)
+	}
+	t := tensor.New(d, shape...)
+	if v.Len() != t.Len() {
+		panic(fmt.Sprintf("kernel.Materialize: %d values for shape %v", v.Len(), shape))
+	}
+	for i, n := 0, t.Len(); i < n; i++ {
+		t.SetFloat64(i, v.At(i))
+	}
+	return t
+}
+
+// Float64s copies every value of v into a slice: for tests and outputs known
+// to be small, never for an output that may be the size of a cache.
+func Float64s(v Values) []float64 {
+	if dense, ok := v.(Dense); ok {
+		return append([]float64(nil), dense...)
+	}
+	out := make([]float64, v.Len())
+	for i := range out {
+		out[i] = v.At(i)
+	}
+	return out
+}
