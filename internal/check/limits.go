@@ -119,7 +119,9 @@ func FormatBytes(n int64) string {
 // before it runs. It errs on the large side: it counts every output twice
 // in float64 (exact and expected), once more for the comparison and once
 // for the stored reference output, plus the kernel's float64 copies of its
-// inputs and its per-kernel intermediates.
+// inputs and its per-kernel intermediates. The outputs the size of a cache
+// (kv_cache_write, kv_cache_gather) compute their values on demand and
+// count only what they hold (lazyOutput).
 type Estimate struct {
 	// Bytes is the peak working set, saturating at about 2^61.
 	Bytes int64
@@ -187,6 +189,23 @@ func (es *estimator) ops(n int64) { es.e.Ops = add(es.e.Ops, n) }
 func (es *estimator) output(name string, dims ...int64) {
 	es.add(fmt.Sprintf("output %s %s", name, fmtDims(dims)), mul(append(dims, outputBytes)...))
 }
+
+// lazyOutput adds an output of shape dims whose reference values are
+// computed on demand (kernel.Values over the cache: kv_cache_write,
+// kv_cache_gather), so that nothing is held per element but the output
+// stored in its own dtype (elemSize bytes) where the reference backend or
+// a pipeline chain stores it, and, when the check fails, the signature's
+// bitmap of failing elements (a bit each) and its quantile selection
+// (bounded: internal/signature). Its statistics per coordinate value are
+// the caller's to add: they depend on the coordinates.
+func (es *estimator) lazyOutput(name string, elemSize int64, dims ...int64) {
+	n := mul(dims...)
+	es.add(fmt.Sprintf("output %s %s", name, fmtDims(dims)), add(mul(n, elemSize), n/8+8, mul(min(n, 1<<20), 8), 1<<19))
+}
+
+// coordStatBytes is what the signature keeps per distinct value of a
+// coordinate: four map entries and a sorted copy (generously).
+const coordStatBytes = 256
 
 // input adds a per-element cost for a decoded copy of an input.
 func (es *estimator) input(name string, dims []int64, perElement int64) {
@@ -323,13 +342,18 @@ func estimate(kname string, s shapes, p kernel.Params) Estimate {
 		es.output("out", m, n)
 		es.ops(mul(m, n, k, 2))
 	case "kv_cache_write":
-		c := s.numel("cache_before")
+		// cache_after is cache_before with the written entries computed on
+		// demand from their tokens (kvcache.Overlay): no copy of the cache
+		// but the stored output, in the cache's dtype (2 bytes at most).
 		d := s.dims["cache_before"]
-		// After and Exact are clones of the cache; the outputs are float64.
-		es.add(fmt.Sprintf("output cache_after %s", fmtDims(d)), mul(c, outputBytes+2*8))
+		es.lazyOutput("cache_after", 2, d...)
 		t := s.dim("kv_c", 0)
 		es.input("kv_c", []int64{t, add(s.dim("kv_c", 1), s.dim("k_pe", 1))}, 16)
-		es.input("slot_mapping", []int64{s.numel("slot_mapping")}, 64) // the duplicate check's map
+		// the duplicate check's map (64), the overlay's slot list (16) and
+		// fp8_ds_mla's tile amaxes (32), per token
+		es.input("slot_mapping", []int64{s.numel("slot_mapping")}, 64+16+32)
+		// the signature's statistics: per block, page offset, column and token
+		es.add("signature statistics of cache_after", mul(add(s.dim("cache_before", 0), s.dim("cache_before", 1), s.dim("cache_before", 2), t, 8), coordStatBytes))
 		es.ops(mul(t, add(s.dim("kv_c", 1), s.dim("k_pe", 1))))
 	case "kv_cache_gather":
 		page := s.pageSize(p, "cache")
@@ -338,7 +362,12 @@ func estimate(kname string, s shapes, p kernel.Params) Estimate {
 		if p.String("kv_cache_dtype", "bf16") == "fp8_ds_mla" {
 			d = 576
 		}
-		es.output("gathered", rows, d)
+		// Rows are dequantized on demand from the cache (a row at a time):
+		// the stored output (F32 at most), the three-way policy's and the
+		// signature's statistics per row (and per request, token, page...).
+		es.lazyOutput("gathered", 4, rows, d)
+		es.add(fmt.Sprintf("statistics of %d gathered rows", rows), mul(add(rows, s.dim("cache", 0), d, 8), coordStatBytes))
+		es.input("block_table", s.dims["block_table"], 8)
 		es.ops(mul(rows, d, 2))
 	case "mla_decode", "mla_decode_sparse":
 		b, sq, h, d := s.dim("q", 0), s.dim("q", 1), s.dim("q", 2), s.dim("q", 3)

@@ -405,3 +405,40 @@ func TestEndlessStream(t *testing.T) {
 		t.Fatalf("verdict %s error %v, want a refusal at the 1 MiB bound", res.Verdict, res.Error)
 	}
 }
+
+// The cache kernels compute their reference values on demand, so a check of
+// a real-size cache (604 MB of bf16: 8192 blocks of 64 entries of 576
+// values) is estimated at the output it stores (F32 for a gather, whose
+// dtype the estimate does not see) plus at most 512 MiB of bookkeeping,
+// where it was once 48 bytes an element (14 GiB for the write).
+func TestCacheEstimatesAtRealSize(t *testing.T) {
+	const nb, page, d = 8192, 64, 576
+	cacheBytes := int64(nb * page * d * 2)
+	shaped := func(dt tensor.DType, shape ...int) *tensor.Tensor { return &tensor.Tensor{DType: dt, Shape: shape} }
+	p := kernel.Params{"kv_cache_dtype": "bf16", "page_size": "64"}
+	write := EstimateKernel("kv_cache_write", map[string]*tensor.Tensor{
+		"cache_before": shaped(tensor.BF16, nb, page, d),
+		"kv_c":         shaped(tensor.BF16, 32768, 512),
+		"k_pe":         shaped(tensor.BF16, 32768, 64),
+		"slot_mapping": shaped(tensor.I64, 32768),
+	}, p)
+	seq := make([]int64, 16)
+	for i := range seq {
+		seq[i] = nb / 16 * page
+	}
+	gather := EstimateKernel("kv_cache_gather", map[string]*tensor.Tensor{
+		"cache":       shaped(tensor.BF16, nb, page, d),
+		"block_table": shaped(tensor.I32, 16, nb/16),
+		"seq_lens":    tensor.FromInt64s(tensor.I32, []int{16}, seq),
+	}, p)
+	for _, c := range []struct {
+		name string
+		e    Estimate
+		out  int64 // the stored output's bytes, which the estimate must cover
+	}{{"kv_cache_write", write, cacheBytes}, {"kv_cache_gather", gather, 2 * cacheBytes}} {
+		if c.e.Bytes < c.out || c.e.Bytes > c.out+512<<20 {
+			t.Errorf("%s over a %d-byte cache: estimate %s (%s), want between the stored output %s and 512 MiB more",
+				c.name, cacheBytes, FormatBytes(c.e.Bytes), c.e.What, FormatBytes(c.out))
+		}
+	}
+}
