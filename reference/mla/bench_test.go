@@ -161,7 +161,8 @@ func BenchmarkKernels(b *testing.B) {
 		run  func()
 		macs float64
 	}{
-		{"scores/" + kernelsName, func() { scores(&p, k, d, Block, sx, sr, r32) }, g * Block * d},
+		{"scores/" + kernelsName, func() { scores(&p, k, d, Block, sx, sr, r32, false) }, g * Block * d},
+		{"scoresFused/" + kernelsName, func() { scores(&p, k, d, Block, sx, sr, r32, true) }, g * Block * d},
 		{"scores/generic", func() { scoresGeneric(&p, k, d, Block, sx, sr, r32) }, g * Block * d},
 		{"pvExact/" + kernelsName, func() { pvExact(acc, l, pr, Block, k, d, Block, l, g) }, g * Block * l},
 		{"pvExact/generic", func() { pvExactGeneric(acc, l, pr, Block, k, d, Block, l, g) }, g * Block * l},

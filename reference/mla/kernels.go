@@ -12,12 +12,13 @@ import (
 // so that each value loaded serves several products) and, on amd64 with
 // AVX-512, an assembly version (kernels_amd64.s) that computes sixteen query
 // rows or 8-16 latent columns a vector. Both perform the same scalar
-// operations in the same order on every output element, as separate
-// multiplies and adds (no fused multiply-add, except where the product is
-// exact and the fused form rounds identically), so results are bit-identical
-// whichever runs; kernels_test.go checks it. Products are written
-// float64(x*y) so that no compiler fuses them with the following addition
-// (Go may fuse x*y + z; the conversion forbids it).
+// operations in the same order on every output element, so results are
+// bit-identical whichever runs; kernels_test.go checks it. A product and its
+// addition are fused (one rounding) only where the definition says so
+// (math.FMA), or where the product is exact so that fusing changes nothing;
+// elsewhere products are written float64(x*y) so that no compiler fuses
+// them with the following addition (Go may fuse x*y + z; the conversion
+// forbids it).
 
 // qpack is a unit's query rows, packed once per unit.
 type qpack struct {
@@ -127,14 +128,16 @@ func scoresGeneric(p *qpack, k []float64, d, nj int, sx, sr []float64, m rmode) 
 	}
 }
 
-// pvExact1 is the Exact PV update of one row over len(p) tokens:
+// pvExact1 is the Exact PV update of one row over len(p) tokens, each
+// product added with one rounding (more accurate than two, and what the
+// assembly does in one instruction):
 //
-//	for j := range p { for l := range acc { acc[l] += p[j] * v[j*D+l] } }
+//	for j := range p { for l := range acc { acc[l] = fma(p[j], v[j*D+l], acc[l]) } }
 func pvExact1(acc, p, v []float64, d int) {
 	for j, pj := range p {
 		x := v[j*d : j*d+len(acc)]
 		for l := range acc {
-			acc[l] += float64(pj * x[l])
+			acc[l] = math.FMA(pj, x[l], acc[l])
 		}
 	}
 }
@@ -152,14 +155,14 @@ func pvExact2Generic(acc0, acc1, p0, p1, v []float64, d int) {
 		for j, pa := range p0 {
 			pb := p1[j]
 			x := v[j*d+l : j*d+l+4]
-			a0 += float64(pa * x[0])
-			a1 += float64(pa * x[1])
-			a2 += float64(pa * x[2])
-			a3 += float64(pa * x[3])
-			b0 += float64(pb * x[0])
-			b1 += float64(pb * x[1])
-			b2 += float64(pb * x[2])
-			b3 += float64(pb * x[3])
+			a0 = math.FMA(pa, x[0], a0)
+			a1 = math.FMA(pa, x[1], a1)
+			a2 = math.FMA(pa, x[2], a2)
+			a3 = math.FMA(pa, x[3], a3)
+			b0 = math.FMA(pb, x[0], b0)
+			b1 = math.FMA(pb, x[1], b1)
+			b2 = math.FMA(pb, x[2], b2)
+			b3 = math.FMA(pb, x[3], b3)
 		}
 		acc0[l], acc0[l+1], acc0[l+2], acc0[l+3] = a0, a1, a2, a3
 		acc1[l], acc1[l+1], acc1[l+2], acc1[l+3] = b0, b1, b2, b3
@@ -167,8 +170,8 @@ func pvExact2Generic(acc0, acc1, p0, p1, v []float64, d int) {
 	for ; l < n; l++ {
 		a, b := acc0[l], acc1[l]
 		for j, pa := range p0 {
-			a += float64(pa * v[j*d+l])
-			b += float64(p1[j] * v[j*d+l])
+			a = math.FMA(pa, v[j*d+l], a)
+			b = math.FMA(p1[j], v[j*d+l], b)
 		}
 		acc0[l], acc1[l] = a, b
 	}
@@ -193,12 +196,14 @@ func pvExactGeneric(acc []float64, accStride int, p []float64, pStride int, v []
 //
 //	for j := range p { for l := range acc { acc[l] = round_m(acc[l] + p[j]*v[j*D+l]) } }
 func pvExpected1(acc, p, v []float64, d int, m rmode) {
-	if m == r64 {
-		pvExact1(acc, p, v, d)
-		return
-	}
 	for j, pj := range p {
 		x := v[j*d : j*d+len(acc)]
+		if m == r64 {
+			for l := range acc {
+				acc[l] += float64(pj * x[l])
+			}
+			continue
+		}
 		if m == r32 {
 			for l := range acc {
 				acc[l] = float64(float32(acc[l] + float64(pj*x[l])))

@@ -11,53 +11,69 @@
 // against four cache rows (k, [nj][d]) at a time. Z0-Z15 hold the block
 // sums: token t's even sum in Z(4t), Z(4t+1) (lanes 0-7, 8-15), its odd
 // sum in Z(4t+2), Z(4t+3). sx and sr ([nj][stride]) carry Exact and
-// Expected from block to block. stride%16 == 0, d%16 == 0, nj%4 == 0.
-TEXT ·scoresAVX512(SB), NOSPLIT, $16-57
+// Expected from block to block, so the positions are taken in chunks of
+// 128 (eight blocks) for all tokens before the next chunk: the chunk of
+// the sixteen rows' queries (16 KB) then stays in L1 while the tokens
+// pass. stride%16 == 0, d%16 == 0, nj%4 == 0 and nj > 0.
+TEXT ·scoresAVX512(SB), NOSPLIT, $32-57
 	MOVQ stride+8(FP), SI
 	SHLQ $3, SI // SI: bytes from one position of qt to the next, and one token of sx to the next
 	MOVQ d+24(FP), DX
 	SHLQ $3, DX // DX: bytes of a cache row
-	MOVQ $0, 0(SP) // byte offset of the lane group
+	MOVQ $0, 0(SP) // g: byte offset of the lane group
 groups:
 	MOVQ 0(SP), R11
 	CMPQ R11, SI
 	JGE  done
+	// clear the group's columns of sx and sr
+	MOVQ sx+40(FP), R9
+	ADDQ R11, R9
+	MOVQ sr+48(FP), R10
+	ADDQ R11, R10
+	MOVQ nj+32(FP), CX
+	VPXORQ Z20, Z20, Z20
+clear:
+	VMOVUPD Z20, (R9)
+	VMOVUPD Z20, 64(R9)
+	VMOVUPD Z20, (R10)
+	VMOVUPD Z20, 64(R10)
+	ADDQ SI, R9
+	ADDQ SI, R10
+	DECQ CX
+	JNZ  clear
+	MOVQ $0, 16(SP) // c0: byte offset of the chunk of positions in a cache row
+chunks:
+	MOVQ 16(SP), R12
+	CMPQ R12, DX
+	JGE  nextgroup
+	MOVQ DX, R13
+	SUBQ R12, R13
+	MOVQ $1024, AX
+	CMPQ R13, AX
+	CMOVQGT AX, R13
+	MOVQ R13, 24(SP) // the chunk's bytes: 128 positions or what is left
 	MOVQ $0, 8(SP) // token j
 tokens:
 	MOVQ 8(SP), R12
 	CMPQ R12, nj+32(FP)
-	JGE  nextgroup
+	JGE  nextchunk
 	MOVQ R12, AX
 	IMULQ DX, AX
-	ADDQ k+16(FP), AX // AX: token j's row, at position i; (AX)(DX*1) token j+1's
+	ADDQ k+16(FP), AX
+	ADDQ 16(SP), AX // AX: token j's row at position i; (AX)(DX*1) token j+1's
 	LEAQ (AX)(DX*2), BX // BX: token j+2's; (BX)(DX*1) token j+3's
-	LEAQ (AX)(DX*1), R12 // the row ends when AX gets here
+	MOVQ AX, R12
+	ADDQ 24(SP), R12 // the chunk ends when AX gets here
 	MOVQ 8(SP), R9
 	IMULQ SI, R9
 	ADDQ 0(SP), R9
 	MOVQ R9, R10
 	ADDQ sx+40(FP), R9 // R9: sx of token j, this lane group
 	ADDQ sr+48(FP), R10 // R10: sr of token j
-	LEAQ (R9)(SI*2), CX
-	LEAQ (R10)(SI*2), DI
-	VPXORQ Z20, Z20, Z20
-	VMOVUPD Z20, (R9)
-	VMOVUPD Z20, 64(R9)
-	VMOVUPD Z20, (R9)(SI*1)
-	VMOVUPD Z20, 64(R9)(SI*1)
-	VMOVUPD Z20, (CX)
-	VMOVUPD Z20, 64(CX)
-	VMOVUPD Z20, (CX)(SI*1)
-	VMOVUPD Z20, 64(CX)(SI*1)
-	VMOVUPD Z20, (R10)
-	VMOVUPD Z20, 64(R10)
-	VMOVUPD Z20, (R10)(SI*1)
-	VMOVUPD Z20, 64(R10)(SI*1)
-	VMOVUPD Z20, (DI)
-	VMOVUPD Z20, 64(DI)
-	VMOVUPD Z20, (DI)(SI*1)
-	VMOVUPD Z20, 64(DI)(SI*1)
-	MOVQ qt+0(FP), R11
+	MOVQ 16(SP), R11
+	SHRQ $3, R11
+	IMULQ SI, R11
+	ADDQ qt+0(FP), R11
 	ADDQ 0(SP), R11 // R11: qt at position i, this lane group
 block:
 	VPXORQ Z0, Z0, Z0
@@ -189,6 +205,213 @@ store:
 	ADDQ $4, R12
 	MOVQ R12, 8(SP)
 	JMP  tokens
+nextchunk:
+	MOVQ 16(SP), R12
+	ADDQ 24(SP), R12
+	MOVQ R12, 16(SP)
+	JMP  chunks
+nextgroup:
+	MOVQ 0(SP), R11
+	ADDQ $128, R11
+	MOVQ R11, 0(SP)
+	JMP  groups
+done:
+	VZEROUPPER
+	RET
+
+// func scoresFusedAVX512(qt *float64, stride int, k *float64, d int, nj int, sx *float64, sr *float64, round32 bool)
+//
+// blockDot of sixteen query rows (two vectors of lanes of qt, [d][stride])
+// against four cache rows (k, [nj][d]) at a time. Z0-Z15 hold the block
+// sums: token t's even sum in Z(4t), Z(4t+1) (lanes 0-7, 8-15), its odd
+// sum in Z(4t+2), Z(4t+3). sx and sr ([nj][stride]) carry Exact and
+// Expected from block to block, so the positions are taken in chunks of
+// 128 (eight blocks) for all tokens before the next chunk: the chunk of
+// the sixteen rows' queries (16 KB) then stays in L1 while the tokens
+// pass. stride%16 == 0, d%16 == 0, nj%4 == 0 and nj > 0.
+//
+// scoresFusedAVX512 is scoresAVX512 with each product and its addition
+// fused: the same bits when every product q·k is exact in float64, which
+// the caller has checked.
+TEXT ·scoresFusedAVX512(SB), NOSPLIT, $32-57
+	MOVQ stride+8(FP), SI
+	SHLQ $3, SI // SI: bytes from one position of qt to the next, and one token of sx to the next
+	MOVQ d+24(FP), DX
+	SHLQ $3, DX // DX: bytes of a cache row
+	MOVQ $0, 0(SP) // g: byte offset of the lane group
+groups:
+	MOVQ 0(SP), R11
+	CMPQ R11, SI
+	JGE  done
+	// clear the group's columns of sx and sr
+	MOVQ sx+40(FP), R9
+	ADDQ R11, R9
+	MOVQ sr+48(FP), R10
+	ADDQ R11, R10
+	MOVQ nj+32(FP), CX
+	VPXORQ Z20, Z20, Z20
+clear:
+	VMOVUPD Z20, (R9)
+	VMOVUPD Z20, 64(R9)
+	VMOVUPD Z20, (R10)
+	VMOVUPD Z20, 64(R10)
+	ADDQ SI, R9
+	ADDQ SI, R10
+	DECQ CX
+	JNZ  clear
+	MOVQ $0, 16(SP) // c0: byte offset of the chunk of positions in a cache row
+chunks:
+	MOVQ 16(SP), R12
+	CMPQ R12, DX
+	JGE  nextgroup
+	MOVQ DX, R13
+	SUBQ R12, R13
+	MOVQ $1024, AX
+	CMPQ R13, AX
+	CMOVQGT AX, R13
+	MOVQ R13, 24(SP) // the chunk's bytes: 128 positions or what is left
+	MOVQ $0, 8(SP) // token j
+tokens:
+	MOVQ 8(SP), R12
+	CMPQ R12, nj+32(FP)
+	JGE  nextchunk
+	MOVQ R12, AX
+	IMULQ DX, AX
+	ADDQ k+16(FP), AX
+	ADDQ 16(SP), AX // AX: token j's row at position i; (AX)(DX*1) token j+1's
+	LEAQ (AX)(DX*2), BX // BX: token j+2's; (BX)(DX*1) token j+3's
+	MOVQ AX, R12
+	ADDQ 24(SP), R12 // the chunk ends when AX gets here
+	MOVQ 8(SP), R9
+	IMULQ SI, R9
+	ADDQ 0(SP), R9
+	MOVQ R9, R10
+	ADDQ sx+40(FP), R9 // R9: sx of token j, this lane group
+	ADDQ sr+48(FP), R10 // R10: sr of token j
+	MOVQ 16(SP), R11
+	SHRQ $3, R11
+	IMULQ SI, R11
+	ADDQ qt+0(FP), R11
+	ADDQ 0(SP), R11 // R11: qt at position i, this lane group
+block:
+	VPXORQ Z0, Z0, Z0
+	VPXORQ Z1, Z1, Z1
+	VPXORQ Z2, Z2, Z2
+	VPXORQ Z3, Z3, Z3
+	VPXORQ Z4, Z4, Z4
+	VPXORQ Z5, Z5, Z5
+	VPXORQ Z6, Z6, Z6
+	VPXORQ Z7, Z7, Z7
+	VPXORQ Z8, Z8, Z8
+	VPXORQ Z9, Z9, Z9
+	VPXORQ Z10, Z10, Z10
+	VPXORQ Z11, Z11, Z11
+	VPXORQ Z12, Z12, Z12
+	VPXORQ Z13, Z13, Z13
+	VPXORQ Z14, Z14, Z14
+	VPXORQ Z15, Z15, Z15
+	LEAQ 128(AX), R13 // end of this block of MMAK = 16 positions
+pair:
+	VMOVUPD (R11), Z16 // even position, lanes 0-7
+	VMOVUPD 64(R11), Z17 // lanes 8-15
+	VMOVUPD (R11)(SI*1), Z18 // odd position
+	VMOVUPD 64(R11)(SI*1), Z19
+	VFMADD231PD.BCST (AX), Z16, Z0
+	VFMADD231PD.BCST (AX), Z17, Z1
+	VFMADD231PD.BCST 8(AX), Z18, Z2
+	VFMADD231PD.BCST 8(AX), Z19, Z3
+	VFMADD231PD.BCST (AX)(DX*1), Z16, Z4
+	VFMADD231PD.BCST (AX)(DX*1), Z17, Z5
+	VFMADD231PD.BCST 8(AX)(DX*1), Z18, Z6
+	VFMADD231PD.BCST 8(AX)(DX*1), Z19, Z7
+	VFMADD231PD.BCST (BX), Z16, Z8
+	VFMADD231PD.BCST (BX), Z17, Z9
+	VFMADD231PD.BCST 8(BX), Z18, Z10
+	VFMADD231PD.BCST 8(BX), Z19, Z11
+	VFMADD231PD.BCST (BX)(DX*1), Z16, Z12
+	VFMADD231PD.BCST (BX)(DX*1), Z17, Z13
+	VFMADD231PD.BCST 8(BX)(DX*1), Z18, Z14
+	VFMADD231PD.BCST 8(BX)(DX*1), Z19, Z15
+	LEAQ (R11)(SI*2), R11
+	ADDQ $16, AX
+	ADDQ $16, BX
+	CMPQ AX, R13
+	JNE  pair
+	// b = s0 + s1, into Z(4t), Z(4t+1)
+	VADDPD Z2, Z0, Z0
+	VADDPD Z3, Z1, Z1
+	VADDPD Z6, Z4, Z4
+	VADDPD Z7, Z5, Z5
+	VADDPD Z10, Z8, Z8
+	VADDPD Z11, Z9, Z9
+	VADDPD Z14, Z12, Z12
+	VADDPD Z15, Z13, Z13
+	// exact += b
+	LEAQ (R9)(SI*2), CX
+	VADDPD (R9), Z0, Z16
+	VMOVUPD Z16, (R9)
+	VADDPD 64(R9), Z1, Z16
+	VMOVUPD Z16, 64(R9)
+	VADDPD (R9)(SI*1), Z4, Z16
+	VMOVUPD Z16, (R9)(SI*1)
+	VADDPD 64(R9)(SI*1), Z5, Z16
+	VMOVUPD Z16, 64(R9)(SI*1)
+	VADDPD (CX), Z8, Z16
+	VMOVUPD Z16, (CX)
+	VADDPD 64(CX), Z9, Z16
+	VMOVUPD Z16, 64(CX)
+	VADDPD (CX)(SI*1), Z12, Z16
+	VMOVUPD Z16, (CX)(SI*1)
+	VADDPD 64(CX)(SI*1), Z13, Z16
+	VMOVUPD Z16, 64(CX)(SI*1)
+	// expected = round(expected + b)
+	LEAQ (R10)(SI*2), DI
+	VADDPD (R10), Z0, Z0
+	VADDPD 64(R10), Z1, Z1
+	VADDPD (R10)(SI*1), Z4, Z4
+	VADDPD 64(R10)(SI*1), Z5, Z5
+	VADDPD (DI), Z8, Z8
+	VADDPD 64(DI), Z9, Z9
+	VADDPD (DI)(SI*1), Z12, Z12
+	VADDPD 64(DI)(SI*1), Z13, Z13
+	CMPB round32+56(FP), $0
+	JEQ  store
+	VCVTPD2PS Z0, Y0
+	VCVTPS2PD Y0, Z0
+	VCVTPD2PS Z1, Y1
+	VCVTPS2PD Y1, Z1
+	VCVTPD2PS Z4, Y4
+	VCVTPS2PD Y4, Z4
+	VCVTPD2PS Z5, Y5
+	VCVTPS2PD Y5, Z5
+	VCVTPD2PS Z8, Y8
+	VCVTPS2PD Y8, Z8
+	VCVTPD2PS Z9, Y9
+	VCVTPS2PD Y9, Z9
+	VCVTPD2PS Z12, Y12
+	VCVTPS2PD Y12, Z12
+	VCVTPD2PS Z13, Y13
+	VCVTPS2PD Y13, Z13
+store:
+	VMOVUPD Z0, (R10)
+	VMOVUPD Z1, 64(R10)
+	VMOVUPD Z4, (R10)(SI*1)
+	VMOVUPD Z5, 64(R10)(SI*1)
+	VMOVUPD Z8, (DI)
+	VMOVUPD Z9, 64(DI)
+	VMOVUPD Z12, (DI)(SI*1)
+	VMOVUPD Z13, 64(DI)(SI*1)
+	CMPQ AX, R12
+	JNE  block
+	MOVQ 8(SP), R12
+	ADDQ $4, R12
+	MOVQ R12, 8(SP)
+	JMP  tokens
+nextchunk:
+	MOVQ 16(SP), R12
+	ADDQ 24(SP), R12
+	MOVQ R12, 16(SP)
+	JMP  chunks
 nextgroup:
 	MOVQ 0(SP), R11
 	ADDQ $128, R11
@@ -202,8 +425,9 @@ done:
 //
 // pvExactGeneric: a strip of 32 latent columns at a time (its values stay
 // in L1 while every row passes over them), four rows at a time in Z0-Z15
-// (row r in Z(4r)..Z(4r+3)) across the token loop, each product a separate
-// multiply and add. nj >= 1, l%32 == 0, rows%4 == 0 and rows > 0.
+// (row r in Z(4r)..Z(4r+3)) across the token loop, each product added with
+// one rounding, as math.FMA does. nj >= 1, l%32 == 0, rows%4 == 0 and
+// rows > 0.
 TEXT ·pvExactAVX512(SB), NOSPLIT, $16-72
 	MOVQ accStride+8(FP), R12
 	SHLQ $3, R12 // R12: bytes from one accumulator row to the next
@@ -253,38 +477,22 @@ tok:
 	VBROADCASTSD (AX)(BX*1), Z21
 	VBROADCASTSD (CX), Z22
 	VBROADCASTSD (CX)(BX*1), Z23
-	VMULPD Z16, Z20, Z24
-	VMULPD Z17, Z20, Z25
-	VMULPD Z18, Z20, Z26
-	VMULPD Z19, Z20, Z27
-	VADDPD Z24, Z0, Z0
-	VADDPD Z25, Z1, Z1
-	VADDPD Z26, Z2, Z2
-	VADDPD Z27, Z3, Z3
-	VMULPD Z16, Z21, Z28
-	VMULPD Z17, Z21, Z29
-	VMULPD Z18, Z21, Z30
-	VMULPD Z19, Z21, Z31
-	VADDPD Z28, Z4, Z4
-	VADDPD Z29, Z5, Z5
-	VADDPD Z30, Z6, Z6
-	VADDPD Z31, Z7, Z7
-	VMULPD Z16, Z22, Z24
-	VMULPD Z17, Z22, Z25
-	VMULPD Z18, Z22, Z26
-	VMULPD Z19, Z22, Z27
-	VADDPD Z24, Z8, Z8
-	VADDPD Z25, Z9, Z9
-	VADDPD Z26, Z10, Z10
-	VADDPD Z27, Z11, Z11
-	VMULPD Z16, Z23, Z28
-	VMULPD Z17, Z23, Z29
-	VMULPD Z18, Z23, Z30
-	VMULPD Z19, Z23, Z31
-	VADDPD Z28, Z12, Z12
-	VADDPD Z29, Z13, Z13
-	VADDPD Z30, Z14, Z14
-	VADDPD Z31, Z15, Z15
+	VFMADD231PD Z16, Z20, Z0
+	VFMADD231PD Z17, Z20, Z1
+	VFMADD231PD Z18, Z20, Z2
+	VFMADD231PD Z19, Z20, Z3
+	VFMADD231PD Z16, Z21, Z4
+	VFMADD231PD Z17, Z21, Z5
+	VFMADD231PD Z18, Z21, Z6
+	VFMADD231PD Z19, Z21, Z7
+	VFMADD231PD Z16, Z22, Z8
+	VFMADD231PD Z17, Z22, Z9
+	VFMADD231PD Z18, Z22, Z10
+	VFMADD231PD Z19, Z22, Z11
+	VFMADD231PD Z16, Z23, Z12
+	VFMADD231PD Z17, Z23, Z13
+	VFMADD231PD Z18, Z23, Z14
+	VFMADD231PD Z19, Z23, Z15
 	ADDQ $8, AX
 	ADDQ $8, CX
 	ADDQ DX, R10

@@ -7,7 +7,7 @@ package mla
 
 const qLanes = 1
 
-func scores(p *qpack, k []float64, d, nj int, sx, sr []float64, m rmode) {
+func scores(p *qpack, k []float64, d, nj int, sx, sr []float64, m rmode, exactProducts bool) {
 	scoresGeneric(p, k, d, nj, sx, sr, m)
 }
 

@@ -48,13 +48,31 @@ func TestKernelsMatchDefinitions(t *testing.T) {
 			p.pack(q, rows, c.d)
 			n := Block * p.stride
 			sx, sr, gx, gr := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
-			scores(&p, k, c.d, c.nj, sx, sr, m)
 			scoresGeneric(&p, k, c.d, c.nj, gx, gr, m)
+			// bf16 values: exact products, so the fused kernel may run too
+			for _, fused := range []bool{false, true} {
+				scores(&p, k, c.d, c.nj, sx, sr, m, fused)
+				for j := 0; j < c.nj; j++ {
+					for r := 0; r < c.rows; r++ {
+						i := j*p.stride + r
+						if !sameFloat(sx[i], gx[i]) || !sameFloat(sr[i], gr[i]) {
+							t.Fatalf("scores rows=%d d=%d nj=%d mode %d fused %v: token %d row %d: (%v, %v), definition (%v, %v)",
+								c.rows, c.d, c.nj, m, fused, j, r, sx[i], sr[i], gx[i], gr[i])
+						}
+					}
+				}
+			}
+			// full float64 queries: products are inexact, the unfused kernel must still agree
+			for i := range q {
+				q[i] = rng.NormFloat64()
+			}
+			p.pack(q, rows, c.d)
+			scoresGeneric(&p, k, c.d, c.nj, gx, gr, m)
+			scores(&p, k, c.d, c.nj, sx, sr, m, false)
 			for j := 0; j < c.nj; j++ {
 				for r := 0; r < c.rows; r++ {
-					i := j*p.stride + r
-					if !sameFloat(sx[i], gx[i]) || !sameFloat(sr[i], gr[i]) {
-						t.Fatalf("scores rows=%d d=%d nj=%d mode %d: token %d row %d: (%v, %v), definition (%v, %v)",
+					if i := j*p.stride + r; !sameFloat(sx[i], gx[i]) || !sameFloat(sr[i], gr[i]) {
+						t.Fatalf("scores (float64 q) rows=%d d=%d nj=%d mode %d: token %d row %d: (%v, %v), definition (%v, %v)",
 							c.rows, c.d, c.nj, m, j, r, sx[i], sr[i], gx[i], gr[i])
 					}
 				}
@@ -65,9 +83,9 @@ func TestKernelsMatchDefinitions(t *testing.T) {
 		{512, 576, 64, 64}, {512, 576, 1, 4}, {64, 80, 13, 7}, {37, 43, 9, 5}, {128, 128, 5, 2},
 	} {
 		acc, v := fill(c.rows*2*c.l, true), fill(Block*c.d, true)
-		p := make([]float64, c.rows*Block)
+		p := make([]float64, c.rows*Block) // probabilities: full float64 significands
 		for i := range p {
-			p[i] = math.Abs(fill(1, true)[0])
+			p[i] = rng.Float64()
 		}
 		want := append([]float64(nil), acc...)
 		pvExact(acc, 2*c.l, p, Block, v, c.d, c.nj, c.l, c.rows)

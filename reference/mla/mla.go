@@ -447,12 +447,18 @@ type engine struct {
 	// pv32: fp32 accumulation of bf16 P times bf16 values, whose products
 	// are exact in fp32 (8-bit significands) unless they underflow: the
 	// Expected PV update can then run in float32 (see pvExpected32).
-	pv32         bool
-	empty        float64
-	outDT, lseDT tensor.DType
-	ex, xp       sink
-	units        []unit
-	workers      int
+	pv32 bool
+	// exactProducts: every q value is a float32 (24 significant bits), and
+	// every cache value kvcache decodes has at most 28 (bf16; e4m3 times an
+	// fp32 scale; values rounded to KVDequant), so each product q·k is
+	// exact in float64 (at most 52 bits, exponents far from the ends) and
+	// may be fused with its addition without changing a bit.
+	exactProducts bool
+	empty         float64
+	outDT, lseDT  tensor.DType
+	ex, xp        sink
+	units         []unit
+	workers       int
 	// fp32 constants of the Expected softmax
 	scale32, scaleLog2 float64
 }
@@ -467,9 +473,10 @@ func newEngine(c *kvcache.Cache, q *Query, cfg Config, prec Precision, empty flo
 	}
 	return &engine{
 		cache: c, q: q, cfg: cfg, prec: prec, acc: acc, pm: pm,
-		deqSame: c.Layout.Kind == kvcache.BF16 || prec.KVDequant == tensor.F64,
-		pv32:    acc == r32 && pm == rBF16 && (c.Layout.Kind == kvcache.BF16 || prec.KVDequant == tensor.BF16),
-		empty:   empty, outDT: outDT, lseDT: lseDT,
+		deqSame:       c.Layout.Kind == kvcache.BF16 || prec.KVDequant == tensor.F64,
+		pv32:          acc == r32 && pm == rBF16 && (c.Layout.Kind == kvcache.BF16 || prec.KVDequant == tensor.BF16),
+		exactProducts: allFloat32(q.Data),
+		empty:         empty, outDT: outDT, lseDT: lseDT,
 		ex:      sink{make([]float64, rows*L), make([]float64, rows)},
 		xp:      sink{make([]float64, rows*L), make([]float64, rows)},
 		workers: w,
@@ -477,6 +484,17 @@ func newEngine(c *kvcache.Cache, q *Query, cfg Config, prec Precision, empty flo
 		// host-side double product, cast once (FlashMLA's scale_softmax_log2)
 		scaleLog2: float64(float32(cfg.SoftmaxScale * math.Log2E)),
 	}
+}
+
+// allFloat32 reports whether every value of x is a float32 (NaN and the
+// infinities included).
+func allFloat32(x []float64) bool {
+	for _, v := range x {
+		if float64(float32(v)) != v && v == v {
+			return false
+		}
+	}
+	return true
 }
 
 func (e *engine) run() {
@@ -581,10 +599,10 @@ func (w *worker) do(u *unit) {
 			minV = w.values32(nj)
 		}
 		if e.deqSame {
-			scores(&w.q, w.kx, D, nj, w.sx, w.sr, e.acc)
+			scores(&w.q, w.kx, D, nj, w.sx, w.sr, e.acc, e.exactProducts)
 		} else { // each answer from its own rows; the other result is dropped
-			scores(&w.q, w.kx, D, nj, w.sx, w.junk, e.acc)
-			scores(&w.q, w.kr, D, nj, w.junk, w.sr, e.acc)
+			scores(&w.q, w.kx, D, nj, w.sx, w.junk, e.acc, e.exactProducts)
+			scores(&w.q, w.kr, D, nj, w.junk, w.sr, e.acc, e.exactProducts)
 		}
 		for r, rs := range u.rows {
 			w.nj[r] = max(0, min(c1, rs.limit)-c0)

@@ -90,7 +90,7 @@ func oracleRow(c *kvcache.Cache, q []float64, toks [][2]int, cfg Config, prec Pr
 			p := expDef(s[j] - exM)
 			exSum += p
 			for l, x := range kx[j*D : j*D+L] {
-				exAcc[l] += float64(p * x)
+				exAcc[l] = math.FMA(p, x, exAcc[l])
 			}
 		}
 		// expected
