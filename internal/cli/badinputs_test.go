@@ -280,7 +280,7 @@ func badInputs() []badInput {
 		{name: "same pages, attention (legal)", setup: func(t *testing.T, dir string) []string {
 			return []string{"check", "--json", samePagesFile(t, filepath.Join(dir, "same_attn.safetensors"), "mla_decode", 3, 40, 2)}
 		}, code: ExitPass, want: []string{`"verdict":"pass"`}},
-		{name: "same pages, 64 requests of 65536 tokens (a 1 MB file asking for a 108 GiB gather)", setup: func(t *testing.T, dir string) []string {
+		{name: "same pages, 64 requests of 65536 tokens (a 1 MB file asking for a 10 GiB gather)", setup: func(t *testing.T, dir string) []string {
 			return []string{"check", "--json", "--max-memory", "1G", samePagesFile(t, filepath.Join(dir, "same_big.safetensors"), "kv_cache_gather", 64, 65536, 0)}
 		}, code: ExitUsage, want: []string{"output gathered [4194304, 576]", "refused"}},
 		{name: "seq_lens near 2^31", setup: mut("kv_cache_gather.safetensors", func(_ map[string]string, ts map[string]*tensor.Tensor) {
@@ -288,8 +288,9 @@ func badInputs() []badInput {
 		}), code: ExitUsage, want: []string{"seq_lens[0] = 2147483000 exceeds the block table's capacity"}},
 		{name: "num_splits = 1000000", setup: mut("mla_decode.safetensors", func(m map[string]string, _ map[string]*tensor.Tensor) { m["num_splits"] = "1000000" }, "--max-memory", "1G"), code: ExitUsage, want: []string{"partial_out [2, 1, 2, 1000000, 512]", "refused"}},
 		{name: "topk = 2^31-1", setup: mut("dsa_indexer.safetensors", func(m map[string]string, _ map[string]*tensor.Tensor) { m["topk"] = "2147483647" }, "--max-memory", "1G"), code: ExitUsage, want: []string{"topk_indices [2, 2147483647]", "refused"}},
-		{name: "a reference slower than --timeout (same pages, 2 x 8192 tokens)", setup: func(t *testing.T, dir string) []string {
-			return []string{"check", "--json", "--timeout", "50ms", samePagesFile(t, filepath.Join(dir, "slow.safetensors"), "mla_decode", 2, 8192, 4)}
+		{name: "a reference slower than --timeout (same pages, 2 x 65536 tokens)", setup: func(t *testing.T, dir string) []string {
+			// 5e8 multiply-adds take tens of milliseconds even in assembly
+			return []string{"check", "--json", "--timeout", "1ms", samePagesFile(t, filepath.Join(dir, "slow.safetensors"), "mla_decode", 2, 65536, 4)}
 		}, code: ExitUsage, want: []string{"timed out after"}},
 		{name: "case file: mla_decode with a million splits", setup: caseFile(`{"cases":[{"name":"splits","kernel":"mla_decode","splits":1000000}]}`, "--max-memory", "8G"), code: ExitUsage, want: []string{"case splits needs about", "partial_out [2, 1, 128, 1000000, 512]"}},
 		{name: "case file: seq_lens near 2^31", setup: caseFile(`{"cases":[{"name":"long","kernel":"kv_cache_gather","seq_lens":[2147483000]}]}`, "--max-memory", "8G"), code: ExitUsage, want: []string{"case long needs about", "[2147483000, 576]"}},
