@@ -731,6 +731,16 @@ func runContext(ctx context.Context, c Capture, opts Options, release func()) Re
 			}
 		}
 	}
+	// What a timeout would report is worked out before the check starts:
+	// an abandoned check releases the file (unmapping its tensors) when it
+	// finishes, so nothing here may read c.Tensors once it is running.
+	what := "the check"
+	if kname != "" {
+		what = "the " + kname + " check"
+	}
+	if e := EstimateKernel(kname, c.Tensors, params(c.Metadata)); e.Ops > 1e6 {
+		what += fmt.Sprintf(" (about %.1e multiply-adds)", float64(e.Ops))
+	}
 	done := make(chan Result, 1)
 	go func() {
 		r := Run(c, opts)
@@ -744,13 +754,6 @@ func runContext(ctx context.Context, c Capture, opts Options, release func()) Re
 		mu.Lock()
 		abandoned = true
 		mu.Unlock()
-		what := "the check"
-		if kname != "" {
-			what = "the " + kname + " check"
-		}
-		if e := EstimateKernel(kname, c.Tensors, params(c.Metadata)); e.Ops > 1e6 {
-			what += fmt.Sprintf(" (about %.1e multiply-adds)", float64(e.Ops))
-		}
 		return errorResult(c.Name, kname, deadlineError(ctx, started, what))
 	}
 }
