@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kcheck-dev/kcheck/cases"
+	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/safetensors"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -213,8 +214,9 @@ func (es *estimator) input(name string, dims []int64, perElement int64) {
 }
 
 func (es *estimator) done() Estimate {
-	// Fixed costs: lookup tables, the result, the process's own heap.
-	es.e.Bytes = add(es.e.Bytes, 1<<20)
+	// Fixed costs: lookup tables, the result, the process's own heap, the
+	// comparison's per-CPU scratch.
+	es.e.Bytes = add(es.e.Bytes, 1<<20, compare.ScratchBytes())
 	if len(es.terms) > 0 {
 		sort.SliceStable(es.terms, func(i, j int) bool { return es.terms[i].bytes > es.terms[j].bytes })
 		es.e.What = es.terms[0].what

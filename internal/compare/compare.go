@@ -22,7 +22,10 @@ import (
 	"container/heap"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
+	"sync"
+	"unsafe"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/signature"
@@ -162,7 +165,7 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	if o.Mode == kernel.Bitwise {
 		c.Mode = "bitwise"
 		c.Policy = "bitwise"
-		b = Bounds{Tol: func(int) float64 { return 0 }, Band: 1,
+		b = Bounds{Tol: func(int, float64, float64) float64 { return 0 }, Band: 1,
 			Explanation: "bitwise: every element must equal the expected value (NaN equals NaN)"}
 		if o.Equivalent != nil {
 			b.Explanation += " unless the kernel's equivalence rule accepts it (rounding ties, reordered ties, padding)"
@@ -200,9 +203,8 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 			heap.Fix(worst, 0)
 		}
 	}
-	j := judge{o: &o, actual: actual, b: b}
-	for i := 0; i < N; i++ {
-		e := j.at(i)
+	j := newJudge(&o, actual, b)
+	fold := func(i int, e *element) {
 		av, ev, xv := e.av, e.ev, e.xv
 		switch e.special {
 		case nanMismatch:
@@ -210,15 +212,15 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 			overElems++
 			beyondBand++
 			push(i, av, ev, xv, math.NaN(), 0, math.Inf(1))
-			continue
+			return
 		case nanMatch, infMatch:
-			continue
+			return
 		case infMismatch:
 			m.InfMismatch++
 			overElems++
 			beyondBand++
 			push(i, av, ev, xv, math.Abs(av-ev), 0, math.Inf(1))
-			continue
+			return
 		}
 		ref, err, tol, exc := e.ref, e.err, e.tol, e.exc
 		if finite(xv) {
@@ -228,8 +230,8 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 			sumE2 += ev * ev
 			sumX2 += xv * xv
 		}
-		if d, ok := ULPDistance(actual.DType, av, ev); ok {
-			maxULP = max(maxULP, float64(d))
+		if e.ulpOK {
+			maxULP = max(maxULP, float64(e.ulp))
 		}
 		if e.excused {
 			m.Excused++
@@ -256,6 +258,7 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		sumAR += av * ref
 		sumA2 += av * av
 	}
+	j.each(N, fold)
 	if m.NaNMismatch+m.InfMismatch > 0 {
 		maxExc = math.Inf(1)
 	}
@@ -320,7 +323,7 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		// The signature reads every element's excess again, in passes:
 		// judged again on each read, never stored, since an output may be
 		// a whole KV cache.
-		c.Signature = signature.Analyze(o, excessValues{n: N, j: &j}, signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At})
+		c.Signature = signature.Analyze(o, excessValues{n: N, j: j}, signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At})
 	}
 	return c, nil
 }
@@ -342,21 +345,39 @@ type judge struct {
 	o      *kernel.Output
 	actual *tensor.Tensor
 	b      Bounds
+	ulp    func(a, b float64) (uint64, bool)
+}
+
+func newJudge(o *kernel.Output, actual *tensor.Tensor, b Bounds) *judge {
+	return &judge{o: o, actual: actual, b: b, ulp: ulpDistanceOf(actual.DType)}
 }
 
 // element is one element judged: its actual, expected and exact values,
 // and, for numbers, the reference the error is taken against, the error,
 // the tolerance and the excess err/tol (+Inf for an error against a zero
 // tolerance, or a bitwise difference; 0 where the equivalence rule excused
-// it).
+// it), and the ULP distance of actual from expected in the output's dtype.
 type element struct {
 	special            special
 	av, ev, xv         float64
 	ref, err, tol, exc float64
-	excused            bool
+	differs, excused   bool
+	ulp                uint64
+	ulpOK              bool
 }
 
+// at judges element i.
 func (j *judge) at(i int) element {
+	e := j.raw(i)
+	j.excuse(i, &e)
+	return e
+}
+
+// raw judges element i up to the equivalence rule, which excuse applies:
+// raw reads the output only through j's own readers and the stateless
+// bounds, so forks of a judge may run it from several goroutines, while
+// an Equivalent rule may keep state and runs on one.
+func (j *judge) raw(i int) element {
 	o := j.o
 	e := element{av: j.actual.Float64At(i), ev: o.Expected.At(i), xv: o.Exact.At(i)}
 	av, ev, xv := e.av, e.ev, e.xv
@@ -380,24 +401,105 @@ func (j *judge) at(i int) element {
 		e.ref = ev
 	}
 	e.err = math.Abs(av - e.ref)
-	e.tol = j.b.Tol(i)
-	differs := e.err > e.tol
+	e.tol = j.b.Tol(i, xv, ev)
+	e.differs = e.err > e.tol
 	if o.Mode == kernel.Bitwise {
-		differs = av != ev
+		e.differs = av != ev
 	}
-	if differs {
+	if e.differs {
 		e.exc = math.Inf(1)
 		if e.tol > 0 {
 			e.exc = e.err / e.tol
 		}
-		if o.Equivalent != nil && o.Equivalent(i, av) {
-			e.excused = true
-			e.exc = 0
-		}
 	} else if e.tol > 0 {
 		e.exc = e.err / e.tol
 	}
+	e.ulp, e.ulpOK = j.ulp(av, ev)
 	return e
+}
+
+// excuse applies the output's equivalence rule to a differing element.
+func (j *judge) excuse(i int, e *element) {
+	if e.differs && e.special == 0 && j.o.Equivalent != nil && j.o.Equivalent(i, e.av) {
+		e.excused = true
+		e.exc = 0
+	}
+}
+
+// parallelChunk is how many elements one goroutine judges at a time when
+// an output is shared out (about a tenth of a millisecond of work); outputs
+// under two chunks are judged on one goroutine.
+const parallelChunk = 1 << 12
+
+// ScratchBytes is the most a comparison holds besides its inputs and the
+// reference: the judged elements of one chunk per CPU, whatever the
+// output's size (internal/check counts it in its memory estimates).
+func ScratchBytes() int64 {
+	return int64(runtime.GOMAXPROCS(0)) * parallelChunk * int64(unsafe.Sizeof(element{}))
+}
+
+// each calls fold for every element in index order, judged. On an output
+// whose values can be read from several goroutines (kernel.Fork), the
+// elements are judged up to the equivalence rule by one goroutine per CPU,
+// a chunk each, and folded, with the rule applied, on this one in index
+// order: the results are the same bits as one goroutine's, whatever
+// GOMAXPROCS is, while the per-element work (reading on-demand values, the
+// bounds, ULP distances) runs on every core.
+func (j *judge) each(n int, fold func(int, *element)) {
+	w := min(runtime.GOMAXPROCS(0), (n+parallelChunk-1)/parallelChunk)
+	forks := make([]*judge, 0, w)
+	for k := 0; k < w && w > 1; k++ {
+		ex, ok1 := kernel.Fork(j.o.Exact)
+		xp, ok2 := kernel.Fork(j.o.Expected)
+		if !ok1 || !ok2 {
+			forks = forks[:0]
+			break
+		}
+		o := *j.o
+		o.Exact, o.Expected = ex, xp
+		forks = append(forks, newJudge(&o, j.actual, j.b))
+	}
+	if len(forks) < 2 {
+		e := new(element) // one, reused: a pointer to a local would escape through fold
+		for i := 0; i < n; i++ {
+			*e = j.raw(i)
+			j.excuse(i, e)
+			fold(i, e)
+		}
+		return
+	}
+	bufs := make([][]element, len(forks))
+	for k := range bufs {
+		bufs[k] = make([]element, parallelChunk)
+	}
+	var wg sync.WaitGroup
+	for base := 0; base < n; base += len(forks) * parallelChunk {
+		for k, f := range forks {
+			lo := base + k*parallelChunk
+			if lo >= n {
+				break
+			}
+			hi := min(lo+parallelChunk, n)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				b := bufs[k][:hi-lo]
+				for i := range b {
+					b[i] = f.raw(lo + i)
+				}
+			}()
+		}
+		wg.Wait()
+		for k := range forks {
+			lo := base + k*parallelChunk
+			b := bufs[k][:max(0, min(parallelChunk, n-lo))]
+			for i := range b {
+				e := &b[i]
+				j.excuse(lo+i, e)
+				fold(lo+i, e)
+			}
+		}
+	}
 }
 
 // excess is the element's err/tol as the signature reads it: +Inf for a

@@ -1,8 +1,11 @@
 package compare
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -16,7 +19,7 @@ type constPolicy struct{ tol, band float64 }
 
 func (constPolicy) Name() string { return "const" }
 func (p constPolicy) Bounds(kernel.Output, tensor.DType) Bounds {
-	return Bounds{Tol: func(int) float64 { return p.tol }, Band: p.band, Explanation: "constant"}
+	return Bounds{Tol: func(int, float64, float64) float64 { return p.tol }, Band: p.band, Explanation: "constant"}
 }
 
 func near(a, b, rel float64) bool { return math.Abs(a-b) <= rel*math.Abs(b) }
@@ -255,7 +258,8 @@ func TestUnitRoundoffBound(t *testing.T) {
 	rms := math.Sqrt(5.25)
 	want := []float64{0x1p-8*1 + g*rms, 0x1p-8*2 + g*rms, g * rms, 0x1p-8*4 + g*4}
 	for i, w := range want {
-		if got := b.Tol(i); !near(got, w, 1e-15) {
+		x := o.Exact.At(i)
+		if got := b.Tol(i, x, o.Expected.At(i)); !near(got, w, 1e-15) {
 			t.Errorf("tol[%d] = %g, want %g", i, got, w)
 		}
 	}
@@ -286,5 +290,82 @@ func TestThreeWayExactOutput(t *testing.T) {
 	c, _ = Compare(o, tensor.FromFloat64s(tensor.BF16, []int{8, 8}, off), ThreeWay{}, Options{})
 	if c.Verdict != Fail {
 		t.Errorf("4 ulps off: verdict %s (%s), want fail", c.Verdict, c.Reason)
+	}
+}
+
+// onDemand is Values computed per read with state of its own (the last
+// index read), like the cache kernels' outputs: it must be forked, never
+// shared, across goroutines, which the race detector would catch.
+type onDemand struct {
+	v    []float64
+	last int
+}
+
+func (o *onDemand) Len() int            { return len(o.v) }
+func (o *onDemand) At(i int) float64    { o.last = i; return o.v[i] }
+func (o *onDemand) Fork() kernel.Values { return &onDemand{v: o.v} }
+
+// TestCompareSameWhateverGOMAXPROCS: an output of several parallel chunks,
+// with errors, NaN and Inf positions and elements an equivalence rule (one
+// that keeps state, so it must run on one goroutine) excuses, is judged to
+// the same check, bit for bit, at GOMAXPROCS 1 (one goroutine) and 2 and 7
+// (the elements shared out), for dense and for on-demand values.
+func TestCompareSameWhateverGOMAXPROCS(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 40))
+	n := 5*parallelChunk + 123
+	exact, expected := make([]float64, n), make([]float64, n)
+	actual := tensor.New(tensor.F32, n/3, 3)
+	n = actual.Len()
+	exact, expected = exact[:n], expected[:n]
+	for i := range exact {
+		exact[i] = rng.NormFloat64()
+		expected[i] = float64(float32(exact[i]))
+		a := expected[i]
+		switch rng.IntN(500) {
+		case 0:
+			a += 1e-3 // over tolerance
+		case 1:
+			a = math.NaN()
+		case 2:
+			a, expected[i] = math.Inf(1), math.Inf(1)
+		case 3:
+			a *= 1 + 1e-6
+		}
+		actual.SetFloat64(i, a)
+	}
+	calls := 0
+	equivalent := func(i int, a float64) bool { calls++; return i%3 == 0 }
+	for _, dense := range []bool{true, false} {
+		var ref []byte
+		for _, procs := range []int{1, 2, 7} {
+			o := kernel.Output{Name: "y", Shape: []int{n / 3, 3}, Reduction: 64, Equivalent: equivalent,
+				Exact: kernel.Dense(exact), Expected: kernel.Dense(expected)}
+			if !dense {
+				o.Exact, o.Expected = &onDemand{v: exact}, &onDemand{v: expected}
+			}
+			prev := runtime.GOMAXPROCS(procs)
+			c, err := Compare(o, actual, nil, Options{WorstK: 9})
+			runtime.GOMAXPROCS(prev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := json.Marshal(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Metrics.NaNMismatch == 0 || c.Metrics.Excused == 0 || c.Metrics.OverTol == 0 {
+				t.Fatalf("the case lacks NaN mismatches (%d), excused (%d) or over-tolerance (%d) elements", c.Metrics.NaNMismatch, c.Metrics.Excused, c.Metrics.OverTol)
+			}
+			if ref == nil {
+				ref = got
+				continue
+			}
+			if !bytes.Equal(got, ref) {
+				t.Fatalf("dense=%v GOMAXPROCS %d: the check differs from GOMAXPROCS 1's:\n%s\n%s", dense, procs, got, ref)
+			}
+		}
+	}
+	if calls == 0 {
+		t.Fatal("the equivalence rule was never asked")
 	}
 }

@@ -22,8 +22,11 @@ type Policy interface {
 
 // Bounds is what a Policy allows.
 type Bounds struct {
-	// Tol returns element i's tolerance on |actual_i - exact_i| (>= 0).
-	Tol func(i int) float64
+	// Tol returns element i's tolerance on |actual_i - exact_i| (>= 0),
+	// given its exact and expected values (the caller has read them; an
+	// output's values may be computed on demand, and reading them again
+	// would double that). It must be safe to call from several goroutines.
+	Tol func(i int, exact, expected float64) float64
 	// Band: an element whose error is in (tol, Band·tol] makes the check
 	// inconclusive; beyond Band·tol it fails. Values below 1 count as 1.
 	Band float64
@@ -108,10 +111,9 @@ func (p UnitRoundoff) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	if cnt > 0 {
 		rms = math.Sqrt(s2 / float64(cnt))
 	}
-	exact := o.Exact
 	return Bounds{
-		Tol: func(i int) float64 {
-			ax := math.Abs(exact.At(i))
+		Tol: func(_ int, x, _ float64) float64 {
+			ax := math.Abs(x)
 			return c * (uOut*ax + g*max(ax, rms))
 		},
 		Band: orDefault(p.Band, 2),
@@ -259,8 +261,7 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	// tens of millions of elements.
 	exact, expected := o.Exact, o.Expected
 	spacing := spacingOf(d)
-	tolAt := func(i int) (tol, ulp, am float64) {
-		x, e := exact.At(i), expected.At(i)
+	tolAt := func(i int, x, e float64) (tol, ulp, am float64) {
 		if !finite(x) || !finite(e) {
 			return 0, 0, 0
 		}
@@ -273,7 +274,7 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	}
 	var ulp2, acc2 float64
 	for i := 0; i < N; i++ {
-		_, ulp, am := tolAt(i)
+		_, ulp, am := tolAt(i, exact.At(i), expected.At(i))
 		ulp2 += ulp * ulp
 		acc2 += am * am
 	}
@@ -297,7 +298,7 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 		model = fmt.Sprintf("floor rms on the element's row × column / global rms (%d rows × %d columns)", R, C)
 	}
 	return Bounds{
-		Tol:       func(i int) float64 { t, _, _ := tolAt(i); return t },
+		Tol:       func(i int, x, e float64) float64 { t, _, _ := tolAt(i, x, e); return t },
 		Band:      band,
 		Aggregate: agg,
 		Explanation: fmt.Sprintf("three-way: tol_i = ulp_%s(x_i) + max(2·f_i, κ·s_i) + γ·mag_i, f_i = |expected_i-exact_i| (floor rms %.3g), "+

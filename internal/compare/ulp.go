@@ -56,9 +56,11 @@ func spacingOf(d tensor.DType) func(x float64) float64 {
 		}
 		ax := math.Abs(x)
 		exp := fi.minExp
-		if ax >= minNormal {
-			_, e := math.Frexp(ax) // ax = frac·2^e, frac in [0.5, 1)
-			exp = e - 1
+		if ax >= minNormal { // a normal float64 (minNormal >= 2^-1022): its exponent field
+			exp = int(math.Float64bits(ax)>>52) - 1023
+		}
+		if e := exp - int(fi.mantbits); e >= -1022 {
+			return math.Float64frombits(uint64(e+1023) << 52) // 2^e
 		}
 		return math.Ldexp(1, exp-int(fi.mantbits))
 	}
@@ -109,16 +111,39 @@ func code(d tensor.DType, v float64) (c uint64, ok bool) {
 // NaN or d is not a numeric dtype; values not representable in d are first
 // rounded to it.
 func ULPDistance(d tensor.DType, a, b float64) (dist uint64, ok bool) {
-	if math.IsNaN(a) || math.IsNaN(b) {
-		return 0, false
-	}
+	return ulpDistanceOf(d)(a, b)
+}
+
+// ulpDistanceOf returns ULPDistance(d, ·, ·) with d's format looked up once
+// (a comparison asks for a distance per element), and, in the dtypes that
+// encode every non-NaN value (F64, F32, F16, BF16), equal values settled
+// without encoding them: 0 steps apart.
+func ulpDistanceOf(d tensor.DType) func(a, b float64) (uint64, bool) {
 	if d.IsInt() {
-		return uint64(math.Abs(math.Round(a) - math.Round(b))), true
+		return func(a, b float64) (uint64, bool) {
+			if math.IsNaN(a) || math.IsNaN(b) {
+				return 0, false
+			}
+			return uint64(math.Abs(math.Round(a) - math.Round(b))), true
+		}
 	}
 	fi, known := floatInfos[d]
 	if !known {
-		return 0, false
+		return func(float64, float64) (uint64, bool) { return 0, false }
 	}
+	encodesAll := d == tensor.F64 || d == tensor.F32 || d == tensor.F16 || d == tensor.BF16
+	return func(a, b float64) (uint64, bool) {
+		if math.IsNaN(a) || math.IsNaN(b) {
+			return 0, false
+		}
+		if a == b && encodesAll {
+			return 0, true
+		}
+		return ulpDistance(d, fi, a, b)
+	}
+}
+
+func ulpDistance(d tensor.DType, fi floatInfo, a, b float64) (dist uint64, ok bool) {
 	ca, oka := code(d, a)
 	cb, okb := code(d, b)
 	if !oka || !okb {

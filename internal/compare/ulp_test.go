@@ -3,6 +3,7 @@ package compare
 import (
 	"bufio"
 	"math"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -127,5 +128,32 @@ func TestSpacing(t *testing.T) {
 	}
 	if !math.IsNaN(Spacing(tensor.BF16, math.Inf(1))) {
 		t.Errorf("Spacing of +Inf is not NaN")
+	}
+}
+
+// TestSpacingMatchesFrexp: the spacing read from the exponent bits equals
+// the one math.Frexp and math.Ldexp give, for every float dtype, on values
+// across float64's whole range (subnormals and the dtype's own subnormal
+// range included).
+func TestSpacingMatchesFrexp(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 21))
+	for d, fi := range floatInfos {
+		minNormal := math.Ldexp(1, fi.minExp)
+		want := func(x float64) float64 {
+			ax := math.Abs(x)
+			exp := fi.minExp
+			if ax >= minNormal {
+				_, e := math.Frexp(ax)
+				exp = e - 1
+			}
+			return math.Ldexp(1, exp-int(fi.mantbits))
+		}
+		sp := spacingOf(d)
+		for i := 0; i < 200000; i++ {
+			x := math.Float64frombits(rng.Uint64()&^(0x7FF<<52) | uint64(rng.IntN(2047))<<52)
+			if got, w := sp(x), want(x); got != w {
+				t.Fatalf("%s: spacing(%g) = %g, want %g", d, x, got, w)
+			}
+		}
 	}
 }

@@ -190,6 +190,9 @@ func newCacheAfter(ov *kvcache.Overlay, exact bool) *cacheAfter {
 		entry: &tensor.Tensor{DType: ov.Before.DType, Shape: []int{e}, Data: make([]byte, ov.EntryBytes())}}
 }
 
+// Fork implements Forker.
+func (c *cacheAfter) Fork() Values { return newCacheAfter(c.ov, c.exact) }
+
 // Len implements Values.
 func (c *cacheAfter) Len() int { return c.ov.Before.Len() }
 
@@ -297,6 +300,9 @@ type gathered struct {
 func newGathered(c *kvcache.Cache, pages *kvcache.Pages, deq tensor.DType, roundBF16 bool) *gathered {
 	return &gathered{c: c, pages: pages, deq: deq, roundBF16: roundBF16, row: -1, buf: make([]float64, c.D())}
 }
+
+// Fork implements Forker.
+func (g *gathered) Fork() Values { return newGathered(g.c, g.pages, g.deq, g.roundBF16) }
 
 // Len implements Values.
 func (g *gathered) Len() int { return g.pages.Total() * len(g.buf) }

@@ -26,6 +26,26 @@ type Values interface {
 	At(i int) float64
 }
 
+// Forker is implemented by on-demand Values: Fork returns a reader of the
+// same values with state of its own, for another goroutine.
+type Forker interface {
+	Fork() Values
+}
+
+// Fork returns a reader of v's values that may be used concurrently with v
+// and with other forks: v itself when it holds no state (Dense), its Fork
+// when it has one, and ok = false when it is neither (the caller then reads
+// v from one goroutine).
+func Fork(v Values) (Values, bool) {
+	switch f := v.(type) {
+	case Dense:
+		return f, true
+	case Forker:
+		return f.Fork(), true
+	}
+	return nil, false
+}
+
 // Dense is Values held in memory: what every kernel whose outputs are of
 // the size of its work (not of a cache) returns.
 type Dense []float64

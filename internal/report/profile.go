@@ -179,7 +179,7 @@ func excessOf(o check.Observation, b compare.Bounds, i int) float64 {
 		r = ev
 	}
 	err := math.Abs(av - r)
-	tol := b.Tol(i)
+	tol := b.Tol(i, xv, ev)
 	switch {
 	case err > tol && ref.Equivalent != nil && ref.Equivalent(i, av):
 		return 0
@@ -211,7 +211,7 @@ func profileOf(o check.Observation) (Profile, []int) {
 		b = o.Policy.Bounds(*o.Ref, o.Actual.DType)
 	}
 	if b.Tol == nil {
-		b.Tol = func(int) float64 { return 0 }
+		b.Tol = func(int, float64, float64) float64 { return 0 }
 	}
 	shape := o.Actual.Shape
 	if tensor.NumElements(shape) != n {

@@ -462,7 +462,7 @@ type fixedTol float64
 
 func (fixedTol) Name() string { return "fixed" }
 func (f fixedTol) Bounds(kernel.Output, tensor.DType) compare.Bounds {
-	return compare.Bounds{Tol: func(int) float64 { return float64(f) }, Band: 1}
+	return compare.Bounds{Tol: func(int, float64, float64) float64 { return float64(f) }, Band: 1}
 }
 
 // A large output is profiled from a sample, but every failing element is
