@@ -323,7 +323,7 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		// The signature reads every element's excess again, in passes:
 		// judged again on each read, never stored, since an output may be
 		// a whole KV cache.
-		c.Signature = signature.Analyze(o, excessValues{n: N, j: j}, signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At})
+		c.Signature = signature.Analyze(o, newExcessValues(N, j), signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At})
 	}
 	return c, nil
 }
@@ -438,6 +438,61 @@ func ScratchBytes() int64 {
 	return int64(runtime.GOMAXPROCS(0)) * parallelChunk * int64(unsafe.Sizeof(element{}))
 }
 
+// forks returns one reader of the output per CPU for an output of n
+// elements (nil when it is too small to share out, there is one CPU, or
+// its values cannot be read from several goroutines: see kernel.Fork).
+func (j *judge) forks(n int) []*judge {
+	w := min(runtime.GOMAXPROCS(0), (n+parallelChunk-1)/parallelChunk)
+	if w < 2 {
+		return nil
+	}
+	forks := make([]*judge, 0, w)
+	for k := 0; k < w; k++ {
+		ex, ok1 := kernel.Fork(j.o.Exact)
+		xp, ok2 := kernel.Fork(j.o.Expected)
+		if !ok1 || !ok2 {
+			return nil
+		}
+		o := *j.o
+		o.Exact, o.Expected = ex, xp
+		forks = append(forks, newJudge(&o, j.actual, j.b))
+	}
+	return forks
+}
+
+// window is a run of consecutive elements judged up to the equivalence rule
+// by several goroutines at once: elements [lo, hi) are in buf.
+type window struct {
+	forks  []*judge
+	buf    []element
+	lo, hi int
+}
+
+func newWindow(forks []*judge) *window {
+	return &window{forks: forks, buf: make([]element, len(forks)*parallelChunk)}
+}
+
+// fill judges the elements from lo on, a chunk for each fork, up to n.
+func (w *window) fill(lo, n int) {
+	w.lo, w.hi = lo, min(n, lo+len(w.buf))
+	var wg sync.WaitGroup
+	for k, f := range w.forks {
+		a := lo + k*parallelChunk
+		if a >= w.hi {
+			break
+		}
+		b := w.buf[a-lo : min(a+parallelChunk, w.hi)-lo]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range b {
+				b[i] = f.raw(a + i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // each calls fold for every element in index order, judged. On an output
 // whose values can be read from several goroutines (kernel.Fork), the
 // elements are judged up to the equivalence rule by one goroutine per CPU,
@@ -446,20 +501,8 @@ func ScratchBytes() int64 {
 // GOMAXPROCS is, while the per-element work (reading on-demand values, the
 // bounds, ULP distances) runs on every core.
 func (j *judge) each(n int, fold func(int, *element)) {
-	w := min(runtime.GOMAXPROCS(0), (n+parallelChunk-1)/parallelChunk)
-	forks := make([]*judge, 0, w)
-	for k := 0; k < w && w > 1; k++ {
-		ex, ok1 := kernel.Fork(j.o.Exact)
-		xp, ok2 := kernel.Fork(j.o.Expected)
-		if !ok1 || !ok2 {
-			forks = forks[:0]
-			break
-		}
-		o := *j.o
-		o.Exact, o.Expected = ex, xp
-		forks = append(forks, newJudge(&o, j.actual, j.b))
-	}
-	if len(forks) < 2 {
+	forks := j.forks(n)
+	if forks == nil {
 		e := new(element) // one, reused: a pointer to a local would escape through fold
 		for i := 0; i < n; i++ {
 			*e = j.raw(i)
@@ -468,36 +511,13 @@ func (j *judge) each(n int, fold func(int, *element)) {
 		}
 		return
 	}
-	bufs := make([][]element, len(forks))
-	for k := range bufs {
-		bufs[k] = make([]element, parallelChunk)
-	}
-	var wg sync.WaitGroup
-	for base := 0; base < n; base += len(forks) * parallelChunk {
-		for k, f := range forks {
-			lo := base + k*parallelChunk
-			if lo >= n {
-				break
-			}
-			hi := min(lo+parallelChunk, n)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				b := bufs[k][:hi-lo]
-				for i := range b {
-					b[i] = f.raw(lo + i)
-				}
-			}()
-		}
-		wg.Wait()
-		for k := range forks {
-			lo := base + k*parallelChunk
-			b := bufs[k][:max(0, min(parallelChunk, n-lo))]
-			for i := range b {
-				e := &b[i]
-				j.excuse(lo+i, e)
-				fold(lo+i, e)
-			}
+	w := newWindow(forks)
+	for lo := 0; lo < n; lo = w.hi {
+		w.fill(lo, n)
+		for i := w.lo; i < w.hi; i++ {
+			e := &w.buf[i-w.lo]
+			j.excuse(i, e)
+			fold(i, e)
 		}
 	}
 }
@@ -514,15 +534,41 @@ func (e element) excess() float64 {
 	return e.exc
 }
 
-// excessValues is every element's excess as kernel.Values, computed again
-// on each read.
+// excessValues is every element's excess as kernel.Values, judged again
+// on each read (an output may be a whole KV cache: nothing is stored per
+// element). The signature reads them in passes from the first element to
+// the last, so a read of element 0, or of the element after the window,
+// judges the next window on every core (as each does); any other read
+// judges one element.
 type excessValues struct {
 	n int
 	j *judge
+	w *window // nil: one goroutine
 }
 
-func (x excessValues) Len() int         { return x.n }
-func (x excessValues) At(i int) float64 { return x.j.at(i).excess() }
+func newExcessValues(n int, j *judge) *excessValues {
+	x := &excessValues{n: n, j: j}
+	if forks := j.forks(n); forks != nil {
+		x.w = newWindow(forks)
+	}
+	return x
+}
+
+func (x *excessValues) Len() int { return x.n }
+
+func (x *excessValues) At(i int) float64 {
+	if w := x.w; w != nil {
+		if (i == 0 || i == w.hi) && i < x.n && !(i >= w.lo && i < w.hi) {
+			w.fill(i, x.n)
+		}
+		if i >= w.lo && i < w.hi {
+			e := w.buf[i-w.lo]
+			x.j.excuse(i, &e)
+			return e.excess()
+		}
+	}
+	return x.j.at(i).excess()
+}
 
 func cosDiff(sumXY, sumSq float64) float64 {
 	if sumSq == 0 {
