@@ -410,7 +410,9 @@ func estimate(kname string, s shapes, p kernel.Params) Estimate {
 		es.ops(mul(total, sq, h, d, passes))
 	case "splitk_combine":
 		n, sp, l := s.dim("partial_out", 0), s.dim("partial_out", 1), s.dim("partial_out", 2)
-		es.input("partial_out", []int64{n, sp, l}, 8)
+		// the fp32 partials are read in place, or copied (4 bytes) when
+		// the file's data is not 4-byte aligned
+		es.input("partial_out", []int64{n, sp, l}, 4)
 		es.input("partial_lse", []int64{n, sp}, 8)
 		es.output("out", n, l)
 		es.output("lse", n)

@@ -38,18 +38,31 @@ func sameBits(t *testing.T, what string, got, want []float64) {
 // TestCombineEqualsRowFunctions: the fused, parallel Combine gives, bit for
 // bit, what CombineRowExact and CombineRowExpected give row by row (the
 // one-row reference loops), for both lse bases and output dtypes, with
-// empty splits and an all-empty row. L = 83 takes the assembly's 32-column
-// strips (on amd64 with AVX-512) and the Go loop's 19-column tail.
+// empty splits and an all-empty row, from float64 partials and from the
+// same values as fp32 (as a capture holds them). L = 83 takes the
+// assembly's 32-column strips (on amd64 with AVX-512) and the Go loop's
+// 19-column tail.
 func TestCombineEqualsRowFunctions(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 13))
 	const n, s, l = 37, 9, 83
 	o, lse := randomPartials(rng, n, s, l)
+	o32 := make([]float32, len(o))
+	for i, v := range o {
+		o32[i] = float32(v) // exact: randomPartials draws fp32 values
+	}
 	for _, c := range []Convention{DefaultConvention(), {Base: Base2, Empty: math.Inf(1)}} {
 		for _, od := range []tensor.DType{tensor.BF16, tensor.F32} {
 			ex, xp, err := Combine(o, lse, n, s, l, c, od, tensor.F32)
 			if err != nil {
 				t.Fatal(err)
 			}
+			ex32, xp32, err := Combine(o32, lse, n, s, l, c, od, tensor.F32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameBits(t, "exact out from fp32 partials", ex32.Out, ex.Out)
+			sameBits(t, "expected out from fp32 partials", xp32.Out, xp.Out)
+			sameBits(t, "lse from fp32 partials", append(ex32.LSE, xp32.LSE...), append(ex.LSE, xp.LSE...))
 			wx, wp := make([]float64, l), make([]float64, l)
 			for r := 0; r < n; r++ {
 				lx, err := CombineRowExact(o[r*s*l:(r+1)*s*l], lse[r*s:(r+1)*s], l, c, wx)

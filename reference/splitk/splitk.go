@@ -261,7 +261,9 @@ type Result struct {
 }
 
 // Combine combines every row of partialOut [N, S, L] and partialLSE [N, S]
-// (flat, row-major), giving the exact and the expected results. An invalid
+// (flat, row-major), giving the exact and the expected results. The
+// partials may be fp32 (a capture's, read in place) or float64; fp32 values
+// give the same results either way. An invalid
 // lse is reported with its contract name, partial_lse[n,s] (the first in
 // row-major order).
 //
@@ -271,7 +273,7 @@ type Result struct {
 // split order), with the rows shared out to GOMAXPROCS goroutines: every
 // row is computed by one goroutine, so the result does not depend on how
 // many run.
-func Combine(partialOut, partialLSE []float64, n, s, l int, c Convention, outDType, lseDType tensor.DType) (exact, expected Result, err error) {
+func Combine[T float32 | float64](partialOut []T, partialLSE []float64, n, s, l int, c Convention, outDType, lseDType tensor.DType) (exact, expected Result, err error) {
 	if len(partialLSE) != n*s {
 		return exact, expected, fmt.Errorf("partial_lse has %d values; [N=%d, S=%d] needs %d", len(partialLSE), n, s, n*s)
 	}
@@ -315,7 +317,7 @@ func Combine(partialOut, partialLSE []float64, n, s, l int, c Convention, outDTy
 // (checkLSE passed) in one pass: the same operations on every element, in
 // the same order, so the same bits. ws is scratch for 2·S weights, idx for
 // S split indices.
-func combineRowBoth(o, lse []float64, l int, c Convention, outDType, lseDType tensor.DType, ex, xp, ws []float64, idx []int) (float64, float64) {
+func combineRowBoth[T float32 | float64](o []T, lse []float64, l int, c Convention, outDType, lseDType tensor.DType, ex, xp, ws []float64, idx []int) (float64, float64) {
 	m := math.Inf(-1)
 	for _, v := range lse {
 		if v > m {
@@ -351,7 +353,12 @@ func combineRowBoth(o, lse []float64, l int, c Convention, outDType, lseDType te
 			k++
 		}
 	}
-	weightedSum(ex, xp, o, l, idx[:k], w[:k], cw[:k])
+	switch o := any(o).(type) {
+	case []float64:
+		weightedSum(ex, xp, o, l, idx[:k], w[:k], cw[:k])
+	case []float32:
+		weightedSum32(ex, xp, o, l, idx[:k], w[:k], cw[:k])
+	}
 	for i := range ex {
 		ex[i] /= sum
 		xp[i] = RoundTo(outDType, xp[i])
@@ -409,6 +416,22 @@ func weightedSumGeneric(ex, xp, o []float64, l int, splits []int, w, cw []float6
 		for i, v := range x {
 			ex[i] += float64(ws * v)
 			xp[i] = float64(float32(xp[i] + cs*float64(float32(v))))
+		}
+	}
+}
+
+// weightedSum32Generic is weightedSumGeneric on fp32 partials, the form
+// kernels write them in (read in place from a capture): fp32(x) is x, so
+// the operations and their results are the same as on the widened values.
+func weightedSum32Generic(ex, xp []float64, o []float32, l int, splits []int, w, cw []float64) {
+	xp = xp[:len(ex)]
+	for k, s := range splits {
+		ws, cs := w[k], cw[k]
+		x := o[s*l : s*l+len(ex)]
+		for i, v32 := range x {
+			v := float64(v32)
+			ex[i] += float64(ws * v)
+			xp[i] = float64(float32(xp[i] + cs*v))
 		}
 	}
 }

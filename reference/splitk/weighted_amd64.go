@@ -17,7 +17,7 @@ func weightedSumAVX512(ex *float64, xp *float64, o *float64, l int, splits *int,
 func weightedSum(ex, xp, o []float64, l int, splits []int, w, cw []float64) {
 	cols := len(ex) &^ 31
 	n := len(splits)
-	if !useAVX512 || cols == 0 || n == 0 || len(xp) < len(ex) || len(w) < n || len(cw) < n || !inRange(o, l, splits, len(ex)) {
+	if !useAVX512 || cols == 0 || n == 0 || len(xp) < len(ex) || len(w) < n || len(cw) < n || !inRange(len(o), l, splits, len(ex)) {
 		weightedSumGeneric(ex, xp, o, l, splits, w, cw)
 		return
 	}
@@ -27,12 +27,29 @@ func weightedSum(ex, xp, o []float64, l int, splits []int, w, cw []float64) {
 	}
 }
 
-// inRange reports whether every listed split's columns [0, cols) lie in o.
-func inRange(o []float64, l int, splits []int, cols int) bool {
+// inRange reports whether every listed split's columns [0, cols) lie in
+// the n partial values.
+func inRange(n, l int, splits []int, cols int) bool {
 	for _, s := range splits {
-		if s < 0 || s*l+cols > len(o) {
+		if s < 0 || s*l+cols > n {
 			return false
 		}
 	}
 	return true
+}
+
+//go:noescape
+func weightedSum32AVX512(ex *float64, xp *float64, o *float32, l int, splits *int, n int, w *float64, cw *float64, cols int)
+
+func weightedSum32(ex, xp []float64, o []float32, l int, splits []int, w, cw []float64) {
+	cols := len(ex) &^ 31
+	n := len(splits)
+	if !useAVX512 || cols == 0 || n == 0 || len(xp) < len(ex) || len(w) < n || len(cw) < n || !inRange(len(o), l, splits, len(ex)) {
+		weightedSum32Generic(ex, xp, o, l, splits, w, cw)
+		return
+	}
+	weightedSum32AVX512(&ex[0], &xp[0], &o[0], l, &splits[0], n, &w[0], &cw[0], cols)
+	if cols < len(ex) {
+		weightedSum32Generic(ex[cols:], xp[cols:], o[cols:], l, splits, w, cw)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"unsafe"
 
 	"github.com/kcheck-dev/kcheck/reference/formats"
 )
@@ -266,6 +267,31 @@ func (t *Tensor) Float64s() []float64 {
 	}
 	return out
 }
+
+// Float32s returns an F32 tensor's values as float32: a view of its bytes
+// where the host is little-endian (as the file formats are) and the data is
+// 4-byte aligned, so that a mapped capture's fp32 tensor is read in place
+// (never write through the view: the mapping is read-only), and otherwise a
+// decoded copy. Other dtypes give nil.
+func (t *Tensor) Float32s() []float32 {
+	if t.DType != F32 {
+		return nil
+	}
+	n := t.Len()
+	if n == 0 {
+		return []float32{}
+	}
+	if littleEndian && len(t.Data) >= 4*n && uintptr(unsafe.Pointer(&t.Data[0]))%4 == 0 {
+		return unsafe.Slice((*float32)(unsafe.Pointer(&t.Data[0])), n)
+	}
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
+	}
+	return out
+}
+
+var littleEndian = func() bool { x := uint16(1); return *(*byte)(unsafe.Pointer(&x)) == 1 }()
 
 // RowInto decodes n elements starting at flat index off into dst[:n].
 func (t *Tensor) RowInto(dst []float64, off, n int) {
