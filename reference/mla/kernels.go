@@ -289,7 +289,8 @@ const (
 	expLn2Lo = 0x1.abc9e3b39803fp-56
 )
 
-// expTaylor are 1/k! for k = 13 down to 0.
+// expTaylor are 1/k! for k = 13 down to 0 (the assembly reads them from
+// here too).
 var expTaylor = [14]float64{1.0 / 6227020800, 1.0 / 479001600, 1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880,
 	1.0 / 40320, 1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 1.0 / 2, 1, 1}
 

@@ -19,10 +19,7 @@ var useAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL
 var kernelsName = map[bool]string{true: "avx512", false: "generic"}[useAVX512]
 
 //go:noescape
-func scoresAVX512(qt *float64, stride int, k *float64, d int, nj int, sx *float64, sr *float64, round32 bool)
-
-//go:noescape
-func scoresFusedAVX512(qt *float64, stride int, k *float64, d int, nj int, sx *float64, sr *float64, round32 bool)
+func scoresAVX512(qt *float64, stride int, k *float64, d int, nj int, sx *float64, sr *float64, round32 bool, fused bool)
 
 //go:noescape
 func pvExactAVX512(acc *float64, accStride int, p *float64, pStride int, v *float64, vStride int, nj int, l int, rows int)
@@ -43,11 +40,7 @@ func scores(p *qpack, k []float64, d, nj int, sx, sr []float64, m rmode, exactPr
 		scoresGeneric(p, k, d, nj, sx, sr, m)
 		return
 	}
-	if exactProducts {
-		scoresFusedAVX512(&p.t[0], p.stride, &k[0], d, n4, &sx[0], &sr[0], m == r32)
-		return
-	}
-	scoresAVX512(&p.t[0], p.stride, &k[0], d, n4, &sx[0], &sr[0], m == r32)
+	scoresAVX512(&p.t[0], p.stride, &k[0], d, n4, &sx[0], &sr[0], m == r32, exactProducts)
 }
 
 // pvExact is pvExactGeneric; the assembly takes the rows in fours.

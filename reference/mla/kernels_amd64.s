@@ -5,7 +5,7 @@
 // The AVX-512 twins of kernels.go's loops. Operand order is Go's: the
 // destination last, VMULPD src2, src1, dst computes dst = src1 * src2.
 
-// func scoresAVX512(qt *float64, stride int, k *float64, d int, nj int, sx *float64, sr *float64, round32 bool)
+// func scoresAVX512(qt *float64, stride int, k *float64, d int, nj int, sx *float64, sr *float64, round32 bool, fused bool)
 //
 // blockDot of sixteen query rows (two vectors of lanes of qt, [d][stride])
 // against four cache rows (k, [nj][d]) at a time. Z0-Z15 hold the block
@@ -15,7 +15,11 @@
 // 128 (eight blocks) for all tokens before the next chunk: the chunk of
 // the sixteen rows' queries (16 KB) then stays in L1 while the tokens
 // pass. stride%16 == 0, d%16 == 0, nj%4 == 0 and nj > 0.
-TEXT ·scoresAVX512(SB), NOSPLIT, $32-57
+//
+// With fused, each product and its addition are one instruction: the
+// same bits when every product q·k is exact in float64, which the caller
+// has checked. The two inner loops differ in that alone.
+TEXT ·scoresAVX512(SB), NOSPLIT, $32-58
 	MOVQ stride+8(FP), SI
 	SHLQ $3, SI // SI: bytes from one position of qt to the next, and one token of sx to the next
 	MOVQ d+24(FP), DX
@@ -93,6 +97,8 @@ block:
 	VPXORQ Z14, Z14, Z14
 	VPXORQ Z15, Z15, Z15
 	LEAQ 128(AX), R13 // end of this block of MMAK = 16 positions
+	CMPB fused+57(FP), $0
+	JNE  fusedpair
 pair:
 	VMOVUPD (R11), Z16 // even position, lanes 0-7
 	VMOVUPD 64(R11), Z17 // lanes 8-15
@@ -135,183 +141,8 @@ pair:
 	ADDQ $16, BX
 	CMPQ AX, R13
 	JNE  pair
-	// b = s0 + s1, into Z(4t), Z(4t+1)
-	VADDPD Z2, Z0, Z0
-	VADDPD Z3, Z1, Z1
-	VADDPD Z6, Z4, Z4
-	VADDPD Z7, Z5, Z5
-	VADDPD Z10, Z8, Z8
-	VADDPD Z11, Z9, Z9
-	VADDPD Z14, Z12, Z12
-	VADDPD Z15, Z13, Z13
-	// exact += b
-	LEAQ (R9)(SI*2), CX
-	VADDPD (R9), Z0, Z16
-	VMOVUPD Z16, (R9)
-	VADDPD 64(R9), Z1, Z16
-	VMOVUPD Z16, 64(R9)
-	VADDPD (R9)(SI*1), Z4, Z16
-	VMOVUPD Z16, (R9)(SI*1)
-	VADDPD 64(R9)(SI*1), Z5, Z16
-	VMOVUPD Z16, 64(R9)(SI*1)
-	VADDPD (CX), Z8, Z16
-	VMOVUPD Z16, (CX)
-	VADDPD 64(CX), Z9, Z16
-	VMOVUPD Z16, 64(CX)
-	VADDPD (CX)(SI*1), Z12, Z16
-	VMOVUPD Z16, (CX)(SI*1)
-	VADDPD 64(CX)(SI*1), Z13, Z16
-	VMOVUPD Z16, 64(CX)(SI*1)
-	// expected = round(expected + b)
-	LEAQ (R10)(SI*2), DI
-	VADDPD (R10), Z0, Z0
-	VADDPD 64(R10), Z1, Z1
-	VADDPD (R10)(SI*1), Z4, Z4
-	VADDPD 64(R10)(SI*1), Z5, Z5
-	VADDPD (DI), Z8, Z8
-	VADDPD 64(DI), Z9, Z9
-	VADDPD (DI)(SI*1), Z12, Z12
-	VADDPD 64(DI)(SI*1), Z13, Z13
-	CMPB round32+56(FP), $0
-	JEQ  store
-	VCVTPD2PS Z0, Y0
-	VCVTPS2PD Y0, Z0
-	VCVTPD2PS Z1, Y1
-	VCVTPS2PD Y1, Z1
-	VCVTPD2PS Z4, Y4
-	VCVTPS2PD Y4, Z4
-	VCVTPD2PS Z5, Y5
-	VCVTPS2PD Y5, Z5
-	VCVTPD2PS Z8, Y8
-	VCVTPS2PD Y8, Z8
-	VCVTPD2PS Z9, Y9
-	VCVTPS2PD Y9, Z9
-	VCVTPD2PS Z12, Y12
-	VCVTPS2PD Y12, Z12
-	VCVTPD2PS Z13, Y13
-	VCVTPS2PD Y13, Z13
-store:
-	VMOVUPD Z0, (R10)
-	VMOVUPD Z1, 64(R10)
-	VMOVUPD Z4, (R10)(SI*1)
-	VMOVUPD Z5, 64(R10)(SI*1)
-	VMOVUPD Z8, (DI)
-	VMOVUPD Z9, 64(DI)
-	VMOVUPD Z12, (DI)(SI*1)
-	VMOVUPD Z13, 64(DI)(SI*1)
-	CMPQ AX, R12
-	JNE  block
-	MOVQ 8(SP), R12
-	ADDQ $4, R12
-	MOVQ R12, 8(SP)
-	JMP  tokens
-nextchunk:
-	MOVQ 16(SP), R12
-	ADDQ 24(SP), R12
-	MOVQ R12, 16(SP)
-	JMP  chunks
-nextgroup:
-	MOVQ 0(SP), R11
-	ADDQ $128, R11
-	MOVQ R11, 0(SP)
-	JMP  groups
-done:
-	VZEROUPPER
-	RET
-
-// func scoresFusedAVX512(qt *float64, stride int, k *float64, d int, nj int, sx *float64, sr *float64, round32 bool)
-//
-// blockDot of sixteen query rows (two vectors of lanes of qt, [d][stride])
-// against four cache rows (k, [nj][d]) at a time. Z0-Z15 hold the block
-// sums: token t's even sum in Z(4t), Z(4t+1) (lanes 0-7, 8-15), its odd
-// sum in Z(4t+2), Z(4t+3). sx and sr ([nj][stride]) carry Exact and
-// Expected from block to block, so the positions are taken in chunks of
-// 128 (eight blocks) for all tokens before the next chunk: the chunk of
-// the sixteen rows' queries (16 KB) then stays in L1 while the tokens
-// pass. stride%16 == 0, d%16 == 0, nj%4 == 0 and nj > 0.
-//
-// scoresFusedAVX512 is scoresAVX512 with each product and its addition
-// fused: the same bits when every product q·k is exact in float64, which
-// the caller has checked.
-TEXT ·scoresFusedAVX512(SB), NOSPLIT, $32-57
-	MOVQ stride+8(FP), SI
-	SHLQ $3, SI // SI: bytes from one position of qt to the next, and one token of sx to the next
-	MOVQ d+24(FP), DX
-	SHLQ $3, DX // DX: bytes of a cache row
-	MOVQ $0, 0(SP) // g: byte offset of the lane group
-groups:
-	MOVQ 0(SP), R11
-	CMPQ R11, SI
-	JGE  done
-	// clear the group's columns of sx and sr
-	MOVQ sx+40(FP), R9
-	ADDQ R11, R9
-	MOVQ sr+48(FP), R10
-	ADDQ R11, R10
-	MOVQ nj+32(FP), CX
-	VPXORQ Z20, Z20, Z20
-clear:
-	VMOVUPD Z20, (R9)
-	VMOVUPD Z20, 64(R9)
-	VMOVUPD Z20, (R10)
-	VMOVUPD Z20, 64(R10)
-	ADDQ SI, R9
-	ADDQ SI, R10
-	DECQ CX
-	JNZ  clear
-	MOVQ $0, 16(SP) // c0: byte offset of the chunk of positions in a cache row
-chunks:
-	MOVQ 16(SP), R12
-	CMPQ R12, DX
-	JGE  nextgroup
-	MOVQ DX, R13
-	SUBQ R12, R13
-	MOVQ $1024, AX
-	CMPQ R13, AX
-	CMOVQGT AX, R13
-	MOVQ R13, 24(SP) // the chunk's bytes: 128 positions or what is left
-	MOVQ $0, 8(SP) // token j
-tokens:
-	MOVQ 8(SP), R12
-	CMPQ R12, nj+32(FP)
-	JGE  nextchunk
-	MOVQ R12, AX
-	IMULQ DX, AX
-	ADDQ k+16(FP), AX
-	ADDQ 16(SP), AX // AX: token j's row at position i; (AX)(DX*1) token j+1's
-	LEAQ (AX)(DX*2), BX // BX: token j+2's; (BX)(DX*1) token j+3's
-	MOVQ AX, R12
-	ADDQ 24(SP), R12 // the chunk ends when AX gets here
-	MOVQ 8(SP), R9
-	IMULQ SI, R9
-	ADDQ 0(SP), R9
-	MOVQ R9, R10
-	ADDQ sx+40(FP), R9 // R9: sx of token j, this lane group
-	ADDQ sr+48(FP), R10 // R10: sr of token j
-	MOVQ 16(SP), R11
-	SHRQ $3, R11
-	IMULQ SI, R11
-	ADDQ qt+0(FP), R11
-	ADDQ 0(SP), R11 // R11: qt at position i, this lane group
-block:
-	VPXORQ Z0, Z0, Z0
-	VPXORQ Z1, Z1, Z1
-	VPXORQ Z2, Z2, Z2
-	VPXORQ Z3, Z3, Z3
-	VPXORQ Z4, Z4, Z4
-	VPXORQ Z5, Z5, Z5
-	VPXORQ Z6, Z6, Z6
-	VPXORQ Z7, Z7, Z7
-	VPXORQ Z8, Z8, Z8
-	VPXORQ Z9, Z9, Z9
-	VPXORQ Z10, Z10, Z10
-	VPXORQ Z11, Z11, Z11
-	VPXORQ Z12, Z12, Z12
-	VPXORQ Z13, Z13, Z13
-	VPXORQ Z14, Z14, Z14
-	VPXORQ Z15, Z15, Z15
-	LEAQ 128(AX), R13 // end of this block of MMAK = 16 positions
-pair:
+	JMP  blockend
+fusedpair:
 	VMOVUPD (R11), Z16 // even position, lanes 0-7
 	VMOVUPD 64(R11), Z17 // lanes 8-15
 	VMOVUPD (R11)(SI*1), Z18 // odd position
@@ -336,7 +167,8 @@ pair:
 	ADDQ $16, AX
 	ADDQ $16, BX
 	CMPQ AX, R13
-	JNE  pair
+	JNE  fusedpair
+blockend:
 	// b = s0 + s1, into Z(4t), Z(4t+1)
 	VADDPD Z2, Z0, Z0
 	VADDPD Z3, Z1, Z1
@@ -709,34 +541,21 @@ TEXT ·expVecAVX512(SB), NOSPLIT, $0-24
 	VPBROADCASTQ AX, Z25
 	MOVQ $0x7ff0000000000000, AX // +Inf
 	VPBROADCASTQ AX, Z24
-	MOVQ $0x3de6124613a86d09, AX
-	VPBROADCASTQ AX, Z10
-	MOVQ $0x3e21eed8eff8d898, AX
-	VPBROADCASTQ AX, Z11
-	MOVQ $0x3e5ae64567f544e4, AX
-	VPBROADCASTQ AX, Z12
-	MOVQ $0x3e927e4fb7789f5c, AX
-	VPBROADCASTQ AX, Z13
-	MOVQ $0x3ec71de3a556c734, AX
-	VPBROADCASTQ AX, Z14
-	MOVQ $0x3efa01a01a01a01a, AX
-	VPBROADCASTQ AX, Z15
-	MOVQ $0x3f2a01a01a01a01a, AX
-	VPBROADCASTQ AX, Z16
-	MOVQ $0x3f56c16c16c16c17, AX
-	VPBROADCASTQ AX, Z17
-	MOVQ $0x3f81111111111111, AX
-	VPBROADCASTQ AX, Z18
-	MOVQ $0x3fa5555555555555, AX
-	VPBROADCASTQ AX, Z19
-	MOVQ $0x3fc5555555555555, AX
-	VPBROADCASTQ AX, Z20
-	MOVQ $0x3fe0000000000000, AX
-	VPBROADCASTQ AX, Z21
-	MOVQ $0x3ff0000000000000, AX
-	VPBROADCASTQ AX, Z22
-	MOVQ $0x3ff0000000000000, AX
-	VPBROADCASTQ AX, Z23
+	// the Taylor coefficients 1/13! .. 1/0! of expTaylor (kernels.go)
+	VBROADCASTSD ·expTaylor+0(SB), Z10
+	VBROADCASTSD ·expTaylor+8(SB), Z11
+	VBROADCASTSD ·expTaylor+16(SB), Z12
+	VBROADCASTSD ·expTaylor+24(SB), Z13
+	VBROADCASTSD ·expTaylor+32(SB), Z14
+	VBROADCASTSD ·expTaylor+40(SB), Z15
+	VBROADCASTSD ·expTaylor+48(SB), Z16
+	VBROADCASTSD ·expTaylor+56(SB), Z17
+	VBROADCASTSD ·expTaylor+64(SB), Z18
+	VBROADCASTSD ·expTaylor+72(SB), Z19
+	VBROADCASTSD ·expTaylor+80(SB), Z20
+	VBROADCASTSD ·expTaylor+88(SB), Z21
+	VBROADCASTSD ·expTaylor+96(SB), Z22
+	VBROADCASTSD ·expTaylor+104(SB), Z23
 	VPXORQ Z6, Z6, Z6
 exploop:
 	VMOVUPD (SI), Z0
@@ -808,34 +627,21 @@ TEXT ·exp2fVecAVX512(SB), NOSPLIT, $0-32
 	VPBROADCASTQ AX, Z31
 	MOVQ $0x36a0000000000000, AX
 	VPBROADCASTQ AX, Z9
-	MOVQ $0x3de6124613a86d09, AX
-	VPBROADCASTQ AX, Z10
-	MOVQ $0x3e21eed8eff8d898, AX
-	VPBROADCASTQ AX, Z11
-	MOVQ $0x3e5ae64567f544e4, AX
-	VPBROADCASTQ AX, Z12
-	MOVQ $0x3e927e4fb7789f5c, AX
-	VPBROADCASTQ AX, Z13
-	MOVQ $0x3ec71de3a556c734, AX
-	VPBROADCASTQ AX, Z14
-	MOVQ $0x3efa01a01a01a01a, AX
-	VPBROADCASTQ AX, Z15
-	MOVQ $0x3f2a01a01a01a01a, AX
-	VPBROADCASTQ AX, Z16
-	MOVQ $0x3f56c16c16c16c17, AX
-	VPBROADCASTQ AX, Z17
-	MOVQ $0x3f81111111111111, AX
-	VPBROADCASTQ AX, Z18
-	MOVQ $0x3fa5555555555555, AX
-	VPBROADCASTQ AX, Z19
-	MOVQ $0x3fc5555555555555, AX
-	VPBROADCASTQ AX, Z20
-	MOVQ $0x3fe0000000000000, AX
-	VPBROADCASTQ AX, Z21
-	MOVQ $0x3ff0000000000000, AX
-	VPBROADCASTQ AX, Z22
-	MOVQ $0x3ff0000000000000, AX
-	VPBROADCASTQ AX, Z23
+	// the Taylor coefficients 1/13! .. 1/0! of expTaylor (kernels.go)
+	VBROADCASTSD ·expTaylor+0(SB), Z10
+	VBROADCASTSD ·expTaylor+8(SB), Z11
+	VBROADCASTSD ·expTaylor+16(SB), Z12
+	VBROADCASTSD ·expTaylor+24(SB), Z13
+	VBROADCASTSD ·expTaylor+32(SB), Z14
+	VBROADCASTSD ·expTaylor+40(SB), Z15
+	VBROADCASTSD ·expTaylor+48(SB), Z16
+	VBROADCASTSD ·expTaylor+56(SB), Z17
+	VBROADCASTSD ·expTaylor+64(SB), Z18
+	VBROADCASTSD ·expTaylor+72(SB), Z19
+	VBROADCASTSD ·expTaylor+80(SB), Z20
+	VBROADCASTSD ·expTaylor+88(SB), Z21
+	VBROADCASTSD ·expTaylor+96(SB), Z22
+	VBROADCASTSD ·expTaylor+104(SB), Z23
 	VPXORQ Z8, Z8, Z8
 exp2floop:
 	VMOVUPD (SI), Z0
