@@ -353,12 +353,7 @@ func combineRowBoth[T float32 | float64](o []T, lse []float64, l int, c Conventi
 			k++
 		}
 	}
-	switch o := any(o).(type) {
-	case []float64:
-		weightedSum(ex, xp, o, l, idx[:k], w[:k], cw[:k])
-	case []float32:
-		weightedSum32(ex, xp, o, l, idx[:k], w[:k], cw[:k])
-	}
+	weightedSum(ex, xp, o, l, idx[:k], w[:k], cw[:k])
 	for i := range ex {
 		ex[i] /= sum
 		xp[i] = RoundTo(outDType, xp[i])
@@ -407,31 +402,18 @@ func expectedWeights(lse []float64, m float64, c Convention, cw []float64) float
 //	for i := range ex { ex[i] += w·x;  xp[i] = fp32(xp[i] + cs·fp32(x)) }   (x = o[s*l+i])
 //
 // cs·fp32(x) is exact in float64 (two 24-bit significands), so rounding the
-// sum once to float32 is the fp32 fused multiply-add.
-func weightedSumGeneric(ex, xp, o []float64, l int, splits []int, w, cw []float64) {
+// sum once to float32 is the fp32 fused multiply-add. The partials may be
+// fp32, the form kernels write them in (read in place from a capture):
+// fp32(x) is then x, and the results are those of the widened values.
+func weightedSumGeneric[T float32 | float64](ex, xp []float64, o []T, l int, splits []int, w, cw []float64) {
 	xp = xp[:len(ex)]
 	for k, s := range splits {
 		ws, cs := w[k], cw[k]
 		x := o[s*l : s*l+len(ex)]
-		for i, v := range x {
+		for i, t := range x {
+			v := float64(t)
 			ex[i] += float64(ws * v)
 			xp[i] = float64(float32(xp[i] + cs*float64(float32(v))))
-		}
-	}
-}
-
-// weightedSum32Generic is weightedSumGeneric on fp32 partials, the form
-// kernels write them in (read in place from a capture): fp32(x) is x, so
-// the operations and their results are the same as on the widened values.
-func weightedSum32Generic(ex, xp []float64, o []float32, l int, splits []int, w, cw []float64) {
-	xp = xp[:len(ex)]
-	for k, s := range splits {
-		ws, cs := w[k], cw[k]
-		x := o[s*l : s*l+len(ex)]
-		for i, v32 := range x {
-			v := float64(v32)
-			ex[i] += float64(ws * v)
-			xp[i] = float64(float32(xp[i] + cs*v))
 		}
 	}
 }

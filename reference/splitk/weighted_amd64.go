@@ -14,14 +14,22 @@ var useAVX512 = cpu.X86.HasAVX512F
 //go:noescape
 func weightedSumAVX512(ex *float64, xp *float64, o *float64, l int, splits *int, n int, w *float64, cw *float64, cols int)
 
-func weightedSum(ex, xp, o []float64, l int, splits []int, w, cw []float64) {
+//go:noescape
+func weightedSum32AVX512(ex *float64, xp *float64, o *float32, l int, splits *int, n int, w *float64, cw *float64, cols int)
+
+func weightedSum[T float32 | float64](ex, xp []float64, o []T, l int, splits []int, w, cw []float64) {
 	cols := len(ex) &^ 31
 	n := len(splits)
 	if !useAVX512 || cols == 0 || n == 0 || len(xp) < len(ex) || len(w) < n || len(cw) < n || !inRange(len(o), l, splits, len(ex)) {
 		weightedSumGeneric(ex, xp, o, l, splits, w, cw)
 		return
 	}
-	weightedSumAVX512(&ex[0], &xp[0], &o[0], l, &splits[0], n, &w[0], &cw[0], cols)
+	switch o := any(o).(type) {
+	case []float64:
+		weightedSumAVX512(&ex[0], &xp[0], &o[0], l, &splits[0], n, &w[0], &cw[0], cols)
+	case []float32:
+		weightedSum32AVX512(&ex[0], &xp[0], &o[0], l, &splits[0], n, &w[0], &cw[0], cols)
+	}
 	if cols < len(ex) {
 		weightedSumGeneric(ex[cols:], xp[cols:], o[cols:], l, splits, w, cw)
 	}
@@ -36,20 +44,4 @@ func inRange(n, l int, splits []int, cols int) bool {
 		}
 	}
 	return true
-}
-
-//go:noescape
-func weightedSum32AVX512(ex *float64, xp *float64, o *float32, l int, splits *int, n int, w *float64, cw *float64, cols int)
-
-func weightedSum32(ex, xp []float64, o []float32, l int, splits []int, w, cw []float64) {
-	cols := len(ex) &^ 31
-	n := len(splits)
-	if !useAVX512 || cols == 0 || n == 0 || len(xp) < len(ex) || len(w) < n || len(cw) < n || !inRange(len(o), l, splits, len(ex)) {
-		weightedSum32Generic(ex, xp, o, l, splits, w, cw)
-		return
-	}
-	weightedSum32AVX512(&ex[0], &xp[0], &o[0], l, &splits[0], n, &w[0], &cw[0], cols)
-	if cols < len(ex) {
-		weightedSum32Generic(ex[cols:], xp[cols:], o[cols:], l, splits, w, cw)
-	}
 }
