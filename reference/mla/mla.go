@@ -530,8 +530,9 @@ type state struct {
 // every row of the unit against them in one blocked pass (scores, both
 // answers), runs each row's online-softmax step on its column of scores,
 // and adds the probability-weighted values, all rows that attend the same
-// tokens together (pvExact, pvExpected32). Every output element sees the same operations in
-// the same order as the one-row-at-a-time loops of the package doc.
+// tokens together (pvExact, pvExpected32). Every output element sees the
+// same operations in the same order as the one-row-at-a-time loops of the
+// package doc.
 type worker struct {
 	e      *engine
 	kx, kr []float64 // a block of cache rows [Block][D]: exact, and as the Expected kernel holds them
@@ -621,13 +622,7 @@ func (w *worker) do(u *unit) {
 			}
 			if m > 0 {
 				pvExact(w.acc[2*r*L:], 2*L, w.px[r*Block:], Block, w.kx, D, m, L, g)
-				lo := math.Inf(1)
-				for i := r; i < r+g; i++ {
-					lo = min(lo, minNonzero(w.pr[i*Block:i*Block+m]))
-				}
-				if e.pv32 && lo*minV >= 0x1p-126 {
-					w.pvExpected32(r, m, L, g)
-				} else {
+				if !e.pv32 || !w.pvExpected32(r, m, L, g, minV) {
 					for i := r; i < r+g; i++ {
 						pvExpected1(w.xp[i].acc, w.pr[i*Block:i*Block+m], w.kr, D, e.acc)
 					}
@@ -656,39 +651,37 @@ func (w *worker) values32(nj int) float64 {
 	return lo
 }
 
-// minNonzero is the smallest nonzero entry of p (entries are >= 0), +Inf
-// when there is none.
-func minNonzero(p []float64) float64 {
-	lo := math.Inf(1)
-	for _, x := range p {
-		if x < lo && x != 0 {
-			lo = x
-		}
-	}
-	return lo
-}
-
 // pvExpected32 is pvExpected1 of rows r..r+rows-1 over nj tokens, for
-// fp32 accumulation of bf16 P and bf16 values when every product is at
-// least 2^-126 (checked by the caller): each product pr·x is then exactly a
-// normal float32 (16 significant bits), so float32(acc + pr·x), computed in
-// float64 as pvExpected1 does, is the correctly rounded fp32 sum of two
-// float32 values, which is what float32 arithmetic (or an fp32 fused
-// multiply-add) gives too. The accumulators and P hold float32 values
-// already, so the conversions both ways are exact.
-func (w *worker) pvExpected32(r, nj, l, rows int) {
+// fp32 accumulation of bf16 P and bf16 values, when every product is at
+// least 2^-126: each product pr·x is then exactly a normal float32 (16
+// significant bits), so float32(acc + pr·x), computed in float64 as
+// pvExpected1 does, is the correctly rounded fp32 sum of two float32
+// values, which is what float32 arithmetic (or an fp32 fused multiply-add)
+// gives too. minV is the smallest nonzero value magnitude of the block
+// (values32); the smallest nonzero P comes from narrowing P to float32. When
+// their product is below 2^-126 it leaves the accumulators alone and
+// returns false: the caller takes pvExpected1. The accumulators and P hold
+// float32 values already, so the conversions both ways are exact.
+func (w *worker) pvExpected32(r, nj, l, rows int, minV float64) bool {
 	if len(w.a32) < rows*l {
 		w.a32 = make([]float32, rows*l)
 		w.p32 = make([]float32, rows*Block)
 	}
+	lo := math.Inf(1)
+	for i := 0; i < rows; i++ {
+		lo = narrow(w.p32[i*Block:i*Block+nj], w.pr[(r+i)*Block:(r+i)*Block+nj], lo)
+	}
+	if lo*minV < 0x1p-126 {
+		return false
+	}
 	for i := 0; i < rows; i++ {
 		narrow(w.a32[i*l:(i+1)*l], w.xp[r+i].acc, 0)
-		narrow(w.p32[i*Block:i*Block+nj], w.pr[(r+i)*Block:(r+i)*Block+nj], 0)
 	}
 	pvExpected32(w.a32, l, w.p32, Block, w.v32, nj, l, rows)
 	for i := 0; i < rows; i++ {
 		widenF32(w.xp[r+i].acc, w.a32[i*l:(i+1)*l])
 	}
+	return true
 }
 
 // softmaxExact is the Exact online-softmax step of row r over nj tokens:
