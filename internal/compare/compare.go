@@ -346,6 +346,9 @@ type judge struct {
 	actual *tensor.Tensor
 	b      Bounds
 	ulp    func(a, b float64) (uint64, bool)
+	// win: the window the parallel passes share (see window)
+	win     *window
+	winMade bool
 }
 
 func newJudge(o *kernel.Output, actual *tensor.Tensor, b Bounds) *judge {
@@ -438,10 +441,16 @@ func ScratchBytes() int64 {
 	return int64(runtime.GOMAXPROCS(0)) * parallelChunk * int64(unsafe.Sizeof(element{}))
 }
 
-// forks returns one reader of the output per CPU for an output of n
-// elements (nil when it is too small to share out, there is one CPU, or
-// its values cannot be read from several goroutines: see kernel.Fork).
-func (j *judge) forks(n int) []*judge {
+// window returns the judge's window for an output of n elements, made on
+// first use and shared by the comparison and the signature's passes: one
+// reader of the output per CPU. It is nil when the output is too small to
+// share out, there is one CPU, or its values cannot be read from several
+// goroutines (see kernel.Fork).
+func (j *judge) window(n int) *window {
+	if j.winMade {
+		return j.win
+	}
+	j.winMade = true
 	w := min(runtime.GOMAXPROCS(0), (n+parallelChunk-1)/parallelChunk)
 	if w < 2 {
 		return nil
@@ -457,7 +466,8 @@ func (j *judge) forks(n int) []*judge {
 		o.Exact, o.Expected = ex, xp
 		forks = append(forks, newJudge(&o, j.actual, j.b))
 	}
-	return forks
+	j.win = &window{forks: forks, buf: make([]element, len(forks)*parallelChunk)}
+	return j.win
 }
 
 // window is a run of consecutive elements judged up to the equivalence rule
@@ -466,10 +476,6 @@ type window struct {
 	forks  []*judge
 	buf    []element
 	lo, hi int
-}
-
-func newWindow(forks []*judge) *window {
-	return &window{forks: forks, buf: make([]element, len(forks)*parallelChunk)}
 }
 
 // fill judges the elements from lo on, a chunk for each fork, up to n.
@@ -501,8 +507,8 @@ func (w *window) fill(lo, n int) {
 // GOMAXPROCS is, while the per-element work (reading on-demand values, the
 // bounds, ULP distances) runs on every core.
 func (j *judge) each(n int, fold func(int, *element)) {
-	forks := j.forks(n)
-	if forks == nil {
+	w := j.window(n)
+	if w == nil {
 		e := new(element) // one, reused: a pointer to a local would escape through fold
 		for i := 0; i < n; i++ {
 			*e = j.raw(i)
@@ -511,7 +517,6 @@ func (j *judge) each(n int, fold func(int, *element)) {
 		}
 		return
 	}
-	w := newWindow(forks)
 	for lo := 0; lo < n; lo = w.hi {
 		w.fill(lo, n)
 		for i := w.lo; i < w.hi; i++ {
@@ -547,11 +552,7 @@ type excessValues struct {
 }
 
 func newExcessValues(n int, j *judge) *excessValues {
-	x := &excessValues{n: n, j: j}
-	if forks := j.forks(n); forks != nil {
-		x.w = newWindow(forks)
-	}
-	return x
+	return &excessValues{n: n, j: j, w: j.window(n)}
 }
 
 func (x *excessValues) Len() int { return x.n }
