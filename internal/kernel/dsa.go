@@ -44,26 +44,11 @@ func outWidth(in Inputs, param, output string, def int) (int, error) {
 }
 
 func dsaIndexer(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
-	q, err := Need(in, "q", tensor.BF16)
-	if err != nil {
-		return nil, err
-	}
-	kc, err := Need(in, "k_cache", tensor.BF16)
-	if err != nil {
-		return nil, err
-	}
-	w, err := Need(in, "weights", tensor.F32)
-	if err != nil {
-		return nil, err
-	}
-	bt, err := Need(in, "block_table", indexDTypes...)
-	if err != nil {
-		return nil, err
-	}
-	sl, err := Need(in, "seq_lens", indexDTypes...)
-	if err != nil {
-		return nil, err
-	}
+	q := in.Tensors["q"]
+	kc := in.Tensors["k_cache"]
+	w := in.Tensors["weights"]
+	bt := in.Tensors["block_table"]
+	sl := in.Tensors["seq_lens"]
 	if err := CheckShape("k_cache", kc, -1, -1, -1); err != nil {
 		return nil, err
 	}

@@ -251,6 +251,7 @@ type Kernel struct {
 	Outputs []TensorSpec
 	// Reference validates the inputs (naming the tensor and index of any
 	// inconsistency), then returns the reference side of every output.
+	// Register has it check presence and dtypes against Inputs first.
 	// outDTypes gives the dtype of each output as the kernel under test
 	// stored it (from the capture); an output it does not name gets the
 	// contract's default dtype. Expected is rounded to that dtype, so
@@ -277,11 +278,41 @@ func Produce(k *Kernel, in Inputs, prec Precision, outDTypes map[string]tensor.D
 var registry = map[string]*Kernel{}
 
 // Register adds k; registering a name twice is a programming error.
+//
+// The inputs are checked against k.Inputs before k.Reference runs (each
+// required one present, each present one of an accepted dtype, in the
+// order the contract lists them), so a reference reads in.Tensors[name]
+// and checks only what the specs cannot say: shapes, values, parameters.
 func Register(k *Kernel) {
 	if _, dup := registry[k.Name]; dup {
 		panic("kernel: " + k.Name + " registered twice")
 	}
+	ref := k.Reference
+	k.Reference = func(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+		if err := checkInputs(k.Inputs, in); err != nil {
+			return nil, err
+		}
+		return ref(in, prec, outDTypes)
+	}
 	registry[k.Name] = k
+}
+
+// checkInputs reports the first input, in contract order, that is missing
+// (and required) or of a dtype the contract does not accept.
+func checkInputs(specs []TensorSpec, in Inputs) error {
+	for _, s := range specs {
+		t, ok := in.Tensors[s.Name]
+		if !ok {
+			if s.Optional {
+				continue
+			}
+			return fmt.Errorf("tensor %s is missing (the contract needs it)", s.Name)
+		}
+		if err := CheckDType(s.Name, t, s.DTypes...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Lookup returns the kernel named name.

@@ -105,22 +105,10 @@ func asDType(name string, t *tensor.Tensor, d tensor.DType, lay kvcache.Layout) 
 }
 
 func kvCacheWrite(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
-	kvc, err := Need(in, "kv_c", tensor.BF16)
-	if err != nil {
-		return nil, err
-	}
-	kpe, err := Need(in, "k_pe", tensor.BF16)
-	if err != nil {
-		return nil, err
-	}
-	sm, err := Need(in, "slot_mapping", indexDTypes...)
-	if err != nil {
-		return nil, err
-	}
-	before, err := Need(in, "cache_before", cacheDTypes...)
-	if err != nil {
-		return nil, err
-	}
+	kvc := in.Tensors["kv_c"]
+	kpe := in.Tensors["k_pe"]
+	sm := in.Tensors["slot_mapping"]
+	before := in.Tensors["cache_before"]
 	if err := CheckShape("kv_c", kvc, -1, -1); err != nil {
 		return nil, err
 	}
@@ -211,18 +199,9 @@ func (c *cacheAfter) At(i int) float64 {
 }
 
 func kvCacheGather(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
-	ct, err := Need(in, "cache", cacheDTypes...)
-	if err != nil {
-		return nil, err
-	}
-	bt, err := Need(in, "block_table", indexDTypes...)
-	if err != nil {
-		return nil, err
-	}
-	sl, err := Need(in, "seq_lens", indexDTypes...)
-	if err != nil {
-		return nil, err
-	}
+	ct := in.Tensors["cache"]
+	bt := in.Tensors["block_table"]
+	sl := in.Tensors["seq_lens"]
 	if len(ct.Shape) != 3 {
 		return nil, fmt.Errorf("tensor cache has shape %v; the contract wants [NB, P, entry]", ct.Shape)
 	}

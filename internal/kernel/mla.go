@@ -96,17 +96,11 @@ func outDType(outDTypes map[string]tensor.DType, name string, def tensor.DType, 
 }
 
 func readMLACommon(in Inputs, prec Precision, outDTypes map[string]tensor.DType) (*mlaCommon, error) {
-	qt, err := Need(in, "q", tensor.BF16, tensor.F16, tensor.F32)
-	if err != nil {
-		return nil, err
-	}
+	qt := in.Tensors["q"]
 	if err := CheckShape("q", qt, -1, -1, -1, -1); err != nil {
 		return nil, err
 	}
-	ct, err := Need(in, "kv_cache", cacheDTypes...)
-	if err != nil {
-		return nil, err
-	}
+	ct := in.Tensors["kv_cache"]
 	if len(ct.Shape) != 3 {
 		return nil, fmt.Errorf("tensor kv_cache has shape %v; the contract wants [NB, P, entry]", ct.Shape)
 	}
@@ -119,7 +113,8 @@ func readMLACommon(in Inputs, prec Precision, outDTypes map[string]tensor.DType)
 	if d > 64 {
 		l = d - 64
 	}
-	if l, err = in.Params.Int("latent_dim", l); err != nil {
+	l, err := in.Params.Int("latent_dim", l)
+	if err != nil {
 		return nil, err
 	}
 	if l < 1 || l > d {
@@ -182,14 +177,8 @@ func mlaDecode(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]
 	if err != nil {
 		return nil, err
 	}
-	bt, err := Need(in, "block_table", indexDTypes...)
-	if err != nil {
-		return nil, err
-	}
-	sl, err := Need(in, "seq_lens", indexDTypes...)
-	if err != nil {
-		return nil, err
-	}
+	bt := in.Tensors["block_table"]
+	sl := in.Tensors["seq_lens"]
 	pages, err := kvcache.NewPages(bt, sl, c.lay.PageSize, c.cache.NB)
 	if err != nil {
 		return nil, err
@@ -314,10 +303,7 @@ func mlaDecodeSparse(in Inputs, prec Precision, outDTypes map[string]tensor.DTyp
 	if err != nil {
 		return nil, err
 	}
-	it, err := Need(in, "indices", indexDTypes...)
-	if err != nil {
-		return nil, err
-	}
+	it := in.Tensors["indices"]
 	if err := CheckShape("indices", it, c.q.B, c.q.SQ, -1); err != nil {
 		return nil, err
 	}

@@ -64,10 +64,7 @@ func init() {
 
 // fp4Global reads a global scale tensor: F32 of shape [] or [1].
 func fp4Global(in Inputs, name string) (float64, error) {
-	t, err := Need(in, name, tensor.F32)
-	if err != nil {
-		return 0, err
-	}
+	t := in.Tensors[name]
 	if err := t.Check(); err != nil {
 		return 0, fmt.Errorf("tensor %s: %v", name, err)
 	}
@@ -79,10 +76,7 @@ func fp4Global(in Inputs, name string) (float64, error) {
 
 // fp4Packed reads packed E2M1 codes, U8 [rows, K/2], and returns rows and K.
 func fp4Packed(in Inputs, name string) (*tensor.Tensor, int, int, error) {
-	t, err := Need(in, name, tensor.U8)
-	if err != nil {
-		return nil, 0, 0, err
-	}
+	t := in.Tensors[name]
 	if err := t.Check(); err != nil {
 		return nil, 0, 0, fmt.Errorf("tensor %s: %v", name, err)
 	}
@@ -100,10 +94,7 @@ func fp4Packed(in Inputs, name string) (*tensor.Tensor, int, int, error) {
 // and returns the scale codes in linear order. of names the tensor whose
 // shape fixes rows and K, for the error message.
 func fp4Scales(in Inputs, name string, rows, kSF int, lay nvfp4.Layout, of string) ([]uint8, error) {
-	t, err := Need(in, name, fp4ScaleDTypes...)
-	if err != nil {
-		return nil, err
-	}
+	t := in.Tensors[name]
 	if err := t.Check(); err != nil {
 		return nil, fmt.Errorf("tensor %s: %v", name, err)
 	}
@@ -185,10 +176,7 @@ func fp4ElementCoords(rowAxis, colAxis string) Coords {
 }
 
 func nvfp4Quantize(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
-	x, err := Need(in, "x", tensor.BF16, tensor.F16)
-	if err != nil {
-		return nil, err
-	}
+	x := in.Tensors["x"]
 	if err := x.Check(); err != nil {
 		return nil, fmt.Errorf("tensor x: %v", err)
 	}
