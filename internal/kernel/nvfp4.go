@@ -216,7 +216,7 @@ func nvfp4Quantize(in Inputs, prec Precision, outDTypes map[string]tensor.DType)
 	exactPacked, expPacked := exact.Packed(), expected.Packed()
 	packed := Output{
 		Name: "packed", Shape: []int{m, k / 2}, DType: tensor.U8, Mode: Bitwise,
-		Exact: Dense(bytesAsFloats(exactPacked)), Expected: Dense(bytesAsFloats(expPacked)),
+		Exact: Bytes(exactPacked), Expected: Bytes(expPacked),
 		Equivalent: func(i int, actual float64) bool {
 			b, ok := byteOf(actual)
 			return ok && eq.ok(2*i, b&0xF) && eq.ok(2*i+1, b>>4)
@@ -441,14 +441,6 @@ func nvfp4GEMM(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]
 			return []Coord{{"tile128", idx[0] / nvfp4.TileRows}, {"col_tile128", idx[1] / nvfp4.TileRows}}
 		}},
 	}}, nil
-}
-
-func bytesAsFloats(b []uint8) []float64 {
-	f := make([]float64, len(b))
-	for i, v := range b {
-		f[i] = float64(v)
-	}
-	return f
 }
 
 // byteOf converts an actual U8 element back to its byte.

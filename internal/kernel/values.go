@@ -56,6 +56,20 @@ func (d Dense) Len() int { return len(d) }
 // At implements Values.
 func (d Dense) At(i int) float64 { return d[i] }
 
+// Bytes is Values over raw bytes (packed codes), one value a byte: an
+// eighth of Dense's memory for outputs the size of a weight matrix. It holds
+// no state, so it forks to itself.
+type Bytes []byte
+
+// Len implements Values.
+func (b Bytes) Len() int { return len(b) }
+
+// At implements Values.
+func (b Bytes) At(i int) float64 { return float64(b[i]) }
+
+// Fork implements Forker.
+func (b Bytes) Fork() Values { return b }
+
 // Materialize stores v in a new tensor of dtype d and shape shape, each
 // value rounded as tensor.SetFloat64 rounds it (as tensor.FromFloat64s
 // does), without a float64 copy of the whole output: the one copy is the
