@@ -70,7 +70,7 @@ local_ptx=""
 if command -v nvcc >/dev/null && [ "${KCHECK_SKIP_REBUILD:-0}" != 1 ]; then
   mkdir -p "$out/hostcheck" "$out/ptx-local"
   step hostcheck 60 "$out/hostcheck/hostcheck.log" bash -c "
-    nvcc -O2 -std=c++14 -arch=sm_80 -o '$out/hostcheck/hostcheck' '$here/src/hostcheck/hostcheck.cu' &&
+    nvcc -O2 -std=c++17 -arch=sm_80 -o '$out/hostcheck/hostcheck' '$here/src/hostcheck/hostcheck.cu' &&
     '$out/hostcheck/hostcheck' '$here/src/testdata'"
   nvver=$(nvcc --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
   sm120a=$(echo "$nvver" | awk -F. '{ print ($1 > 12 || ($1 == 12 && $2 >= 8)) ? "yes" : "no" }')
@@ -79,14 +79,14 @@ if command -v nvcc >/dev/null && [ "${KCHECK_SKIP_REBUILD:-0}" != 1 ]; then
     cd '$here/src'
     for f in *.cu; do
       n=\${f%.cu}
-      nvcc -O3 -std=c++14 -ptx -arch=compute_80 -o '$out/ptx-local/'\$n.ptx \$f
+      nvcc -O3 -std=c++17 -ptx -arch=compute_80 -o '$out/ptx-local/'\$n.ptx \$f
       if [ -n '$arch' ]; then
         if [ '$arch' = sm_120 ] && [ '$sm120a' = yes ]; then
           echo \"## \$f sm_120a\"
-          nvcc -O3 -std=c++14 -cubin -gencode arch=compute_120a,code=sm_120a -Xptxas -v -o '$out/ptx-local/'\$n.sm_120a.cubin \$f
+          nvcc -O3 -std=c++17 -cubin -gencode arch=compute_120a,code=sm_120a -Xptxas -v -o '$out/ptx-local/'\$n.sm_120a.cubin \$f
         else
           echo \"## \$f $arch\"
-          nvcc -O3 -std=c++14 -cubin -arch=$arch -Xptxas -v -o '$out/ptx-local/'\$n.$arch.cubin \$f
+          nvcc -O3 -std=c++17 -cubin -arch=$arch -Xptxas -v -o '$out/ptx-local/'\$n.$arch.cubin \$f
         fi
       fi
     done" && local_ptx="$out/ptx-local"

@@ -19,7 +19,7 @@ GO        ?= go
 NVCC      ?= nvcc
 # No -lineinfo by default: ptxas 11.8 segfaults on mla_decode.cu for sm_90 with
 # it. Add it for compute-sanitizer line numbers with a newer nvcc.
-NVCCFLAGS ?= -O3 -std=c++14
+NVCCFLAGS ?= -O3 -std=c++17
 CUDA_ARCH_PTX ?= compute_80
 CUDA_LOG_ARCHS ?= sm_80 sm_90
 
@@ -67,7 +67,7 @@ build/kernels.log: $(CUDA_SRCS) $(CUDA_HDRS)
 
 build/hostcheck: cuda/hostcheck/hostcheck.cu $(CUDA_HDRS)
 	@mkdir -p build
-	$(NVCC) -O2 -std=c++14 -arch=sm_80 -o $@ $<
+	$(NVCC) -O2 -std=c++17 -arch=sm_80 -o $@ $<
 
 kernels-hostcheck: build/hostcheck
 	./build/hostcheck cuda/testdata
