@@ -61,9 +61,10 @@ clean:
 
 -include cuda/kernels.mk
 
-# What CI runs (.ci/run): the test command, the kernels, the cuda-tagged Go
+# What CI runs (.ci/run): the test command, the kernels (nvcc 13 from PyPI,
+# the ptxas table, the sm_120a SASS check), the cuda-tagged Go
 # code compiled without a GPU, and a short fuzz of every target.
-ci: test kernels kernels-hostcheck cuda-vet fuzz-short
+ci: test kernels kernels-sass kernels-hostcheck cuda-vet fuzz-short
 
 # Everything a GPU machine with the driver and nvcc but no Go needs, in
 # build/gpu/: the cuda-tagged test binaries, the worker, the PTX and
