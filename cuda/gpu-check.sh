@@ -65,31 +65,67 @@ if [ "$glibc_ok" != yes ]; then
   steps+=("binaries|skipped|0|glibc $glibc < 2.34: the bundled Go binaries cannot run here")
 fi
 
-# 2. Rebuild with the local nvcc (optional).
+# 2. Rebuild with the local nvcc (optional). Each .cu file is built on its
+# own (in parallel), so one that fails, most likely in the sm_120a asm that
+# no GPU has run yet, leaves the others' PTX and cubins for step 4. On an
+# sm_90 or newer GPU the arch-specific target (sm_90a, sm_100a, sm_120a,
+# sm_121a...) is tried first; where this nvcc does not know it, or it fails,
+# the plain sm_XY cubin is built instead and the failure is recorded.
+rebuild_one() {  # rebuild_one NAME: ptx-local/NAME.ptx and a cubin for $arch
+  local n=$1 log="$out/ptx-local/$1.log" ok=1
+  cd "$here/src" || return 1
+  : > "$log"
+  echo "## $n.cu compute_80 (PTX)" >> "$log"
+  nvcc -O3 -std=c++17 -ptx -arch=compute_80 -o "$out/ptx-local/$n.ptx" "$n.cu" >> "$log" 2>&1 || { echo "FAILED: $n.ptx" >> "$log"; ok=0; }
+  if [ -n "$arch" ]; then
+    local cc=${arch#sm_} built=""
+    if [ "$cc" -ge 90 ]; then
+      echo "## $n.cu ${arch}a" >> "$log"
+      if nvcc -O3 -std=c++17 -cubin -gencode "arch=compute_${cc}a,code=${arch}a" -Xptxas -v \
+           -o "$out/ptx-local/$n.${arch}a.cubin" "$n.cu" >> "$log" 2>&1; then
+        built=${arch}a
+      else
+        echo "FAILED: $n.${arch}a.cubin" >> "$log"; ok=0
+      fi
+    fi
+    if [ -z "$built" ]; then
+      echo "## $n.cu $arch" >> "$log"
+      nvcc -O3 -std=c++17 -cubin -arch="$arch" -Xptxas -v -o "$out/ptx-local/$n.$arch.cubin" "$n.cu" >> "$log" 2>&1 ||
+        { echo "FAILED: $n.$arch.cubin" >> "$log"; ok=0; }
+    fi
+  fi
+  [ $ok -eq 1 ]
+}
+rebuild_all() {
+  local pids=() names=() failed=() i
+  for f in "$here"/src/*.cu; do
+    names+=("$(basename "$f" .cu)")
+    rebuild_one "${names[-1]}" & pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed+=("${names[$i]}"); done
+  for n in "${names[@]}"; do cat "$out/ptx-local/$n.log"; done
+  if [ ${#failed[@]} -gt 0 ]; then
+    echo "rebuild: failed in ${failed[*]} (FAILED lines above); the other files' PTX and cubins are kept"
+    return 1
+  fi
+}
+export -f rebuild_one rebuild_all
+export here out arch
+
 local_ptx=""
 if command -v nvcc >/dev/null && [ "${KCHECK_SKIP_REBUILD:-0}" != 1 ]; then
   mkdir -p "$out/hostcheck" "$out/ptx-local"
   step hostcheck 60 "$out/hostcheck/hostcheck.log" bash -c "
     nvcc -O2 -std=c++17 -arch=sm_80 -o '$out/hostcheck/hostcheck' '$here/src/hostcheck/hostcheck.cu' &&
     '$out/hostcheck/hostcheck' '$here/src/testdata'"
-  nvver=$(nvcc --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
-  sm120a=$(echo "$nvver" | awk -F. '{ print ($1 > 12 || ($1 == 12 && $2 >= 8)) ? "yes" : "no" }')
-  step rebuild 90 "$out/ptx-local/build.log" bash -c "
-    set -e
-    cd '$here/src'
-    for f in *.cu; do
-      n=\${f%.cu}
-      nvcc -O3 -std=c++17 -ptx -arch=compute_80 -o '$out/ptx-local/'\$n.ptx \$f
-      if [ -n '$arch' ]; then
-        if [ '$arch' = sm_120 ] && [ '$sm120a' = yes ]; then
-          echo \"## \$f sm_120a\"
-          nvcc -O3 -std=c++17 -cubin -gencode arch=compute_120a,code=sm_120a -Xptxas -v -o '$out/ptx-local/'\$n.sm_120a.cubin \$f
-        else
-          echo \"## \$f $arch\"
-          nvcc -O3 -std=c++17 -cubin -arch=$arch -Xptxas -v -o '$out/ptx-local/'\$n.$arch.cubin \$f
-        fi
-      fi
-    done" && local_ptx="$out/ptx-local"
+  step rebuild 180 "$out/ptx-local/build.log" bash -c rebuild_all
+  # Whatever was built is used, even when some file failed.
+  if ls "$out/ptx-local"/*.cubin >/dev/null 2>&1; then local_ptx="$out/ptx-local"; fi
+fi
+# Without a local rebuild, the cubins shipped in the bundle (CI's nvcc) for
+# this architecture get the second pass.
+if [ -z "$local_ptx" ] && [ -n "$arch" ] && ls "$here"/ptx/*."$arch"*.cubin >/dev/null 2>&1; then
+  local_ptx="$here/ptx"
 fi
 
 if [ "$glibc_ok" = yes ]; then
