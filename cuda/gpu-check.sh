@@ -121,6 +121,16 @@ if command -v nvcc >/dev/null && [ "${KCHECK_SKIP_REBUILD:-0}" != 1 ]; then
   step rebuild 180 "$out/ptx-local/build.log" bash -c rebuild_all
   # Whatever was built is used, even when some file failed.
   if ls "$out/ptx-local"/*.cubin >/dev/null 2>&1; then local_ptx="$out/ptx-local"; fi
+  # The ptxas table of this GPU's architecture, by the same tool as CI's
+  # (the PTX that failed to build locally is read from the bundle).
+  if [ -f "$out/ptx-local/build.log" ]; then
+    mkdir -p "$out/ptx-facts"
+    cp "$here"/ptx/*.ptx "$out/ptx-facts/" 2>/dev/null
+    cp "$out"/ptx-local/*.ptx "$out/ptx-facts/" 2>/dev/null
+    "$here/ptxasreport" -log "$out/ptx-local/build.log" -ptx "$out/ptx-facts" -src "$here/src" \
+      > "$out/ptx-local/ptxas-table.md" 2>&1
+    echo "[gpu-check] ptxas table: $(tail -n 1 "$out/ptx-local/ptxas-table.md")"
+  fi
 fi
 # Without a local rebuild, the cubins shipped in the bundle (CI's nvcc) for
 # this architecture get the second pass.
@@ -185,10 +195,9 @@ total=$(( $(date +%s) - started ))
     if [ -f "$out/$f/results.md" ]; then echo; echo "## $f"; echo; sed 's/^#/##/' "$out/$f/results.md"; fi
   done
   if [ -f "$out/faults/test.log" ]; then echo; echo "## faults"; echo; echo '```'; grep -E '^(=== RUN|--- |    main_test|PASS|FAIL|ok)' "$out/faults/test.log" | head -40; echo '```'; fi
-  if [ -f "$out/ptx-local/build.log" ]; then
-    echo; echo "## ptxas on this GPU's architecture (registers, spills)"; echo; echo '```'
-    grep -E "^## |Compiling entry|spill|Used" "$out/ptx-local/build.log" | sed -e 's/ptxas info *: //' | paste - - - - 2>/dev/null | head -80
-    echo '```'
+  if [ -f "$out/ptx-local/ptxas-table.md" ]; then
+    echo; echo "## ptxas on this GPU's architecture (registers, spills, shared memory)"; echo
+    grep -v '^$' "$out/ptx-local/ptxas-table.md"
   fi
 } > "$out/summary.md"
 
