@@ -19,21 +19,6 @@ import (
 // events over several repetitions and reports the figure against a
 // device-to-device copy measured in the same run, never as a pass/fail.
 
-type benchRow struct {
-	Name      string  `json:"name"`
-	MS        float64 `json:"kernel_ms"`
-	Figure    string  `json:"figure"`
-	Yardstick string  `json:"yardstick"`
-	Ratio     string  `json:"ratio"`
-	Target    string  `json:"target"`
-}
-
-func addBench(r benchRow) {
-	results.Lock()
-	results.bench = append(results.bench, r)
-	results.Unlock()
-}
-
 // randBF16 fills n bf16 values uniform-ish in (-1, 1) (sign, exponent
 // 2^-8..2^-1, random mantissa), fast enough for gigabyte caches.
 func randBF16(n int, seed uint64) []byte {

@@ -3,16 +3,13 @@
 package cuda_test
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,34 +29,12 @@ import (
 //   KCHECK_PTX_DIR      the compiled kernels (default: ptx, then ptx/ next to the binary)
 //   KCHECK_PTX_ONLY=1   JIT the compute_80 PTX even where a cubin exists
 //   KCHECK_GPU_MATCH    a regexp: run only the catalog cases it matches
-//   KCHECK_GPU_RESULTS  a directory: write results.json, results.md and the
-//                       captures of failing cases (failures/NAME.safetensors)
+//   KCHECK_GPU_RESULTS  a directory: write results.json, results.md (after
+//                       every case: results_test.go) and the captures of
+//                       failing cases (failures/NAME.safetensors)
 //   -test.short         skip the "long" cases (contexts of 8K to 128K)
 
 var dev *cuda.Device
-
-// record is one row of the results summary.
-type record struct {
-	Name    string  `json:"name"`
-	Kernel  string  `json:"kernel"`
-	Verdict string  `json:"verdict"` // pass fail inconclusive error unsupported skipped
-	Reason  string  `json:"reason,omitempty"`
-	MS      float64 `json:"ms,omitempty"`
-	Launch  string  `json:"launch,omitempty"`
-	Path    string  `json:"gemm_path,omitempty"`
-}
-
-var results struct {
-	sync.Mutex
-	rows  []record
-	bench []benchRow
-}
-
-func addRecord(r record) {
-	results.Lock()
-	results.rows = append(results.rows, r)
-	results.Unlock()
-}
 
 func TestMain(m *testing.M) {
 	dir := os.Getenv("KCHECK_PTX_DIR")
@@ -74,13 +49,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	dev = d
-	start := time.Now()
+	results.dir = os.Getenv("KCHECK_GPU_RESULTS")
+	results.dev = deviceDesc{Name: d.Info.Name, Arch: d.Info.Arch(), Driver: d.Info.Driver, SMs: d.Info.SMs}
+	results.start = time.Now()
 	code := m.Run()
-	if out := os.Getenv("KCHECK_GPU_RESULTS"); out != "" {
-		if err := writeSummary(out, time.Since(start)); err != nil {
-			fmt.Fprintln(os.Stderr, "cuda tests: writing the summary:", err)
-			code = 1
-		}
+	if err := results.save(); err != nil {
+		fmt.Fprintln(os.Stderr, "cuda tests: writing the summary:", err)
+		code = 1
 	}
 	_ = d.Close()
 	os.Exit(code)
@@ -216,77 +191,4 @@ func saveFailure(t *testing.T, name string, c check.Capture) {
 		return
 	}
 	t.Logf("failing capture written to %s (re-check it anywhere with `kcheck check`)", path)
-}
-
-func writeSummary(dir string, elapsed time.Duration) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	results.Lock()
-	defer results.Unlock()
-	sort.Slice(results.rows, func(i, j int) bool { return results.rows[i].Name < results.rows[j].Name })
-	counts := map[string]int{}
-	perKernel := map[string]map[string]int{}
-	for _, r := range results.rows {
-		counts[r.Verdict]++
-		if perKernel[r.Kernel] == nil {
-			perKernel[r.Kernel] = map[string]int{}
-		}
-		perKernel[r.Kernel][r.Verdict]++
-	}
-	doc := map[string]any{
-		"device": dev.Info.Name, "arch": dev.Info.Arch(), "driver": dev.Info.Driver, "sms": dev.Info.SMs,
-		"elapsed_s": elapsed.Seconds(), "counts": counts, "per_kernel": perKernel,
-		"cases": results.rows, "bench": results.bench,
-	}
-	b, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	var md strings.Builder
-	fmt.Fprintf(&md, "# kcheck CUDA kernels on %s (%s, driver %d)\n\n", dev.Info.Name, dev.Info.Arch(), dev.Info.Driver)
-	fmt.Fprintf(&md, "%d catalog cases in %.1f s: ", len(results.rows), elapsed.Seconds())
-	var vs []string
-	for v := range counts {
-		vs = append(vs, v)
-	}
-	sort.Strings(vs)
-	for i, v := range vs {
-		if i > 0 {
-			md.WriteString(", ")
-		}
-		fmt.Fprintf(&md, "%d %s", counts[v], v)
-	}
-	md.WriteString("\n\n| kernel | pass | fail | inconclusive | error | unsupported | skipped |\n|---|---|---|---|---|---|---|\n")
-	var ks []string
-	for k := range perKernel {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	for _, k := range ks {
-		c := perKernel[k]
-		fmt.Fprintf(&md, "| %s | %d | %d | %d | %d | %d | %d |\n", k, c["pass"], c["fail"], c["inconclusive"], c["error"], c["unsupported"], c["skipped"])
-	}
-	md.WriteString("\n## Cases that did not pass\n\n")
-	n := 0
-	for _, r := range results.rows {
-		if r.Verdict == "pass" || r.Verdict == "skipped" {
-			continue
-		}
-		n++
-		fmt.Fprintf(&md, "- `%s` **%s**: %s\n", r.Name, r.Verdict, strings.ReplaceAll(r.Reason, "|", "\\|"))
-	}
-	if n == 0 {
-		md.WriteString("(none)\n")
-	}
-	if len(results.bench) > 0 {
-		md.WriteString("\n## Benchmarks\n\n| benchmark | kernel ms | figure | yardstick | ratio | target |\n|---|---|---|---|---|---|\n")
-		for _, b := range results.bench {
-			fmt.Fprintf(&md, "| %s | %.4g | %s | %s | %s | %s |\n", b.Name, b.MS, b.Figure, b.Yardstick, b.Ratio, b.Target)
-		}
-	}
-	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644)
 }
