@@ -127,6 +127,10 @@ func runCase(t *testing.T, c cases.Case) (verdict, reason string, res *cuda.Resu
 	if errors.As(err, &ue) {
 		return "unsupported", ue.Error(), nil
 	}
+	var le *cuda.LoadError
+	if errors.As(err, &le) {
+		return "load_failed", "the driver cannot load the kernel image (no kernel ran): " + le.Error(), nil
+	}
 	if err != nil {
 		return check.Error, "the CUDA run failed: " + err.Error(), nil
 	}

@@ -184,6 +184,10 @@ func (d *Device) load(name string) (*module, error) {
 		}
 		mod, err := loadModule(image)
 		if err != nil {
+			var ce *Error
+			if errors.As(err, &ce) && IsImageError(ce.Name) {
+				return nil, &LoadError{File: path, CUDAError: ce.Name, Err: err}
+			}
 			return nil, fmt.Errorf("loading %s: %w", path, err)
 		}
 		sum := sha256.Sum256(image)

@@ -23,7 +23,7 @@ import (
 type record struct {
 	Name    string  `json:"name"`
 	Kernel  string  `json:"kernel"`
-	Verdict string  `json:"verdict"` // pass fail inconclusive error unsupported skipped
+	Verdict string  `json:"verdict"` // pass fail inconclusive error load_failed unsupported skipped
 	Reason  string  `json:"reason,omitempty"`
 	MS      float64 `json:"ms,omitempty"`
 	Launch  string  `json:"launch,omitempty"`
@@ -147,7 +147,7 @@ func writeSummary(dir string, dev deviceDesc, elapsed time.Duration, rows []reco
 		}
 		fmt.Fprintf(&md, "%d %s", counts[v], v)
 	}
-	md.WriteString("\n\n| kernel | pass | fail | inconclusive | error | unsupported | skipped |\n|---|---|---|---|---|---|---|\n")
+	md.WriteString("\n\n| kernel | pass | fail | inconclusive | error | load_failed | unsupported | skipped |\n|---|---|---|---|---|---|---|---|\n")
 	var ks []string
 	for k := range perKernel {
 		ks = append(ks, k)
@@ -155,7 +155,7 @@ func writeSummary(dir string, dev deviceDesc, elapsed time.Duration, rows []reco
 	sort.Strings(ks)
 	for _, k := range ks {
 		c := perKernel[k]
-		fmt.Fprintf(&md, "| %s | %d | %d | %d | %d | %d | %d |\n", k, c["pass"], c["fail"], c["inconclusive"], c["error"], c["unsupported"], c["skipped"])
+		fmt.Fprintf(&md, "| %s | %d | %d | %d | %d | %d | %d | %d |\n", k, c["pass"], c["fail"], c["inconclusive"], c["error"], c["load_failed"], c["unsupported"], c["skipped"])
 	}
 	md.WriteString("\n## Cases that did not pass\n\n")
 	n := 0

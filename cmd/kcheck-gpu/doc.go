@@ -22,7 +22,9 @@
 // Exit status (the table in package internal/gpu): 0 ok; 2 usage or unusable
 // input; 3 a CUDA error (its name, e.g. CUDA_ERROR_ILLEGAL_ADDRESS, is on
 // stderr); 4 the kernel or shape is not implemented by the CUDA kernels;
-// 5 built without the cuda tag; 1 anything else. gorgonia.org/cu itself exits
+// 5 built without the cuda tag; 7 a kernel image the driver cannot load
+// (CUDA_ERROR_INVALID_PTX, UNSUPPORTED_PTX_VERSION, NO_BINARY_FOR_GPU...: a
+// build or driver mismatch, no kernel ran); 1 anything else. gorgonia.org/cu itself exits
 // 1 with "Error in initialization" on stdout when the machine has no GPU.
 //
 // Test hook: with $KCHECK_GPU_FAULT = oob, trap or hang, `run` launches that

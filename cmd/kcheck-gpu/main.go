@@ -211,6 +211,9 @@ func cmdRun(argv []string, stdout, stderr io.Writer) int {
 
 // fail prints err and maps it to the worker's exit status.
 func fail(stderr io.Writer, err error) int {
+	if code, ok := loadFailure(stderr, err); ok {
+		return code
+	}
 	var ce *cuda.Error
 	var ie *cuda.InputError
 	var ue *cuda.UnsupportedError

@@ -39,6 +39,9 @@ const (
 	ExitNoCUDABuild = 5 // the worker was built without the cuda tag
 	// ExitMemcheck is the --error-exitcode given to compute-sanitizer.
 	ExitMemcheck = 6
+	// ExitLoad: the driver refused the kernel image (PTX JIT failure, PTX
+	// newer than the driver, no code for this GPU); nothing ran.
+	ExitLoad = 7
 )
 
 // Status is the outcome of one worker run.
@@ -55,6 +58,10 @@ const (
 	StatusBadInput    Status = "bad_input"   // the worker refused the inputs
 	StatusMemcheck    Status = "memcheck"    // compute-sanitizer found memory errors
 	StatusCanceled    Status = "canceled"    // the caller's context was canceled
+	// StatusLoadFailed: the kernel image could not be loaded on this GPU
+	// (CUDA_ERROR_INVALID_PTX, UNSUPPORTED_PTX_VERSION, NO_BINARY_FOR_GPU):
+	// a build or driver problem, not a kernel that crashed.
+	StatusLoadFailed Status = "load_failed"
 )
 
 // RunInfo says how a worker run ended.
@@ -297,6 +304,8 @@ func (w *Worker) Run(ctx context.Context, name string, in kernel.Inputs) (map[st
 		return fail(StatusUnsupported, last)
 	case info.ExitCode == ExitNoCUDABuild:
 		return fail(StatusUnavailable, last)
+	case info.ExitCode == ExitLoad:
+		return fail(StatusLoadFailed, last)
 	case info.ExitCode == ExitMemcheck:
 		return fail(StatusMemcheck, "compute-sanitizer memcheck reported errors: "+firstMatch(info.Stderr, "========= "))
 	case info.ExitCode == ExitInternal && strings.Contains(info.Stdout, noGPUText):

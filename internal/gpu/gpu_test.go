@@ -75,6 +75,10 @@ func fakeWorker(mode string, argv []string) int {
 		// What gorgonia.org/cu's init prints before os.Exit(1).
 		fmt.Println(`Error in initialization, please refer to "https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__INITIALIZE.html" for details on: NoDevice`)
 		return ExitInternal
+	case "loadfail":
+		// What cmd/kcheck-gpu prints for a *cuda.LoadError.
+		fmt.Fprintln(os.Stderr, "kcheck-gpu: kernel image not loadable (CUDA_ERROR_UNSUPPORTED_PTX_VERSION): loading ptx/mla_decode.ptx: cuModuleLoadDataEx: CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)")
+		return ExitLoad
 	case "unsupported":
 		fmt.Fprintln(os.Stderr, "kcheck-gpu: unsupported: tensor q has D = 64")
 		return ExitUnsupported
@@ -193,6 +197,9 @@ func TestWorkerFailures(t *testing.T) {
 		{"nooutput", StatusGarbage, 0, "", "unreadable"},
 		{"missing", StatusGarbage, 0, "", "no tensor lse"},
 		{"nogpu", StatusUnavailable, ExitInternal, "", "no usable GPU"},
+		// A JIT failure is its own status, not a crash, though the CUDA
+		// error name is still read from stderr.
+		{"loadfail", StatusLoadFailed, ExitLoad, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "kernel image not loadable"},
 		{"unsupported", StatusUnsupported, ExitUnsupported, "", "D = 64"},
 		{"badinput", StatusBadInput, ExitUsage, "", "block_table[0,1] = 99"},
 	}
