@@ -2,11 +2,13 @@
 // the split-K combine (contracts mla_decode, mla_decode_sparse,
 // splitk_combine: CONTRACTS.md 3.6-3.8).
 //
-// kcheck:precision mla_decode acc=f32 p=bf16 kv_dequant=bf16 fp8_saturate=true
-// kcheck:precision mla_decode_sparse acc=f32 p=bf16 kv_dequant=bf16 fp8_saturate=true
+// kcheck:precision mla_decode acc=f32 p=bf16 kv_dequant=bf16 fp8_saturate=true softmax_block=32
+// kcheck:precision mla_decode_sparse acc=f32 p=bf16 kv_dequant=bf16 fp8_saturate=true softmax_block=32
 //   Scores q.k over D = 576 on bf16 tensor cores with fp32 accumulation,
 //   scaled by softmax_scale*log2(e) in fp32; online softmax in base 2 with
-//   ex2.approx; P rounded to bf16 before the PV product (fp32 accumulation);
+//   ex2.approx over tiles of MLA_BN = 32 tokens (softmax_block: the running
+//   max is updated every 32 tokens, FlashMLA's every 64); P rounded to bf16
+//   before the PV product (fp32 accumulation);
 //   the row sum l accumulates the fp32 P (before rounding), as FlashAttention
 //   and FlashMLA do; out = O * fl(1/l), rounded to bf16; lse = (m + log2 l)
 //   times ln 2 for lse_base=e. FP8 cache entries are dequantized to

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"sort"
+	"strconv"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -10,10 +11,11 @@ import (
 // Declared is what one CUDA kernel rounds where (spec 1.1): the EXPECTED
 // reference a check uses for its output. The same facts are written in the
 // kernel's .cu file as a `kcheck:precision NAME acc=.. p=.. kv_dequant=..
-// fp8_saturate=..` line, and TestPrecisionMatchesSources keeps the two equal.
+// fp8_saturate=.. [softmax_block=..]` line, and TestPrecisionMatchesSources
+// keeps the two equal.
 type Declared struct {
 	// Precision is the metadata-visible part (acc_dtype, p_dtype,
-	// kv_dequant_dtype, fp8_saturate).
+	// kv_dequant_dtype, fp8_saturate, softmax_block).
 	Precision kernel.Precision
 	// UsesP and UsesKV say whether p_dtype and kv_dequant_dtype mean
 	// anything for the kernel ("none" in the .cu line otherwise).
@@ -27,13 +29,24 @@ var Precisions = map[string]Declared{
 	"nvfp4_gemm":        {Precision: prec(tensor.F32, tensor.BF16, tensor.BF16, true)},
 	"kv_cache_write":    {Precision: prec(tensor.F32, tensor.BF16, tensor.BF16, true)},
 	"kv_cache_gather":   {Precision: prec(tensor.F32, tensor.BF16, tensor.F32, true), UsesKV: true},
-	"mla_decode":        {Precision: prec(tensor.F32, tensor.BF16, tensor.BF16, true), UsesP: true, UsesKV: true},
-	"mla_decode_sparse": {Precision: prec(tensor.F32, tensor.BF16, tensor.BF16, true), UsesP: true, UsesKV: true},
+	"mla_decode":        {Precision: mlaPrec(), UsesP: true, UsesKV: true},
+	"mla_decode_sparse": {Precision: mlaPrec(), UsesP: true, UsesKV: true},
 	"splitk_combine":    {Precision: prec(tensor.F32, tensor.BF16, tensor.BF16, true)},
 }
 
 func prec(acc, p, kv tensor.DType, sat bool) kernel.Precision {
 	return kernel.Precision{Acc: acc, P: p, KVDequant: kv, FP8Saturate: sat}
+}
+
+// mlaSoftmaxBlock is mla_decode.cu's tile (MLA_BN): the kernel rounds P to
+// bf16 against a running max it updates every 32 tokens, where FlashMLA
+// (and the reference's default) does every 64.
+const mlaSoftmaxBlock = 32
+
+func mlaPrec() kernel.Precision {
+	p := prec(tensor.F32, tensor.BF16, tensor.BF16, true)
+	p.SoftmaxBlock = mlaSoftmaxBlock
+	return p
 }
 
 // Kernels lists the implemented contract kernels, sorted.
@@ -64,6 +77,9 @@ func PrecisionMeta(name string, saturate bool) (meta map[string]string, ok bool)
 	}
 	if d.UsesKV {
 		meta["kv_dequant_dtype"] = metaDType[d.Precision.KVDequant]
+	}
+	if d.Precision.SoftmaxBlock > 0 {
+		meta["softmax_block"] = strconv.Itoa(d.Precision.SoftmaxBlock)
 	}
 	if saturate {
 		meta["fp8_saturate"] = "true"

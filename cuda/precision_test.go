@@ -70,15 +70,45 @@ func TestPrecisionMatchesSources(t *testing.T) {
 		if d.UsesKV {
 			want["kv_dequant"] = names[d.Precision.KVDequant]
 		}
+		if d.Precision.SoftmaxBlock > 0 {
+			want["softmax_block"] = strconv.Itoa(d.Precision.SoftmaxBlock)
+		}
 		for k, v := range want {
 			if src[k] != v {
 				t.Errorf("kernel %s: the .cu file declares %s=%s, Precisions says %s", name, k, src[k], v)
 			}
 		}
 	}
-	for name := range fromSource {
+	for name, kv := range fromSource {
+		if _, known := kv["softmax_block"]; known && Precisions[name].Precision.SoftmaxBlock == 0 {
+			t.Errorf("kernel %s: the .cu file declares softmax_block=%s, Precisions none", name, kv["softmax_block"])
+		}
 		if _, ok := Precisions[name]; !ok {
 			t.Errorf("kernel %s is declared in a .cu file but missing from Precisions", name)
+		}
+	}
+}
+
+// TestSoftmaxBlockIsTheTile: the declared softmax block is the MLA decode's
+// token tile, MLA_BN in mla_decode.cu, so retiling the kernel cannot leave
+// the expected model on the old block.
+func TestSoftmaxBlockIsTheTile(t *testing.T) {
+	src, err := os.ReadFile("mla_decode.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^#define MLA_BN (\d+)`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("mla_decode.cu has no #define MLA_BN")
+	}
+	bn, _ := strconv.Atoi(string(m[1]))
+	for _, k := range []string{"mla_decode", "mla_decode_sparse"} {
+		if got := Precisions[k].Precision.SoftmaxBlock; got != bn {
+			t.Errorf("%s declares softmax_block %d, but mla_decode.cu tiles MLA_BN = %d tokens", k, got, bn)
+		}
+		meta, _ := PrecisionMeta(k, true)
+		if meta["softmax_block"] != strconv.Itoa(bn) {
+			t.Errorf("%s: the worker's metadata says softmax_block=%q, want %d", k, meta["softmax_block"], bn)
 		}
 	}
 }

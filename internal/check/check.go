@@ -52,10 +52,13 @@ type PrecisionInfo struct {
 	P           string `json:"p_dtype"`
 	KVDequant   string `json:"kv_dequant_dtype"`
 	FP8Saturate bool   `json:"fp8_saturate"`
+	// SoftmaxBlock is shown only when the file declares it (the default,
+	// FlashMLA's 64, keeps every existing report as it was).
+	SoftmaxBlock int `json:"softmax_block,omitempty"`
 }
 
 func precisionInfo(p kernel.Precision) *PrecisionInfo {
-	return &PrecisionInfo{Acc: string(p.Acc), P: string(p.P), KVDequant: string(p.KVDequant), FP8Saturate: p.FP8Saturate}
+	return &PrecisionInfo{Acc: string(p.Acc), P: string(p.P), KVDequant: string(p.KVDequant), FP8Saturate: p.FP8Saturate, SoftmaxBlock: p.SoftmaxBlock}
 }
 
 // StageResult is one pipeline stage: its LOCAL checks (reference run on the

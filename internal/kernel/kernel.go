@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kcheck-dev/kcheck/reference/mla"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -122,6 +123,12 @@ type Precision struct {
 	KVDequant tensor.DType
 	// FP8Saturate: conversions to FP8 saturate (fp8_saturate, true).
 	FP8Saturate bool
+	// SoftmaxBlock is the number of tokens an attention kernel takes its
+	// running softmax max over before rounding P (softmax_block; 0, not
+	// declared: FlashMLA's 64). A kernel with 32-token tiles rounds P
+	// against a max that is updated twice as often, which moves P's bf16
+	// rounding by more than the tolerance allows for a 64-token model.
+	SoftmaxBlock int
 }
 
 // DefaultPrecision is what the engines' kernels do: fp32 accumulation, bf16
@@ -135,8 +142,12 @@ var precisionDTypes = map[string]tensor.DType{
 	"F64": tensor.F64, "F32": tensor.F32, "BF16": tensor.BF16, "F16": tensor.F16,
 }
 
-// PrecisionFrom reads acc_dtype, p_dtype, kv_dequant_dtype and fp8_saturate
-// from params over the defaults.
+// MaxSoftmaxBlock bounds softmax_block: the reference's scratch space
+// grows with it.
+const MaxSoftmaxBlock = mla.MaxSoftmaxBlock
+
+// PrecisionFrom reads acc_dtype, p_dtype, kv_dequant_dtype, fp8_saturate
+// and softmax_block from params over the defaults.
 func PrecisionFrom(p Params) (Precision, error) {
 	pr := DefaultPrecision()
 	for _, f := range []struct {
@@ -158,6 +169,13 @@ func PrecisionFrom(p Params) (Precision, error) {
 		return pr, err
 	}
 	pr.FP8Saturate = sat
+	if s, ok := p["softmax_block"]; ok && s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxSoftmaxBlock {
+			return pr, fmt.Errorf("parameter softmax_block = %q: want a whole number of tokens from 1 to %d", s, MaxSoftmaxBlock)
+		}
+		pr.SoftmaxBlock = n
+	}
 	return pr, nil
 }
 

@@ -155,7 +155,7 @@ func readMLACommon(in Inputs, prec Precision, outDTypes map[string]tensor.DType)
 		return nil, err
 	}
 	mp := mla.DefaultPrecision()
-	mp.Acc, mp.P, mp.KVDequant = prec.Acc, prec.P, prec.KVDequant
+	mp.Acc, mp.P, mp.KVDequant, mp.SoftmaxBlock = prec.Acc, prec.P, prec.KVDequant, prec.SoftmaxBlock
 	if mp.Out, err = outDType(outDTypes, "out", tensor.BF16, tensor.BF16, tensor.F32, tensor.F16); err != nil {
 		return nil, err
 	}

@@ -9,7 +9,7 @@
 //
 // Two answers are computed in one pass over the cache. Exact is float64
 // throughout (q and the cache as stored, fp8 entries dequantized exactly,
-// e4m3·scale), online softmax over blocks of 64 tokens (its exp is expDef,
+// e4m3·scale), online softmax over the blocks of step 3 (its exp is expDef,
 // within 2 ulp of e^x). Expected is what a
 // correct kernel of the declared Precision writes, with FlashMLA's
 // (FlashAttention-2's) arithmetic in this fixed order:
@@ -19,7 +19,8 @@
 //  2. scores s = q·k accumulated in Precision.Acc over k-blocks of 16 (a
 //     tensor-core MMA's k: the 16 products summed in float64, the block sum
 //     added to the accumulator with one rounding);
-//  3. online softmax over blocks of 64 tokens, in fp32 whatever Acc says
+//  3. online softmax over blocks of Precision.SoftmaxBlock tokens (64 as
+//     FlashMLA unless declared), in fp32 whatever Acc says
 //     (the softmax statistics are not MMA accumulators): running raw max m;
 //     p = exp2f(fma(s, scale·log2e, -fp32(m·scale·log2e))); on a new max the
 //     running sum and output are rescaled by exp2f(fp32(m_old - m_new)·scale·log2e);
@@ -55,10 +56,18 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-// Block is the number of tokens of one online-softmax step (FlashMLA's
-// block_size_n). Both answers step by it; changing it changes Expected's
-// rounding, not its correctness.
+// Block is the default number of tokens of one online-softmax step:
+// FlashMLA's KV tile, PAGE_BLOCK_SIZE = 64 in csrc/sm90/decode/dense/
+// config.h (deepseek-ai/FlashMLA at 9241ae3e), over which splitkv_mla.cuh
+// takes the running max (cur_max, new_max) before exp2f. A kernel with
+// another tile declares it (Precision.SoftmaxBlock, metadata
+// softmax_block): both answers step by it; it changes Expected's rounding
+// (which max each P is rounded against), not its correctness.
 const Block = 64
+
+// MaxSoftmaxBlock bounds a declared block: the scratch space of each worker
+// grows with it.
+const MaxSoftmaxBlock = 4096
 
 // MMAK is the k-depth of one emulated tensor-core MMA in the Expected score
 // accumulation.
@@ -80,7 +89,9 @@ type Config struct {
 // Precision is the declared precision the Expected answer emulates, and the
 // dtypes the outputs are stored in.
 type Precision struct {
-	Acc, P, KVDequant      tensor.DType // F64, F32, BF16 or F16
+	Acc, P, KVDequant tensor.DType // F64, F32, BF16 or F16
+	// SoftmaxBlock is the tokens of one online-softmax step (0: Block).
+	SoftmaxBlock           int
 	Out, LSE               tensor.DType // final outputs' dtypes
 	PartialOut, PartialLSE tensor.DType // split-K partials' dtypes
 }
@@ -243,6 +254,9 @@ func (q *Query) check(c *kvcache.Cache, cfg *Config, prec *Precision) error {
 	}
 	if c.Layout.L < 1 {
 		return fmt.Errorf("latent dim L = %d: the output needs at least one latent column", c.Layout.L)
+	}
+	if prec.SoftmaxBlock < 0 || prec.SoftmaxBlock > MaxSoftmaxBlock {
+		return fmt.Errorf("softmax_block = %d: want 1 to %d tokens (0 for FlashMLA's %d)", prec.SoftmaxBlock, MaxSoftmaxBlock, Block)
 	}
 	for _, f := range []struct {
 		name string
@@ -459,6 +473,7 @@ type engine struct {
 	ex, xp        sink
 	units         []unit
 	workers       int
+	block         int // tokens of one online-softmax step
 	// fp32 constants of the Expected softmax
 	scale32, scaleLog2 float64
 }
@@ -467,6 +482,10 @@ func newEngine(c *kvcache.Cache, q *Query, cfg Config, prec Precision, empty flo
 	acc, _ := modeOf("", prec.Acc)
 	pm, _ := modeOf("", prec.P)
 	L := c.Layout.L
+	block := prec.SoftmaxBlock
+	if block == 0 {
+		block = Block
+	}
 	w := cfg.Workers
 	if w <= 0 {
 		w = runtime.GOMAXPROCS(0)
@@ -480,6 +499,7 @@ func newEngine(c *kvcache.Cache, q *Query, cfg Config, prec Precision, empty flo
 		ex:      sink{make([]float64, rows*L), make([]float64, rows)},
 		xp:      sink{make([]float64, rows*L), make([]float64, rows)},
 		workers: w,
+		block:   block,
 		scale32: float64(float32(cfg.SoftmaxScale)),
 		// host-side double product, cast once (FlashMLA's scale_softmax_log2)
 		scaleLog2: float64(float32(cfg.SoftmaxScale * math.Log2E)),
@@ -554,11 +574,11 @@ func (w *worker) do(u *unit) {
 	D, L := e.q.D, e.cache.Layout.L
 	n := len(u.rows)
 	if w.kx == nil {
-		w.kx = make([]float64, Block*D)
+		w.kx = make([]float64, w.e.block*D)
 		if !e.deqSame {
-			w.kr = make([]float64, Block*D)
+			w.kr = make([]float64, w.e.block*D)
 		}
-		w.sc = make([]float64, Block)
+		w.sc = make([]float64, w.e.block)
 	}
 	if e.deqSame {
 		w.kr = w.kx
@@ -567,13 +587,13 @@ func (w *worker) do(u *unit) {
 	if cap(w.ex) < n {
 		w.ex, w.xp = make([]state, n), make([]state, n)
 		w.acc = make([]float64, 2*n*L)
-		w.px, w.pr = make([]float64, n*Block), make([]float64, n*Block)
+		w.px, w.pr = make([]float64, n*w.e.block), make([]float64, n*w.e.block)
 		w.nj = make([]int, n)
 	}
-	if len(w.sx) < Block*w.q.stride {
-		w.sx, w.sr = make([]float64, Block*w.q.stride), make([]float64, Block*w.q.stride)
+	if len(w.sx) < w.e.block*w.q.stride {
+		w.sx, w.sr = make([]float64, w.e.block*w.q.stride), make([]float64, w.e.block*w.q.stride)
 		if !e.deqSame {
-			w.junk = make([]float64, Block*w.q.stride)
+			w.junk = make([]float64, w.e.block*w.q.stride)
 		}
 	}
 	w.ex, w.xp, w.nj = w.ex[:n], w.xp[:n], w.nj[:n]
@@ -585,8 +605,8 @@ func (w *worker) do(u *unit) {
 		w.xp[r] = state{m: math.Inf(-1), acc: a[L:]}
 		maxLim = max(maxLim, u.rows[r].limit)
 	}
-	for c0 := 0; c0 < maxLim; c0 += Block {
-		c1 := min(c0+Block, maxLim)
+	for c0 := 0; c0 < maxLim; c0 += w.e.block {
+		c1 := min(c0+w.e.block, maxLim)
 		nj := c1 - c0
 		for t := c0; t < c1; t++ {
 			blk, off := u.token(t)
@@ -621,10 +641,10 @@ func (w *worker) do(u *unit) {
 				g++
 			}
 			if m > 0 {
-				pvExact(w.acc[2*r*L:], 2*L, w.px[r*Block:], Block, w.kx, D, m, L, g)
+				pvExact(w.acc[2*r*L:], 2*L, w.px[r*w.e.block:], w.e.block, w.kx, D, m, L, g)
 				if !e.pv32 || !w.pvExpected32(r, m, L, g, minV) {
 					for i := r; i < r+g; i++ {
-						pvExpected1(w.xp[i].acc, w.pr[i*Block:i*Block+m], w.kr, D, e.acc)
+						pvExpected1(w.xp[i].acc, w.pr[i*w.e.block:i*w.e.block+m], w.kr, D, e.acc)
 					}
 				}
 			}
@@ -641,8 +661,8 @@ func (w *worker) do(u *unit) {
 // them (+Inf when there is none).
 func (w *worker) values32(nj int) float64 {
 	D, L := w.e.q.D, w.e.cache.Layout.L
-	if len(w.v32) < Block*L {
-		w.v32 = make([]float32, Block*L)
+	if len(w.v32) < w.e.block*L {
+		w.v32 = make([]float32, w.e.block*L)
 	}
 	lo := math.Inf(1)
 	for j := 0; j < nj; j++ {
@@ -665,11 +685,11 @@ func (w *worker) values32(nj int) float64 {
 func (w *worker) pvExpected32(r, nj, l, rows int, minV float64) bool {
 	if len(w.a32) < rows*l {
 		w.a32 = make([]float32, rows*l)
-		w.p32 = make([]float32, rows*Block)
+		w.p32 = make([]float32, rows*w.e.block)
 	}
 	lo := math.Inf(1)
 	for i := 0; i < rows; i++ {
-		lo = narrow(w.p32[i*Block:i*Block+nj], w.pr[(r+i)*Block:(r+i)*Block+nj], lo)
+		lo = narrow(w.p32[i*w.e.block:i*w.e.block+nj], w.pr[(r+i)*w.e.block:(r+i)*w.e.block+nj], lo)
 	}
 	if lo*minV < 0x1p-126 {
 		return false
@@ -677,7 +697,7 @@ func (w *worker) pvExpected32(r, nj, l, rows int, minV float64) bool {
 	for i := 0; i < rows; i++ {
 		narrow(w.a32[i*l:(i+1)*l], w.xp[r+i].acc, 0)
 	}
-	pvExpected32(w.a32, l, w.p32, Block, w.v32, nj, l, rows)
+	pvExpected32(w.a32, l, w.p32, w.e.block, w.v32, nj, l, rows)
 	for i := 0; i < rows; i++ {
 		widenF32(w.xp[r+i].acc, w.a32[i*l:(i+1)*l])
 	}
@@ -711,7 +731,7 @@ func (w *worker) softmaxExact(r, nj int) {
 	for j := range s {
 		s[j] -= st.m
 	}
-	p := w.px[r*Block : r*Block+nj]
+	p := w.px[r*w.e.block : r*w.e.block+nj]
 	expVec(p, s)
 	for _, x := range p {
 		st.sum += x
@@ -748,7 +768,7 @@ func (w *worker) softmaxExpected(r, nj int) {
 	for j := range a {
 		a[j] = w.sr[j*stride+r]*e.scaleLog2 - maxScaled
 	}
-	p := w.pr[r*Block : r*Block+nj]
+	p := w.pr[r*w.e.block : r*w.e.block+nj]
 	exp2fVec(p, a)
 	for j, v := range p {
 		st.sum = float64(float32(st.sum + v))
