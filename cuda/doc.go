@@ -6,8 +6,8 @@
 // write and gather (kvcache.cu), and MLA decode with split-K and its combine
 // (mla_decode.cu). `make kernels` compiles each to PTX for compute_80
 // (cuda/ptx/NAME.ptx, JIT-compiled by the driver for sm_80, sm_90 and
-// sm_120) and, where nvcc >= 12.8, to an sm_120a cubin that uses the
-// block-scaled FP4 instructions. The launcher loads them at run time from a
+// sm_120) and to sm_90a, sm_100a and sm_120a cubins (nvcc 13.0 from PyPI's
+// wheels, cuda/toolchain); the sm_120a GEMM uses the block-scaled FP4 MMA. The launcher loads them at run time from a
 // directory (see README.md for why they are not embedded).
 //
 // Build tags. gorgonia.org/cu calls os.Exit(1) from its package init when

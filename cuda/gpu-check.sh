@@ -2,18 +2,20 @@
 # gpu-check.sh OUTDIR: run kcheck's CUDA checks on a GPU machine that has the
 # NVIDIA driver (and perhaps nvcc) but no Go, from the bundle that
 # `make gpu-bundle` builds (build/gpu/: this script, cuda.test,
-# kcheck-gpu.test, kcheck-gpu, kcheck, ptx/, src/). It writes
+# kcheck-gpu.test, kcheck-gpu, kcheck, ptxasreport, ptx/, src/). It writes
 # OUTDIR/summary.json and OUTDIR/summary.md, plus each step's log and results,
 # and is meant to finish in under 5 minutes (each step has a time limit).
 #
 #   1. environment: GPU, driver, nvcc, glibc (the binaries need >= 2.34)
 #   2. with nvcc: hostcheck (the kernels' conversion helpers against this
-#      CUDA's host conversions), and a rebuild of the kernels for this GPU:
-#      cubins for its arch (sm_120a where nvcc >= 12.8) and the ptxas -v
-#      report of the real architecture
+#      CUDA's host conversions), and a rebuild of each kernel file on its
+#      own for this GPU: PTX, a cubin for its arch (the 'a' target first:
+#      sm_90a, sm_100a, sm_120a, sm_121a...), and the ptxas table of the
+#      real architecture (ptxasreport, as in CI)
 #   3. the case catalog on the shipped compute_80 PTX (driver JIT), judged by
 #      the three-way check (-test.short: no 8K-128K contexts)
-#   4. a second catalog pass on the locally built cubins, when built
+#   4. a second catalog pass on the locally built cubins (without a local
+#      nvcc: on the bundle's cubins for this architecture)
 #   5. deliberately broken kernels: crash, trap and hang are recorded and the
 #      next kernel runs on a fresh worker
 #   6. benchmarks: MLA decode and NVFP4 dequantize against a device copy,
