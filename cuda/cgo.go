@@ -1,4 +1,4 @@
-//go:build cuda
+//go:build cuda && !cudaemu
 
 package cuda
 
@@ -96,24 +96,6 @@ func errorName(code int) string {
 		return C.GoString(s)
 	}
 	return fmt.Sprintf("CUDA_ERROR_%d", code)
-}
-
-// Error is a CUDA driver error. The worker prints Name on stderr and exits
-// with code 3, so a crashed kernel (CUDA_ERROR_ILLEGAL_ADDRESS,
-// CUDA_ERROR_LAUNCH_FAILED...) is told apart from bad input.
-type Error struct {
-	Op     string // the call that failed
-	Code   int    // the CUresult
-	Name   string // CUDA_ERROR_...
-	Detail string // the JIT log, when there is one
-}
-
-func (e *Error) Error() string {
-	s := fmt.Sprintf("%s: %s (%d)", e.Op, e.Name, e.Code)
-	if e.Detail != "" {
-		s += ": " + e.Detail
-	}
-	return s
 }
 
 func newError(op string, code int) *Error { return &Error{Op: op, Code: code, Name: errorName(code)} }
