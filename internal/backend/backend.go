@@ -23,6 +23,12 @@ type Backend interface {
 	Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error)
 }
 
+// MetaRunner is a backend whose outputs come with metadata a capture must
+// keep (an emulated device's name and what it cannot check); meta may be nil.
+type MetaRunner interface {
+	RunWithMeta(ctx context.Context, name string, in kernel.Inputs) (outs map[string]*tensor.Tensor, meta map[string]string, err error)
+}
+
 // Reference is the Go reference at the declared precision of in.Params: a
 // correct kernel of that precision, stored in the contract's default dtypes.
 type Reference struct{}

@@ -20,7 +20,12 @@ const DefaultTimeout = 2 * time.Minute
 // Backend is the "cuda" backend: each Run is one fresh worker.
 type Backend struct {
 	Worker *Worker
+	// emulated: the worker is the cuda-emu one (ParseEmuBackend).
+	emulated bool
 }
+
+// Emulated reports whether this is the cuda-emu backend.
+func (b *Backend) Emulated() bool { return b.emulated }
 
 func init() {
 	backend.Register("cuda", func(arg string) (backend.Backend, error) { return ParseBackend(arg) })
@@ -71,7 +76,12 @@ func ParseBackend(arg string) (*Backend, error) {
 }
 
 // Name implements backend.Backend.
-func (b *Backend) Name() string { return "cuda" }
+func (b *Backend) Name() string {
+	if b.emulated {
+		return "cuda-emu"
+	}
+	return "cuda"
+}
 
 // Run implements backend.Backend. A failed run's error is a *RunError
 // whose Info says whether the kernel crashed, hung, wrote garbage or could

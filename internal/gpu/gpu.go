@@ -114,8 +114,9 @@ func (e *RunError) Error() string {
 
 // Worker runs kernels in worker processes, one process a kernel.
 type Worker struct {
-	// Path is the worker binary; empty: FindWorker.
+	// Path is the worker binary; empty: Find, else FindWorker.
 	Path string
+	Find func() (string, error)
 	// Timeout bounds one run (0: only the caller's context); the worker's
 	// whole process group is killed when it expires.
 	Timeout time.Duration
@@ -200,7 +201,11 @@ func (w *Worker) Run(ctx context.Context, name string, in kernel.Inputs) (map[st
 	}
 	path := w.Path
 	if path == "" {
-		if path, err = FindWorker(); err != nil {
+		find := w.Find
+		if find == nil {
+			find = FindWorker
+		}
+		if path, err = find(); err != nil {
 			return fail(StatusUnavailable, err.Error())
 		}
 	}
