@@ -157,6 +157,10 @@ func Run(c Capture, opts Options) (res Result) {
 		res = runSingle(c, kname, meta, opts)
 	}
 	res.Notes = append(adaptNotes, res.Notes...)
+	if e := meta["kcheck.emulation"]; e != "" {
+		// An emulated run is never a GPU result: every report says so first.
+		res.Notes = append([]string{e}, res.Notes...)
+	}
 	for _, k := range provenanceKeys {
 		if v, ok := meta[k]; ok {
 			if res.Provenance == nil {

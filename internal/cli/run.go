@@ -295,9 +295,12 @@ func Capture(ctx context.Context, c cases.Case, be backend.Backend, timeout time
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	outs, err := runBackend(ctx, be, c.Kernel, in)
+	outs, bmeta, err := runBackendMeta(ctx, be, c.Kernel, in)
 	if err != nil {
 		return check.Capture{}, fmt.Errorf("backend %s: %v", be.Name(), err)
+	}
+	for k, v := range bmeta {
+		meta[k] = v
 	}
 	ts := map[string]*tensor.Tensor{}
 	for k, v := range in.Tensors {

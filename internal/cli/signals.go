@@ -109,22 +109,33 @@ func interruptible[T any](ctx context.Context, fn func() T) (res T, ok bool) {
 // runBackend is be.Run bounded by ctx: the reference and faulty backends
 // run in-process and do not watch a context themselves.
 func runBackend(ctx context.Context, be backend.Backend, kname string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
+	outs, _, err := runBackendMeta(ctx, be, kname, in)
+	return outs, err
+}
+
+// runBackendMeta is runBackend plus the metadata of a backend.MetaRunner.
+func runBackendMeta(ctx context.Context, be backend.Backend, kname string, in kernel.Inputs) (map[string]*tensor.Tensor, map[string]string, error) {
 	type result struct {
 		outs map[string]*tensor.Tensor
+		meta map[string]string
 		err  error
 	}
 	started := time.Now()
 	r, ok := interruptible(ctx, func() result {
+		if mr, ok := be.(backend.MetaRunner); ok {
+			outs, meta, err := mr.RunWithMeta(ctx, kname, in)
+			return result{outs, meta, err}
+		}
 		outs, err := be.Run(ctx, kname, in)
-		return result{outs, err}
+		return result{outs, nil, err}
 	})
 	if !ok {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, fmt.Errorf("%w after %v (the per-case time limit; raise it with --timeout)", check.ErrTimeout, time.Since(started).Round(time.Millisecond))
+			return nil, nil, fmt.Errorf("%w after %v (the per-case time limit; raise it with --timeout)", check.ErrTimeout, time.Since(started).Round(time.Millisecond))
 		}
-		return nil, fmt.Errorf("interrupted: %w", ctx.Err())
+		return nil, nil, fmt.Errorf("interrupted: %w", ctx.Err())
 	}
-	return r.outs, r.err
+	return r.outs, r.meta, r.err
 }
 
 // bounds holds --max-memory.
