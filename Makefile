@@ -60,6 +60,7 @@ clean:
 	rm -rf bin build cuda/ptx
 
 -include cuda/kernels.mk
+-include cuda/emu/emu.mk
 
 # What CI runs (.ci/run): the test command, the kernels (nvcc 13 from PyPI,
 # the ptxas table, the sm_120a SASS check), the cuda-tagged Go

@@ -311,6 +311,9 @@ func (w *Worker) Run(ctx context.Context, name string, in kernel.Inputs) (map[st
 		return fail(StatusUnavailable, last)
 	case info.ExitCode == ExitLoad:
 		return fail(StatusLoadFailed, last)
+	case info.ExitCode == ExitMemcheck && strings.Contains(info.Stderr, "AddressSanitizer"):
+		// The cuda-emu backend's ASan modules exit with the same status.
+		return fail(StatusMemcheck, "AddressSanitizer reported errors: "+firstContaining(info.Stderr, "ERROR: AddressSanitizer"))
 	case info.ExitCode == ExitMemcheck:
 		return fail(StatusMemcheck, "compute-sanitizer memcheck reported errors: "+firstMatch(info.Stderr, "========= "))
 	case info.ExitCode == ExitInternal && strings.Contains(info.Stdout, noGPUText):
@@ -392,6 +395,15 @@ func lastLine(s string) string {
 func firstMatch(s, prefix string) string {
 	for _, l := range strings.Split(s, "\n") {
 		if strings.HasPrefix(l, prefix) && len(strings.TrimSpace(strings.TrimPrefix(l, prefix))) > 0 {
+			return strings.TrimSpace(l)
+		}
+	}
+	return lastLine(s)
+}
+
+func firstContaining(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
 			return strings.TrimSpace(l)
 		}
 	}
