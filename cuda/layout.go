@@ -25,3 +25,31 @@ func mlaSmemBytes(mt, stages int, kind string) int {
 	}
 	return rows*stride + stages*raw + conv + rows*(mlaBN+8)*2 + 2*4*rows*4 + stages*mlaBN*4
 }
+
+// mlaSplits is the split count of an MLA decode launch of base CTAs a split
+// on a device running wave CTAs at once, at most maxS splits. A launch
+// whose last wave is partly empty wastes the rest of it, so the count is
+// chosen by wave efficiency, total / (waves * wave): with base already
+// filling most of a wave, no split; otherwise the smallest count whose
+// efficiency is within 85% of the best count's (more splits cost the
+// combine and the partials' traffic, so ties go to fewer).
+func mlaSplits(base, wave, maxS int) int {
+	if base < 1 || wave < 1 || maxS <= 1 || 5*base >= 4*wave {
+		return 1
+	}
+	eff := func(s int) float64 {
+		total := base * s
+		waves := (total + wave - 1) / wave
+		return float64(total) / float64(waves*wave)
+	}
+	best := 0.0
+	for s := 1; s <= maxS; s++ {
+		best = max(best, eff(s))
+	}
+	for s := 1; s <= maxS; s++ {
+		if eff(s) >= 0.85*best {
+			return s
+		}
+	}
+	return maxS
+}

@@ -209,8 +209,8 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 	}
 	rowBlocks := ceilDiv(rows, 16*mt)
 
-	// Splits: the num_splits parameter, else enough CTAs for about two
-	// waves, at least 2 tiles a split.
+	// Splits: the num_splits parameter, else mlaSplits' wave-rounded count
+	// (at least 2 tiles a split, at most maxSplits).
 	S, err := in.Params.Int("num_splits", 0)
 	if err != nil {
 		return nil, asInput(err)
@@ -219,13 +219,8 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 		return nil, inputErr("parameter num_splits = %d: want 1..4096", S)
 	}
 	if S == 0 {
-		target := 2 * d.Info.SMs
-		if mt == 4 {
-			target = d.Info.SMs
-		}
-		S = ceilDiv(target, max(rowBlocks*ctasY, 1))
-		S = min(S, max(ceilDiv(longest, 2*mlaBN), 1), maxSplits)
-		S = max(S, 1)
+		perSM := min(max(d.Info.SmemOptin/smem, 1), 4)
+		S = mlaSplits(rowBlocks*ctasY, d.Info.SMs*perSM, min(max(ceilDiv(longest, 2*mlaBN), 1), maxSplits))
 	}
 	nRows := B * sq * H
 	dout, err := a.alloc(int64(nRows * mlaL * 2))
