@@ -428,13 +428,19 @@ KC_SMEM_FITS(4, 3, 232448);
 // ---------------------------------------------------------------------------
 // Split-K combine. One CTA a row, each thread 4 columns a pass. lse_layout
 // 1 writes lse at the mla_decode position [B, H, s_q] of flat row n =
-// (b, q_pos, head); 0 writes lse[n].
+// (b, q_pos, head); 0 writes lse[n]. The weights fl(ex2(.) * inv) depend on
+// the row only: for up to COMBINE_SHARED_W splits (every split count the
+// decode launcher chooses) the block computes each once into shared memory;
+// beyond that every thread recomputes them per column. Both paths evaluate
+// the same expressions in the same order, so their outputs are identical.
+#define COMBINE_SHARED_W 64
 
 template <int OUT>  // 0 f32, 1 bf16
 __device__ void splitk_combine_impl(const float* __restrict__ part_out,
                                     const float* __restrict__ part_lse, void* __restrict__ out,
                                     float* __restrict__ lse, int N, int S, int L, int lse_base2,
                                     int lse_empty_pos, int lse_layout, int s_q, int H) {
+    __shared__ float sW[COMBINE_SHARED_W];  // a split's weight, or -1 for an empty split
     const int64_t n = blockIdx.x;
     if (n >= N) return;
     const float* pl = part_lse + n * S;
@@ -455,13 +461,27 @@ __device__ void splitk_combine_impl(const float* __restrict__ part_out,
         }
     }
     const float inv = all_empty ? 0.0f : __fdiv_rn(1.0f, wsum);
+    const bool shared_w = S <= COMBINE_SHARED_W;
+    if (shared_w) {
+        for (int s = threadIdx.x; s < S; s += blockDim.x) {
+            const float d = pl[s] - m;
+            sW[s] = pl[s] == -kc_inf() ? -1.0f : kc_ex2(lse_base2 ? d : d * LOG2E_F) * inv;
+        }
+        __syncthreads();
+    }
     for (int c = threadIdx.x; c < L; c += blockDim.x) {
         float acc = 0.0f;
         if (!all_empty) {
             for (int s = 0; s < S; ++s) {
-                if (pl[s] == -kc_inf()) continue;  // empty split: its o is never read
-                const float d = pl[s] - m;
-                const float w = kc_ex2(lse_base2 ? d : d * LOG2E_F) * inv;
+                float w;
+                if (shared_w) {
+                    w = sW[s];
+                    if (w < 0.0f) continue;  // empty split: its o is never read
+                } else {
+                    if (pl[s] == -kc_inf()) continue;
+                    const float d = pl[s] - m;
+                    w = kc_ex2(lse_base2 ? d : d * LOG2E_F) * inv;
+                }
                 acc = fmaf(w, part_out[(n * S + s) * L + c], acc);
             }
         }
