@@ -145,7 +145,8 @@ extern "C" __global__ void __launch_bounds__(KV_WARPS * 32) kv_cache_write_ds_ml
 
 // ---------------------------------------------------------------------------
 // Gather: gathered[cu[b] + t] = dequant(cache[block_table[b, t / P], t % P]).
-// Grid (ceil(max_seq / KV_WARPS), B); one warp per token. A block id outside
+// Grid (ceil(max_seq / KV_WARPS), B); one warp per token, 8 elements a lane
+// a step where the row allows it (16-byte loads of bf16). A block id outside
 // [0, NB) (which the launcher refuses before launching) writes NaN rather
 // than reading outside the cache.
 
@@ -166,6 +167,43 @@ __device__ void kv_gather_impl(const uint8_t* __restrict__ cache,
     const bool ok = blk >= 0 && blk < NB;
     const int64_t slot = (int64_t)blk * P + t % P;
     const float ks = (CACHE == 1) ? k_scale[0] : 1.0f;
+    // Vector path: with D a multiple of 8 every row starts 16-byte aligned
+    // (bf16) or 8-byte aligned (fp8), so a lane moves 8 elements at a time:
+    // one 16-byte (bf16) or 8-byte (fp8) load and 16 or 32 bytes of output.
+    // Each element gets the same conversion as the scalar loop below.
+    if ((D & 7) == 0 && ok && (CACHE != 2 || (L == DS_L && R == DS_R))) {
+        for (int e0 = lane * 8; e0 < D; e0 += 32 * 8) {
+            float v[8];
+            if (CACHE == 0) {
+                const uint4 raw = *reinterpret_cast<const uint4*>(reinterpret_cast<const uint16_t*>(cache) + slot * D + e0);
+                const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+                for (int j = 0; j < 8; ++j) v[j] = kc_bf16_to_f((uint16_t)(w[j >> 1] >> (16 * (j & 1))));
+            } else if (CACHE == 1 || e0 < DS_L) {
+                const uint8_t* src = CACHE == 1 ? cache + slot * D + e0 : cache + slot * DS_ENTRY + e0;
+                const float s = CACHE == 1 ? ks : *reinterpret_cast<const float*>(cache + slot * DS_ENTRY + DS_SCALE_OFF + 4 * (e0 >> 7));
+                const uint2 raw = *reinterpret_cast<const uint2*>(src);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(kc_e4m3_decode((uint8_t)(((j < 4 ? raw.x : raw.y) >> (8 * (j & 3))) & 0xffu)), s);
+            } else {
+                const uint4 raw = *reinterpret_cast<const uint4*>(cache + slot * DS_ENTRY + DS_PE_OFF + 2 * (e0 - DS_L));
+                const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+                for (int j = 0; j < 8; ++j) v[j] = kc_bf16_to_f((uint16_t)(w[j >> 1] >> (16 * (j & 1))));
+            }
+            if (OUT == 0) {
+                float4* o = reinterpret_cast<float4*>(static_cast<float*>(out) + row * D + e0);
+                o[0] = make_float4(v[0], v[1], v[2], v[3]);
+                o[1] = make_float4(v[4], v[5], v[6], v[7]);
+            } else {
+                uint32_t w[4];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) w[q] = (uint32_t)kc_bf16_rn(v[2 * q]) | (uint32_t)kc_bf16_rn(v[2 * q + 1]) << 16;
+                *reinterpret_cast<uint4*>(static_cast<uint16_t*>(out) + row * D + e0) = make_uint4(w[0], w[1], w[2], w[3]);
+            }
+        }
+        return;
+    }
     for (int e = lane; e < D; e += 32) {
         float v;
         if (!ok) {
