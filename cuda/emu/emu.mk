@@ -5,9 +5,10 @@
 #   make emu           build/emu/*.emu.so (compute_80 and sm_120a builds of
 #                      every .cu) and bin/kcheck-gpu-emu, the emulated worker
 #   make emu-asan      the same modules under AddressSanitizer, build/emu-asan
-#   make emu-test      the emulation's own tests: the PTX layouts, the
+#   make emu-test      the emulation's own tests: the worker
 #                      protocol (a crashing and a hanging kernel), the
 #                      planted kernel bugs that must fail
+#   make emu-test-asan the same on the ASan modules (what CI runs)
 #   make emu-ci        the catalog subset CI runs (every kernel variant and
 #                      edge family, under ASan): cuda/emu/testdata/ci-cases.txt
 #   make emu-catalog   the whole catalog (cases/catalog.json) on cuda-emu;
@@ -15,10 +16,10 @@
 
 EMU_CXX  ?= g++
 EMU_GO   := CGO_ENABLED=1 $(GO)
-EMU_DEPS := $(wildcard cuda/*.cu cuda/*.cuh cuda/emu/include/*.h cuda/emu/runtime/*.cc cuda/emu/*.go cuda/emu/cmd/kcheck-emu-build/*.go)
+EMU_DEPS := $(filter-out %_test.go,$(wildcard cuda/*.cu cuda/*.cuh cuda/emu/include/*.h cuda/emu/runtime/*.cc cuda/emu/*.go cuda/emu/cmd/kcheck-emu-build/*.go))
 EMU_TIMEOUT ?= 15m
 
-.PHONY: emu emu-asan emu-test emu-ci emu-catalog
+.PHONY: emu emu-asan emu-test emu-test-asan emu-ci emu-catalog
 
 emu: build/emu/.built bin/kcheck-gpu-emu bin/kcheck
 
@@ -39,7 +40,11 @@ bin/kcheck: $(wildcard cmd/kcheck/*.go internal/*/*.go reference/*/*.go cases/*)
 	$(GO) build -o $@ ./cmd/kcheck
 
 emu-test: emu
-	$(EMU_GO) test -tags cudaemu -count=1 -timeout 40m ./cuda/emu/...
+	$(EMU_GO) test -tags cudaemu -count=1 -timeout 40m -v ./cuda/emu/...
+
+# CI's variant: everything on the ASan modules that emu-ci builds anyway.
+emu-test-asan: emu-asan
+	KCHECK_EMU_TEST_ASAN=1 $(EMU_GO) test -tags cudaemu -count=1 -timeout 40m -v ./cuda/emu/...
 
 emu-ci: emu-asan
 	@mkdir -p build
