@@ -129,22 +129,24 @@ func asanRuntime() (string, error) {
 	return p, nil
 }
 
-// RunWithMeta is Run plus the metadata a capture of an emulated run must
-// carry: device, driver, kernel_build, source and the kcheck.emulation,
-// kcheck.emu.* and kcheck.cuda.* keys (never the declared precision, which
-// stays the case's). On the cuda backend it adds nothing.
+// RunWithMeta is Run plus the metadata the worker wrote into its outputs,
+// which a capture of the run must carry, on the cuda backend and in
+// emulation alike (cuda/cuda_test.go builds its captures the same way):
+// the kernel's declared precision (acc_dtype, p_dtype, kv_dequant_dtype,
+// fp8_saturate, softmax_block: cuda/precision.go, from each .cu file's
+// kcheck:precision line), what the launcher chose (num_splits,
+// ds_mla_scale), device, driver, kernel_build, source, and the
+// kcheck.emulation, kcheck.emu.* and kcheck.cuda.* keys. Judged without the
+// declared precision, a correct kernel with a 32-token softmax tile reads as
+// inconclusive against FlashMLA's 64.
 func (b *Backend) RunWithMeta(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, map[string]string, error) {
 	outs, info, err := b.Worker.Run(ctx, name, in)
-	if err != nil || !b.emulated {
+	if err != nil {
 		return outs, nil, err
 	}
-	meta := map[string]string{}
+	meta := make(map[string]string, len(info.Meta))
 	for k, v := range info.Meta {
-		switch {
-		case k == "device" || k == "driver" || k == "kernel_build" || k == "source",
-			k == "kcheck.emulation", strings.HasPrefix(k, "kcheck.emu."), strings.HasPrefix(k, "kcheck.cuda."):
-			meta[k] = v
-		}
+		meta[k] = v
 	}
 	return outs, meta, nil
 }
