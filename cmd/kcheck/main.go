@@ -8,7 +8,8 @@ import (
 	"os"
 
 	"github.com/kcheck-dev/kcheck/internal/cli"
-	_ "github.com/kcheck-dev/kcheck/internal/gpu" // registers --backend cuda (spawns kcheck-gpu; no CUDA import here)
+	_ "github.com/kcheck-dev/kcheck/internal/gpu"    // registers --backend cuda (spawns kcheck-gpu; no CUDA import here)
+	_ "github.com/kcheck-dev/kcheck/internal/worker" // registers --backend exec: and worker: (the open worker protocol)
 )
 
 func main() { os.Exit(int(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))) }

@@ -63,7 +63,7 @@ indexed Job; 'kcheck merge' combines the JSON results.`,
 	f.StringArrayVar(&o.names, "case", nil, "case name (repeatable)")
 	f.StringVar(&o.match, "match", "", "run the cases whose name matches this glob (* matches any characters)")
 	f.StringVar(&o.casesFile, "cases", "", "read cases from this file instead of the built-in catalog")
-	f.StringVar(&o.backend, "backend", "reference", "reference, cuda, or faulty:NAME (see 'kcheck faults')")
+	f.StringVar(&o.backend, "backend", "reference", "reference, cuda, faulty:NAME (see 'kcheck faults'), worker:NAME (the Python package's engine workers) or exec:'CMD ...' (any program that speaks the worker protocol, reference/CONTRACTS.md)")
 	f.BoolVar(&o.sanitize, "sanitize", false, "run the cuda worker under compute-sanitizer memcheck (same as --backend cuda:sanitize)")
 	f.StringVar(&o.shard, "shard", "", "run slice I of N (I/N, 0-based)")
 	f.BoolVar(&o.json, "json", false, "print one JSON object per case")

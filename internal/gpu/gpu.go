@@ -87,13 +87,19 @@ type RunInfo struct {
 // RunError is the error of a run that did not produce outputs; Info holds
 // the details (errors.As it to tell a crash from a hang).
 type RunError struct {
+	// Worker names the worker in the message; empty means "cuda worker".
+	Worker string
 	Kernel string
 	Info   RunInfo
 	Reason string
 }
 
 func (e *RunError) Error() string {
-	s := fmt.Sprintf("cuda worker, kernel %s: %s", e.Kernel, e.Info.Status)
+	label := e.Worker
+	if label == "" {
+		label = "cuda worker"
+	}
+	s := fmt.Sprintf("%s, kernel %s: %s", label, e.Kernel, e.Info.Status)
 	var details []string
 	if e.Info.CUDAError != "" {
 		details = append(details, e.Info.CUDAError)
@@ -116,7 +122,15 @@ func (e *RunError) Error() string {
 type Worker struct {
 	// Path is the worker binary; empty: Find, else FindWorker.
 	Path string
+	// Find, when set, locates the worker binary in place of FindWorker
+	// (the cuda-emu backend's emulated worker).
 	Find func() (string, error)
+	// Command, when set, replaces Path: the worker is any program that
+	// speaks the protocol, started as Command followed by "run --kernel
+	// NAME --in IN --out OUT" (internal/worker's exec: and worker:
+	// backends). Label then names it in errors.
+	Command []string
+	Label   string
 	// Timeout bounds one run (0: only the caller's context); the worker's
 	// whole process group is killed when it expires.
 	Timeout time.Duration
@@ -193,21 +207,25 @@ func (w *Worker) Run(ctx context.Context, name string, in kernel.Inputs) (map[st
 	info := RunInfo{ExitCode: -1}
 	fail := func(st Status, reason string) (map[string]*tensor.Tensor, RunInfo, error) {
 		info.Status = st
-		return nil, info, &RunError{Kernel: name, Info: info, Reason: reason}
+		return nil, info, &RunError{Worker: w.Label, Kernel: name, Info: info, Reason: reason}
 	}
 	contract, err := kernel.Lookup(name)
 	if err != nil {
 		return fail(StatusBadInput, err.Error())
 	}
-	path := w.Path
-	if path == "" {
-		find := w.Find
-		if find == nil {
-			find = FindWorker
+	prefix := w.Command
+	if len(prefix) == 0 {
+		path := w.Path
+		if path == "" {
+			find := w.Find
+			if find == nil {
+				find = FindWorker
+			}
+			if path, err = find(); err != nil {
+				return fail(StatusUnavailable, err.Error())
+			}
 		}
-		if path, err = find(); err != nil {
-			return fail(StatusUnavailable, err.Error())
-		}
+		prefix = []string{path}
 	}
 	dir, err := os.MkdirTemp(w.TempDir, "kcheck-gpu-*")
 	if err != nil {
@@ -225,7 +243,7 @@ func (w *Worker) Run(ctx context.Context, name string, in kernel.Inputs) (map[st
 		return fail(StatusBadInput, "writing the worker's input file: "+err.Error())
 	}
 
-	argv := []string{path, "run", "--kernel", name, "--in", inPath, "--out", outPath}
+	argv := append(append([]string(nil), prefix...), "run", "--kernel", name, "--in", inPath, "--out", outPath)
 	if w.PTXDir != "" {
 		argv = append(argv, "--ptx-dir", w.PTXDir)
 	}
@@ -316,7 +334,7 @@ func (w *Worker) Run(ctx context.Context, name string, in kernel.Inputs) (map[st
 		return fail(StatusMemcheck, "AddressSanitizer reported errors: "+firstContaining(info.Stderr, "ERROR: AddressSanitizer"))
 	case info.ExitCode == ExitMemcheck:
 		return fail(StatusMemcheck, "compute-sanitizer memcheck reported errors: "+firstMatch(info.Stderr, "========= "))
-	case info.ExitCode == ExitInternal && strings.Contains(info.Stdout, noGPUText):
+	case info.ExitCode == ExitInternal && len(w.Command) == 0 && strings.Contains(info.Stdout, noGPUText):
 		return fail(StatusUnavailable, "the worker found no usable GPU: "+lastLine(info.Stdout))
 	default:
 		return fail(StatusCrash, last)
