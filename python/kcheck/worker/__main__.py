@@ -1,0 +1,5 @@
+import sys
+
+from kcheck.worker import main
+
+sys.exit(main())

@@ -1,0 +1,130 @@
+"""Two fixes for Triton's interpreter, applied only when it runs the kernels.
+
+Triton 3.9's interpreter stores bfloat16 as its raw 16 bits in uint16
+arrays (triton/runtime/interpreter.py, the `tl.bfloat16: np.uint16`
+storage map) and InterpreterBuilder.create_dot converts only 8-bit floats
+before np.matmul, so `tl.dot` of two bf16 blocks multiplies the raw bit
+patterns as integers: every bf16 dot is garbage (python/findings/
+triton_interpreter_bf16_dot.py reproduces it in a few lines; fp32 and fp16
+dots are right). The shim widens a bf16 operand to float32 before the
+original create_dot: exact (a bf16 value is the top half of its float32),
+and what the GPU's bf16 MMA does (exact products, fp32 accumulation). It
+changes nothing for any other dtype, and is not applied on a GPU.
+
+Its float downcast (_convert_float) is wrong for 8-bit floats: its "round
+to nearest even" adds the first cut-off bit (ties round away, not to even)
+and the carry out of a full mantissa is masked off instead of raising the
+exponent, so float32 7.9 becomes e4m3 4.0 and 1.0625 becomes 1.125
+(python/findings/triton_interpreter_fp8_cast.py). The shim converts
+float32/float16/bfloat16 to float8e4nv and float8e5 with torch's
+round-to-nearest-even after saturating to the format's largest finite value
+(what the GPU's cvt.rn.satfinite does for Triton's `.to(fp8)`); every other
+conversion is the interpreter's own.
+"""
+
+import numpy as np
+
+NOTE = ("triton interpreter: bf16 tl.dot operands widened exactly to fp32 (create_dot multiplies raw bf16 bits otherwise; "
+        "python/findings/triton_interpreter_bf16_dot.py); fp8 downcasts by torch's RTNE after saturation (_convert_float drops "
+        "the mantissa carry; python/findings/triton_interpreter_fp8_cast.py)")
+
+_applied = False
+
+
+def _bf16_to_f32(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def apply():
+    """Install the fix once; returns the note to record, or None when the
+    interpreter already handles bf16 (a fixed Triton)."""
+    global _applied
+    import triton.language as tl
+    from triton.runtime import interpreter as ti
+
+    if _applied:
+        return NOTE
+    fix_dot, fix_cast = needed(), cast_error() > 0
+    if not (fix_dot or fix_cast):
+        return None
+    orig = ti.InterpreterBuilder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if a.dtype.scalar == tl.bfloat16 or b.dtype.scalar == tl.bfloat16:
+            wa = ti.TensorHandle(_bf16_to_f32(a.data) if a.dtype.scalar == tl.bfloat16 else a.data.astype(np.float32), tl.float32)
+            wb = ti.TensorHandle(_bf16_to_f32(b.data) if b.dtype.scalar == tl.bfloat16 else b.data.astype(np.float32), tl.float32)
+            return orig(self, wa, wb, d, input_precision, max_num_imprecise_acc)
+        return orig(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    if fix_dot:
+        ti.InterpreterBuilder.create_dot = create_dot
+    if fix_cast:
+        _patch_fp8_cast(ti, tl)
+    _applied = True
+    return NOTE
+
+
+def _patch_fp8_cast(ti, tl):
+    import torch
+
+    orig = ti._convert_float
+    wide = {tl.float32: torch.float32, tl.float16: torch.float16, tl.bfloat16: torch.bfloat16}
+    narrow = {tl.float8e4nv: (torch.float8_e4m3fn, 448.0), tl.float8e5: (torch.float8_e5m2, 57344.0)}
+
+    def convert(input, input_dtype, output_dtype, rounding_mode):
+        rtz = rounding_mode is not None and rounding_mode != ti._ir.ROUNDING_MODE.RTNE
+        if input_dtype in wide and output_dtype in narrow and not rtz:
+            src_t, (dst_t, mx) = wide[input_dtype], narrow[output_dtype]
+            bits = np.ascontiguousarray(input).view(getattr(np, f"uint{input_dtype.primitive_bitwidth}"))
+            t = torch.from_numpy(bits.astype(np.int64).astype(getattr(np, f"int{input_dtype.primitive_bitwidth}"))).view(src_t)
+            out = t.float().clamp(-mx, mx).to(dst_t).view(torch.uint8).numpy()
+            return out.reshape(np.shape(input))
+        return orig(input, input_dtype, output_dtype, rounding_mode)
+
+    ti._convert_float = convert
+
+
+def cast_error():
+    """How many of a sweep of float32 values the interpreter's `.to(fp8e4nv)`
+    rounds differently from torch (after saturation): the probe the test checks."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _cast(x_ptr, y_ptr, N: tl.constexpr):
+        r = tl.arange(0, N)
+        tl.store(y_ptr + r, tl.load(x_ptr + r).to(y_ptr.dtype.element_ty))
+
+    x = torch.linspace(-500, 500, 4096)
+    y = torch.zeros(4096, dtype=torch.float8_e4m3fn)
+    _cast[(1,)](x, y, 4096)
+    want = x.clamp(-448, 448).to(torch.float8_e4m3fn)
+    return int((y.view(torch.uint8) != want.view(torch.uint8)).sum())
+
+
+def dot_error(dtype_name="bfloat16", n=16):
+    """Max |tl.dot(a, b) - a@b| of one small block product under the
+    interpreter: the probe `needed` uses and the test checks."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _dot(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
+        r = tl.arange(0, N)
+        a = tl.load(a_ptr + r[:, None] * N + r[None, :])
+        b = tl.load(b_ptr + r[:, None] * N + r[None, :])
+        tl.store(c_ptr + r[:, None] * N + r[None, :], tl.dot(a, b))
+
+    g = torch.Generator().manual_seed(0)
+    dt = getattr(torch, dtype_name)
+    a = torch.randn(n, n, generator=g).to(dt)
+    b = torch.randn(n, n, generator=g).to(dt)
+    c = torch.zeros(n, n)
+    _dot[(1,)](a, b, c, n)
+    return (c - a.float() @ b.float()).abs().max().item()
+
+
+def needed():
+    return not dot_error() < 1e-3
