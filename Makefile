@@ -73,3 +73,26 @@ ci: test kernels kernels-sass kernels-hostcheck cuda-vet fuzz-short
 # Markdown results into the folder it is given.
 gpu-check: gpu-bundle
 	@echo "copy build/gpu/ to the GPU machine and run: build/gpu/gpu-check.sh RESULTS_DIR"
+
+# --- Python side (python/): engine workers, interop and format cross-checks.
+# make test stays Go-only; these need make python-setup first (pinned
+# versions from python/requirements.lock into python/.venv).
+PYVENV ?= python/.venv
+.PHONY: python-setup python-test python-vectors engines-ci engines-full
+python-setup:
+	python/setup.sh
+
+python-test: build
+	cd python && KCHECK=$(CURDIR)/bin/kcheck TRITON_INTERPRET=1 .venv/bin/python -m pytest -q tests
+
+# Regenerate internal/safetensors/testdata/torch_formats.safetensors (torch
+# and ml_dtypes vectors the Go test cross-checks reference/formats with).
+python-vectors:
+	$(PYVENV)/bin/python python/tests/gen_format_vectors.py
+
+# Each engine worker over a catalog subset (engines-ci, what CI runs) or
+# every case its kernel maps to (engines-full: hours on two cores).
+engines-ci: build
+	KCHECK_PYTHON=$(CURDIR)/$(PYVENV)/bin/python TRITON_INTERPRET=1 $(PYVENV)/bin/python -m kcheck.catalog --subset ci --kcheck bin/kcheck
+engines-full: build
+	KCHECK_PYTHON=$(CURDIR)/$(PYVENV)/bin/python TRITON_INTERPRET=1 $(PYVENV)/bin/python -m kcheck.catalog --subset full --kcheck bin/kcheck

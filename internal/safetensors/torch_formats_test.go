@@ -1,0 +1,124 @@
+package safetensors_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/kcheck-dev/kcheck/internal/safetensors"
+	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// testdata/torch_formats.safetensors was written by safetensors.torch.save_file
+// (python/tests/gen_format_vectors.py; its metadata names the torch,
+// ml_dtypes and safetensors versions). Reading it checks interop (every
+// dtype torch writes parses here, with the bytes torch meant) and
+// cross-checks reference/formats exhaustively against torch's and
+// ml_dtypes' conversions: every code of E2M1, E4M3FN, E5M2 and E8M0, and
+// encode sweeps over every rounding midpoint and its float32 neighbours.
+func TestTorchFormats(t *testing.T) {
+	f, err := safetensors.Open("testdata/torch_formats.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	t.Logf("written by %s with torch %s, ml_dtypes %s, safetensors %s", f.Metadata["generator"], f.Metadata["torch"], f.Metadata["ml_dtypes"], f.Metadata["safetensors"])
+	get := func(name string, dt tensor.DType) *tensor.Tensor {
+		t.Helper()
+		x, ok := f.Tensors[name]
+		if !ok {
+			t.Fatalf("no tensor %s", name)
+		}
+		if x.DType != dt {
+			t.Fatalf("%s has dtype %s, want %s", name, x.DType, dt)
+		}
+		return x
+	}
+	same := func(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
+
+	decoders := []struct {
+		name   string
+		dt     tensor.DType
+		decode func(uint8) float64
+	}{
+		{"e4m3", tensor.F8E4M3, formats.E4M3FN.Decode},
+		{"e5m2", tensor.F8E5M2, formats.E5M2.Decode},
+		{"e8m0", tensor.F8E8M0, formats.E8M0.Decode},
+	}
+	for _, d := range decoders {
+		codes := get(d.name+"_codes", d.dt)
+		for _, lib := range []string{"torch", "mldtypes"} {
+			vals := get(d.name+"_"+lib, tensor.F32)
+			for c := 0; c < 256; c++ {
+				// Float64At decodes through the tensor's dtype: kcheck's reading
+				// of the byte torch stored in that dtype.
+				if got, want := codes.Float64At(c), vals.Float64At(c); !same(got, want) || !same(d.decode(uint8(c)), want) {
+					t.Errorf("%s code %#02x: kcheck %v (Float64At %v), %s %v", d.name, c, d.decode(uint8(c)), got, lib, want)
+				}
+			}
+		}
+	}
+	e2m1 := get("e2m1_mldtypes", tensor.F32)
+	for c := 0; c < 16; c++ {
+		if got, want := formats.E2M1.Decode(uint8(c)), e2m1.Float64At(c); !same(got, want) {
+			t.Errorf("e2m1 code %d: kcheck %v, ml_dtypes %v", c, got, want)
+		}
+	}
+	packed := get("fp4_packed", tensor.U8)
+	for i := 0; i < 8; i++ {
+		b := packed.Data[i]
+		if int(b&0xF) != 2*i || int(b>>4) != 2*i+1 {
+			t.Errorf("fp4_packed[%d] = %#02x: want element %d in the low nibble, %d in the high", i, b, 2*i, 2*i+1)
+		}
+	}
+
+	// Encode sweeps: torch's .to(float8_*) does not saturate (NoSaturate);
+	// ml_dtypes agrees inside the finite range the sweeps cover.
+	sweeps := []struct {
+		name string
+		f    *formats.Minifloat
+		libs []string
+	}{
+		{"e4m3", formats.E4M3FN, []string{"torch", "mldtypes"}},
+		{"e5m2", formats.E5M2, []string{"torch", "mldtypes"}},
+		{"e2m1", formats.E2M1, []string{"mldtypes"}},
+	}
+	for _, s := range sweeps {
+		x := get(s.name+"_sweep", tensor.F32)
+		for _, lib := range s.libs {
+			codes := get(s.name+"_sweep_"+lib, tensor.U8)
+			bad := 0
+			for i := 0; i < x.Len(); i++ {
+				v := x.Float64At(i)
+				got, _ := s.f.Encode(v, formats.NoSaturate)
+				want := codes.Data[i]
+				// -0 and +0 are the same value; compare values, not codes.
+				if got != want && !(s.f.Decode(got) == 0 && s.f.Decode(want) == 0) {
+					if bad++; bad <= 5 {
+						t.Errorf("%s encode %v (%#x): kcheck %#02x, %s %#02x", s.name, v, math.Float32bits(float32(v)), got, lib, want)
+					}
+				}
+			}
+			if bad > 0 {
+				t.Errorf("%s: %d of %d sweep values encode differently from %s", s.name, bad, x.Len(), lib)
+			} else {
+				t.Logf("%s: %d sweep values (every midpoint and its neighbours) agree with %s", s.name, x.Len(), lib)
+			}
+		}
+	}
+
+	for _, pair := range [][2]string{{"bf16", "f32"}, {"f16", "f32"}} {
+		a, b := f.Tensors[pair[0]], f.Tensors[pair[0]+"_"+pair[1]]
+		for i := 0; i < a.Len(); i++ {
+			if a.Float64At(i) != b.Float64At(i) {
+				t.Errorf("%s[%d] = %v, torch's float32 of it %v", pair[0], i, a.Float64At(i), b.Float64At(i))
+			}
+		}
+	}
+	i32, i64 := get("i32", tensor.I32), get("i64", tensor.I64)
+	for i := 0; i < 64; i++ {
+		if i32.Int64At(i) != int64(i-5)*65537 || i64.Int64At(i) != int64(i-5)<<40 {
+			t.Errorf("int element %d: %d, %d", i, i32.Int64At(i), i64.Int64At(i))
+		}
+	}
+}
