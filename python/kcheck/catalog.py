@@ -25,7 +25,7 @@ BASE2 = os.path.join(HERE, "..", "cases", "flashinfer-base2.json")
 # (label, backend, kernel, cases file or None, ci glob, full glob, what the run shows)
 RUNS = [
     ("vLLM TRITON_MLA decode_attention_fwd, fp32 lse buffer", "worker:vllm,lse_dtype=f32,partials=off", "mla_decode", None,
-     "mla_decode/deepseek-v3/tp8/bf16/p16/ctx-P+1", "mla_decode/*/tp8/*", "out (bf16) and lse judged today"),
+     "mla_decode/deepseek-v3/tp8/*/p16/ctx-P+1", "mla_decode/*/tp8/*", "out (bf16) and lse judged today"),
     ("vLLM TRITON_MLA decode_attention_fwd, as forward_mqa calls it", "worker:vllm", "mla_decode", None,
      "mla_decode/deepseek-v3/tp8/bf16/p16/ctx-P+1", "mla_decode/deepseek-v3/tp8/*", "bf16 lse and attn_logits partials: needs issue 16"),
     ("vLLM Triton merge_attn_states", "worker:vllm", "splitk_combine", None,
@@ -35,7 +35,8 @@ RUNS = [
     ("SGLang DSA fp8_ds_mla quantizer", "worker:sglang", "kv_cache_write", None,
      "kv_cache_write/fp8_ds_mla/p16/amax", "kv_cache_write/*", "fp8_ds_mla, amax scales"),
     ("FlashInfer Triton cascade merge_states", "worker:flashinfer", "splitk_combine", BASE2,
-     "splitk_combine-base2/deepseek-v3/tp8/s1", "splitk_combine-base2/*", "base 2 (case file declares it)"),
+     None, "splitk_combine-base2/*", "base 2 (case file declares it); not in the ci subset: its scalar loop over"
+     " every element takes over 20 minutes a case in the interpreter on two busy cores"),
     ("torchao nvfp4_quantize", "worker:torchao", "nvfp4_quantize", None,
      "nvfp4_quantize/m16/k2048/*", "nvfp4_quantize/*", "linear and to_blocked scales"),
 ]
@@ -91,11 +92,12 @@ def main(argv=None):
     os.environ.setdefault("KCHECK_WORKER_TIMEOUT", a.timeout)
     print("| engine kernel | backend | cases | pass | fail | inconclusive | error | refused | per output | time |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    raw, bad = {}, False
+    raw = {}
     for label, backend, kernel, cf, ci, full, note in RUNS:
-        if a.only and a.only not in label:
+        glob = ci if a.subset == "ci" else full
+        if (a.only and a.only not in label) or glob is None:
             continue
-        results, secs = run_one(a.kcheck, backend, cf, ci if a.subset == "ci" else full, a.timeout)
+        results, secs = run_one(a.kcheck, backend, cf, glob, a.timeout)
         raw[label] = results
         counts, refused, errors, outputs = summarize(results)
         per = "; ".join(f"{t}: " + ", ".join(f"{v} {n}" for v, n in sorted(c.items())) for t, c in sorted(outputs.items()))
@@ -104,7 +106,6 @@ def main(argv=None):
             print(f"|  | refused {n}: {why} | | | | | | | | |")
         for why, n in errors.items():
             print(f"|  | error {n}: {why} | | | | | | | | |")
-        bad = bad or counts["error"] > 0 and "issue 16" not in note
     if a.json:
         with open(a.json, "w") as f:
             json.dump(raw, f, indent=1)
