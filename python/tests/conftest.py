@@ -28,4 +28,7 @@ def worker_env():
     env = dict(os.environ)
     env["KCHECK_PYTHON"] = sys.executable
     env["TRITON_INTERPRET"] = "1"
+    # A worker imports torch (seconds on an idle machine, minutes on a
+    # loaded one): do not let the 2-minute default turn load into "hang".
+    env.setdefault("KCHECK_WORKER_TIMEOUT", "10m")
     return env
