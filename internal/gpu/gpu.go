@@ -327,12 +327,14 @@ func (w *Worker) Run(ctx context.Context, name string, in kernel.Inputs) (map[st
 		return fail(StatusUnsupported, last)
 	case info.ExitCode == ExitNoCUDABuild:
 		return fail(StatusUnavailable, last)
-	case info.ExitCode == ExitLoad:
+	// Exit 6 and 7 are kcheck-gpu's own (compute-sanitizer, the driver's
+	// JIT); for any other worker they are an unexpected status: a crash.
+	case info.ExitCode == ExitLoad && len(w.Command) == 0:
 		return fail(StatusLoadFailed, last)
-	case info.ExitCode == ExitMemcheck && strings.Contains(info.Stderr, "AddressSanitizer"):
+	case info.ExitCode == ExitMemcheck && len(w.Command) == 0 && strings.Contains(info.Stderr, "AddressSanitizer"):
 		// The cuda-emu backend's ASan modules exit with the same status.
 		return fail(StatusMemcheck, "AddressSanitizer reported errors: "+firstContaining(info.Stderr, "ERROR: AddressSanitizer"))
-	case info.ExitCode == ExitMemcheck:
+	case info.ExitCode == ExitMemcheck && len(w.Command) == 0:
 		return fail(StatusMemcheck, "compute-sanitizer memcheck reported errors: "+firstMatch(info.Stderr, "========= "))
 	case info.ExitCode == ExitInternal && len(w.Command) == 0 && strings.Contains(info.Stdout, noGPUText):
 		return fail(StatusUnavailable, "the worker found no usable GPU: "+lastLine(info.Stdout))
