@@ -65,7 +65,8 @@ func physicalMemory() int64 {
 
 // ParseBytes reads a memory size: a plain byte count or a number with a
 // binary suffix (K, M, G, T, with or without "iB"/"B"): "8G", "512MiB",
-// "1.5GiB". "0" and "unlimited" mean no bound (-1).
+// "1.5GiB". "0" and "unlimited" mean no bound (-1); any other size below
+// one byte is an error.
 func ParseBytes(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	if t == "unlimited" || t == "0" {
@@ -94,7 +95,10 @@ func ParseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("memory size %q: want bytes or a number with K, M, G or T (binary units), e.g. 8G", s)
 	}
 	if v*mult < 1 {
-		return -1, nil
+		// Only the two spellings above turn the bound off: a size that
+		// rounds below one byte ("0.5", "0B", "1e-300") is a slip, and
+		// reading it as "no bound" would lift the bound the user meant to set.
+		return 0, fmt.Errorf("memory size %q is less than one byte: give a size such as 8G, or 0 or unlimited for no bound", s)
 	}
 	return int64(v * mult), nil
 }

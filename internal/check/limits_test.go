@@ -122,6 +122,9 @@ func TestParseBytes(t *testing.T) {
 		{"8G", 8 << 30, false}, {"8GiB", 8 << 30, false}, {"512M", 512 << 20, false}, {"512mb", 512 << 20, false},
 		{"1.5G", 3 << 29, false}, {"1024", 1024, false}, {"2T", 2 << 40, false}, {"0", -1, false},
 		{"unlimited", -1, false}, {"-1G", 0, true}, {"lots", 0, true}, {"", 0, true}, {"1e30G", 0, true}, {"NaN", 0, true},
+		// Only "0" and "unlimited" turn the bound off (issue 11 item 12):
+		// a size that rounds below one byte is a mistake, not "no bound".
+		{"0.5", 0, true}, {"0B", 0, true}, {"0G", 0, true}, {"1e-300", 0, true}, {"0.4K", 409, false}, {"1", 1, false},
 	}
 	for _, tc := range tests {
 		got, err := ParseBytes(tc.in)

@@ -298,6 +298,9 @@ func badInputs() []badInput {
 		{name: "--max-memory that is not a size", setup: func(t *testing.T, dir string) []string {
 			return []string{"check", "--max-memory", "lots", fx + "golden/nvfp4_gemm.safetensors"}
 		}, code: ExitUsage, want: []string{"--max-memory", "lots"}},
+		{name: "--max-memory below one byte (0.5), which must not turn the bound off", setup: func(t *testing.T, dir string) []string {
+			return []string{"check", "--max-memory", "0.5", fx + "golden/nvfp4_gemm.safetensors"}
+		}, code: ExitUsage, want: []string{"--max-memory", "less than one byte", "0 or unlimited"}},
 
 		// Nothing overwritten, nothing lost (issue 7 item 3).
 		{name: "run --out over an existing capture without --force", setup: func(t *testing.T, dir string) []string {

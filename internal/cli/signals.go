@@ -145,7 +145,7 @@ type bounds struct {
 
 func addMemoryFlag(f *pflag.FlagSet, b *bounds) {
 	f.StringVar(&b.maxMemory, "max-memory", "",
-		fmt.Sprintf("refuse a check whose reference would need more memory than this, estimated from the shapes before it runs (e.g. 8G, 512M; 0 = no bound; default half the physical memory, at most 8 GiB: %s here)",
+		fmt.Sprintf("refuse a check whose reference would need more memory than this, estimated from the shapes before it runs (e.g. 8G, 512M; 0 or unlimited = no bound; default half the physical memory, at most 8 GiB: %s here)",
 			check.FormatBytes(check.DefaultMaxMemory())))
 }
 
