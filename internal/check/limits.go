@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kcheck-dev/kcheck/cases"
+	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/safetensors"
@@ -104,21 +105,7 @@ func ParseBytes(s string) (int64, error) {
 }
 
 // FormatBytes writes n in binary units, as the refusals print it.
-func FormatBytes(n int64) string {
-	switch {
-	case n >= sat:
-		return "more than 2^61 B"
-	case n >= 1<<40:
-		return fmt.Sprintf("%.1f TiB", float64(n)/(1<<40))
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
+func FormatBytes(n int64) string { return bounded.FormatBytes(n) }
 
 // Estimate is a reference's working set and work, estimated from shapes
 // before it runs. It errs on the large side: it counts every output twice
