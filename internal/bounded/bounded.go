@@ -58,6 +58,21 @@ func (l Limit) Less(n int64) Limit {
 	return l
 }
 
+// Refuse is the refusal of an input whose cost, as its reader measures it
+// (what is said in cost), exceeds the limit: it wraps ErrTooLarge.
+func (l Limit) Refuse(cost string) error {
+	msg := fmt.Sprintf("%s, more than %s %s: refused", cost, l.What, FormatBytes(l.Bytes))
+	if l.Raise != "" {
+		msg += " (" + l.Raise + ")"
+	}
+	return refusal(msg)
+}
+
+type refusal string
+
+func (r refusal) Error() string { return string(r) }
+func (r refusal) Unwrap() error { return ErrTooLarge }
+
 // ErrTooLarge is wrapped by the refusal of an input over its Limit.
 var ErrTooLarge = errors.New("over its read limit")
 

@@ -28,15 +28,16 @@ package npy
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -65,19 +66,22 @@ var ErrTooLarge = errors.New("over the read limit")
 // arrive" from the decompressor, so only a bound on what headers ask for
 // keeps a small archive from exhausting memory.
 func ReadFileLimit(path string, limit int64) (map[string]*tensor.Tensor, error) {
+	return ReadFileContext(context.Background(), path, limit)
+}
+
+// ReadFileContext is ReadFileLimit under ctx: opening the file (a named
+// pipe waits for its writer) and every read give up when ctx is done.
+func ReadFileContext(ctx context.Context, path string, limit int64) (map[string]*tensor.Tensor, error) {
 	budget := &limit
 	if limit < 0 {
 		budget = nil
 	}
-	f, err := os.Open(path)
+	f, err := bounded.Open(ctx, path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
+	st := f.Info()
 	if st.IsDir() {
 		return nil, fmt.Errorf("%s: is a directory, not a .npy or .npz file", path)
 	}
@@ -86,8 +90,8 @@ func ReadFileLimit(path string, limit int64) (map[string]*tensor.Tensor, error) 
 	switch {
 	case n == 6 && bytes.Equal(magic[:], npyMagic):
 		size := st.Size()
-		if !st.Mode().IsRegular() {
-			size = -1 // a pipe or device: its size says nothing
+		if f.Stream() {
+			size = -1 // a pipe, a device, a /proc file: its size says nothing
 		}
 		t, err := read(io.MultiReader(bytes.NewReader(magic[:]), f), size, size >= 0, true, budget)
 		if err != nil {

@@ -16,9 +16,10 @@
 // twice (the kernel pages it in as references read it). Validation follows
 // the reference implementation (safetensors' Rust crate): the tensors must
 // tile the data buffer exactly, with no overlap and no hole, and every
-// tensor's byte size must match its dtype and shape. A malformed file gives an
-// error naming the tensor and the problem, never a panic and never an
-// allocation sized by an untrusted header.
+// tensor's byte size must match its dtype and shape. A malformed file
+// gives an error naming the tensor and the problem, never a panic and never
+// an allocation sized by an untrusted header. OpenContext also bounds what
+// reading takes: the bytes of a stream, and the header's parse (HeaderCost).
 //
 // Writing is deterministic (names sorted, header padded with spaces so the
 // data buffer starts 8-byte aligned, as the Hugging Face writer does) and
@@ -28,6 +29,7 @@ package safetensors
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -42,6 +44,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -68,35 +71,44 @@ type File struct {
 	mapping []byte // the mmap'd file, nil when the file was read or parsed
 }
 
-// Open reads the safetensors file at path. The file is memory-mapped
-// read-only and the tensors' Data slice the mapping (zero-copy); when the
-// file cannot be mapped (an empty file, a pipe) it is read into memory
-// instead. Call Close to release the mapping; tensors must not be used after.
+// Open reads the safetensors file at path, as OpenContext does without a
+// deadline or a memory bound: for files kcheck wrote itself (a worker's
+// output). A file a user names is opened with OpenContext.
 func Open(path string) (*File, error) {
-	fh, err := os.Open(path)
+	return OpenContext(context.Background(), path, bounded.Limit{})
+}
+
+// OpenContext reads the safetensors file at path under ctx (the open and
+// every read give up when ctx is done: a named pipe with no writer). A
+// regular file of known size is memory-mapped read-only and the tensors'
+// Data slice the mapping (zero-copy); a file that cannot be mapped (a
+// pipe, a device, a file that stats as 0 bytes) is read into memory, at
+// most limit bytes of it. The header's parse is charged against what is
+// left of limit (HeaderCost). Call Close to release the mapping; tensors
+// must not be used after.
+func OpenContext(ctx context.Context, path string, limit bounded.Limit) (*File, error) {
+	fh, err := bounded.Open(ctx, path)
 	if err != nil {
 		return nil, err
 	}
 	defer fh.Close() // a mapping outlives its descriptor
-	st, err := fh.Stat()
-	if err != nil {
-		return nil, err
-	}
+	st := fh.Info()
 	if st.IsDir() {
 		return nil, fmt.Errorf("%s: is a directory, not a safetensors file", path)
 	}
 	var b, mapping []byte
-	if size := st.Size(); size > 0 && size <= math.MaxInt && st.Mode().IsRegular() {
-		if m, err := mmap(fh, int(size)); err == nil {
+	if size := st.Size(); !fh.Stream() && size <= math.MaxInt {
+		if m, err := mmap(fh.OS(), int(size)); err == nil {
 			b, mapping = m, m
 		}
 	}
 	if mapping == nil {
-		if b, err = io.ReadAll(fh); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+		if b, err = bounded.ReadAll(fh, path, limit); err != nil {
+			return nil, err // bounded's errors and the os package's name the file
 		}
+		limit = limit.Less(int64(len(b)))
 	}
-	f, err := Parse(b)
+	f, err := ParseLimit(b, limit)
 	if err != nil {
 		if mapping != nil {
 			munmap(mapping)
@@ -126,9 +138,22 @@ func (f *File) Close() error {
 	return nil
 }
 
-// Parse parses a whole safetensors file held in b. The tensors' Data slice
-// b (zero-copy): b must not change while they are in use.
-func Parse(b []byte) (*File, error) {
+// HeaderCost bounds the memory parsing a header takes, in bytes per header
+// byte. Measured on the costliest headers (cost_test.go: a shape of a
+// million dimensions, a million tiny metadata entries or tensors, one long
+// value): the parse allocates at most 48 bytes a header byte in all (the
+// shape's), and its peak RSS grows by at most 29.
+const HeaderCost = 64
+
+// Parse parses a whole safetensors file held in b, as ParseLimit does
+// without a memory bound.
+func Parse(b []byte) (*File, error) { return ParseLimit(b, bounded.Limit{}) }
+
+// ParseLimit parses a whole safetensors file held in b, refusing a header
+// whose parse could take more than limit (HeaderCost bytes a header byte)
+// before parsing it. The tensors' Data slice b (zero-copy): b must not
+// change while they are in use.
+func ParseLimit(b []byte, limit bounded.Limit) (*File, error) {
 	if len(b) < 8 {
 		return nil, fmt.Errorf("file is %d bytes, too short for the 8-byte header length (truncated?)", len(b))
 	}
@@ -138,6 +163,9 @@ func Parse(b []byte) (*File, error) {
 	}
 	if n > uint64(len(b)-8) {
 		return nil, fmt.Errorf("header length %d runs past the end of the file (%d bytes after the length field; truncated?)", n, len(b)-8)
+	}
+	if cost := n * HeaderCost; limit.Bytes > 0 && cost > uint64(limit.Bytes) {
+		return nil, limit.Refuse(fmt.Sprintf("its %d-byte header could take %s to parse (%d bytes a header byte)", n, bounded.FormatBytes(int64(cost)), HeaderCost))
 	}
 	header := b[8 : 8+n]
 	buf := b[8+n:]
@@ -210,7 +238,7 @@ func Parse(b []byte) (*File, error) {
 
 type rawEntry struct {
 	key   string
-	value json.RawMessage
+	value []byte // a subslice of the header
 }
 
 // parseHeader splits the header object into its entries, keeping their order
@@ -234,30 +262,17 @@ func parseHeader(h []byte) ([]rawEntry, error) {
 		err := json.Unmarshal(h, &e)
 		return nil, fmt.Errorf("header is not JSON: %v", err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(h))
-	dec.UseNumber()
-	if _, err := dec.Token(); err != nil { // '{'
-		return nil, fmt.Errorf("header is not JSON: %v", err)
-	}
 	var out []rawEntry
 	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, fmt.Errorf("header is not JSON: %v", err)
-		}
-		key, _ := tok.(string) // object keys are strings once json.Valid held
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, fmt.Errorf("header entry %q is not JSON: %v", key, err)
-		}
+	err := eachMember(h, func(key string, v []byte) error {
 		if seen[key] {
-			return nil, fmt.Errorf("header names %q twice", key)
+			return fmt.Errorf("header names %q twice", key)
 		}
 		seen[key] = true
 		out = append(out, rawEntry{key, v})
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 func snippet(b []byte) string {
@@ -267,28 +282,30 @@ func snippet(b []byte) string {
 	return string(b)
 }
 
-func parseMetadata(v json.RawMessage) (map[string]string, error) {
+func parseMetadata(v []byte) (map[string]string, error) {
 	meta := map[string]string{}
 	if string(v) == "null" {
 		return meta, nil
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(v, &raw); err != nil || raw == nil {
+	if v[0] != '{' {
 		return nil, fmt.Errorf("%s is %s, not an object of strings", metadataKey, jsonKind(v))
 	}
-	for k, rv := range raw {
-		var s string
-		// Unmarshal accepts null into a string; the format does not.
-		if t := bytes.TrimSpace(rv); len(t) == 0 || t[0] != '"' || json.Unmarshal(rv, &s) != nil {
-			return nil, fmt.Errorf("%s[%q] is %s, not a string (the format allows only string values; write numbers as strings)", metadataKey, k, jsonKind(rv))
+	err := eachMember(v, func(k string, rv []byte) error {
+		// The format allows only strings (a decoder would take null too).
+		if rv[0] != '"' {
+			return fmt.Errorf("%s[%q] is %s, not a string (the format allows only string values; write numbers as strings)", metadataKey, k, jsonKind(rv))
 		}
-		meta[k] = s
+		meta[k] = unquote(rv)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return meta, nil
 }
 
 // jsonKind names the kind of a JSON value for error messages.
-func jsonKind(v json.RawMessage) string {
+func jsonKind(v []byte) string {
 	t := bytes.TrimSpace(v)
 	if len(t) == 0 {
 		return "empty"
@@ -310,7 +327,7 @@ func jsonKind(v json.RawMessage) string {
 
 // parseEntry validates one tensor's record against a data buffer of bufLen
 // bytes and returns the tensor (without Data) and its byte range.
-func parseEntry(name string, v json.RawMessage, bufLen uint64) (t *tensor.Tensor, begin, end uint64, err error) {
+func parseEntry(name string, v []byte, bufLen uint64) (t *tensor.Tensor, begin, end uint64, err error) {
 	fail := func(format string, args ...any) (*tensor.Tensor, uint64, uint64, error) {
 		return nil, 0, 0, fmt.Errorf("tensor %q: %s", name, fmt.Sprintf(format, args...))
 	}
@@ -319,12 +336,10 @@ func parseEntry(name string, v json.RawMessage, bufLen uint64) (t *tensor.Tensor
 		Shape       *[]json.Number `json:"shape"`
 		DataOffsets *[]json.Number `json:"data_offsets"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(v))
-	dec.UseNumber()
 	if t := bytes.TrimSpace(v); len(t) == 0 || t[0] != '{' {
 		return fail("header entry is %s, not an object with dtype, shape and data_offsets", jsonKind(v))
 	}
-	if err := dec.Decode(&e); err != nil {
+	if err := json.Unmarshal(v, &e); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			want := "a string"
