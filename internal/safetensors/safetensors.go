@@ -16,7 +16,9 @@
 // twice (the kernel pages it in as references read it). Validation follows
 // the reference implementation (safetensors' Rust crate): the tensors must
 // tile the data buffer exactly, with no overlap and no hole, and every
-// tensor's byte size must match its dtype and shape. A malformed file
+// tensor's byte size must match its dtype and shape; a key given twice, at
+// the top of the header, inside __metadata__ or inside a tensor's entry, is
+// refused (a JSON decoder would keep the last, silently). A malformed file
 // gives an error naming the tensor and the problem, never a panic and never
 // an allocation sized by an untrusted header. OpenContext also bounds what
 // reading takes: the bytes of a stream, and the header's parse (HeaderCost).
@@ -295,6 +297,9 @@ func parseMetadata(v []byte) (map[string]string, error) {
 		if rv[0] != '"' {
 			return fmt.Errorf("%s[%q] is %s, not a string (the format allows only string values; write numbers as strings)", metadataKey, k, jsonKind(rv))
 		}
+		if _, dup := meta[k]; dup {
+			return fmt.Errorf("%s names %q twice", metadataKey, k)
+		}
 		meta[k] = unquote(rv)
 		return nil
 	})
@@ -338,6 +343,9 @@ func parseEntry(name string, v []byte, bufLen uint64) (t *tensor.Tensor, begin, 
 	}
 	if t := bytes.TrimSpace(v); len(t) == 0 || t[0] != '{' {
 		return fail("header entry is %s, not an object with dtype, shape and data_offsets", jsonKind(v))
+	}
+	if err := entryKeysOnce(v); err != nil {
+		return fail("%v", err)
 	}
 	if err := json.Unmarshal(v, &e); err != nil {
 		var te *json.UnmarshalTypeError
@@ -403,6 +411,45 @@ func parseEntry(name string, v []byte, bufLen uint64) (t *tensor.Tensor, begin, 
 		return fail("data_offsets [%d, %d] give %d bytes, but shape %v of %s needs %d", begin, end, end-begin, shape, dt, nbytes)
 	}
 	return &tensor.Tensor{DType: dt, Shape: shape}, begin, end, nil
+}
+
+// entryFields are the fields of a tensor's header entry.
+var entryFields = [...]string{"dtype", "shape", "data_offsets"}
+
+// entryKeysOnce refuses a tensor entry that names a key twice. The entry
+// is decoded by encoding/json, which keeps the last of two members and
+// matches field names regardless of case ("DType" is dtype), so a key that
+// differs from a field's name only in case counts as that field.
+func entryKeysOnce(v []byte) error {
+	var seen [len(entryFields)]string // the key each field was given as
+	var others []string
+	return eachMember(v, func(key string, _ []byte) error {
+		for i, f := range entryFields {
+			if !strings.EqualFold(key, f) {
+				continue
+			}
+			switch {
+			case seen[i] == "":
+				seen[i] = key
+				return nil
+			case seen[i] == key && key == f:
+				return fmt.Errorf("header entry names %q twice", f)
+			default:
+				other := key
+				if other == f {
+					other = seen[i]
+				}
+				return fmt.Errorf("header entry names %q twice (once as %q)", f, other)
+			}
+		}
+		for _, o := range others {
+			if o == key {
+				return fmt.Errorf("header entry names %q twice", key)
+			}
+		}
+		others = append(others, key)
+		return nil
+	})
 }
 
 // dtypes is every dtype the reader accepts, in the spec's order.

@@ -99,6 +99,23 @@ func badCases() []badCase {
 		{"data but no tensors", build(`{}`, zeros(3)), []string{"3 bytes of data after the header"}},
 		{"duplicate name", build(`{"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"w":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}`, zeros(2)),
 			[]string{`"w" twice`}},
+		// A key twice inside __metadata__ or a tensor's entry (issue 11 item
+		// 14): a JSON decoder keeps the last, so the file would mean
+		// something other than what either writer wrote.
+		{"metadata key twice", build(`{"__metadata__":{"kcheck.kernel":"nvfp4_gemm","kcheck.kernel":"mla_decode"}}`, nil),
+			[]string{`__metadata__ names "kcheck.kernel" twice`}},
+		{"entry dtype twice", build(`{"w":{"dtype":"F32","shape":[1],"dtype":"BF16","data_offsets":[0,4]}}`, zeros(4)),
+			[]string{`tensor "w"`, `header entry names "dtype" twice`}},
+		{"entry shape twice", build(`{"w":{"dtype":"U8","shape":[4],"shape":[2,2],"data_offsets":[0,4]}}`, zeros(4)),
+			[]string{`tensor "w"`, `header entry names "shape" twice`}},
+		{"entry data_offsets twice", build(`{"w":{"dtype":"U8","shape":[4],"data_offsets":[4,8],"data_offsets":[0,4]}}`, zeros(8)),
+			[]string{`tensor "w"`, `header entry names "data_offsets" twice`}},
+		// encoding/json matches field names without regard to case, so a
+		// key that differs only in case is the same field twice.
+		{"entry dtype twice in another case", build(`{"w":{"dtype":"F32","DType":"BF16","shape":[1],"data_offsets":[0,4]}}`, zeros(4)),
+			[]string{`tensor "w"`, `header entry names "dtype" twice (once as "DType")`}},
+		{"entry unknown key twice", build(`{"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":1,"x":2}}`, zeros(1)),
+			[]string{`tensor "w"`, `header entry names "x" twice`}},
 		{"metadata value a number", build(`{"__metadata__":{"softmax_scale":0.125}}`, nil), []string{`__metadata__["softmax_scale"] is a number`, "not a string"}},
 		{"metadata value null", build(`{"__metadata__":{"k":null}}`, nil), []string{`__metadata__["k"] is null`}},
 		{"metadata value nested", build(`{"__metadata__":{"k":{"a":"b"}}}`, nil), []string{`__metadata__["k"] is an object`}},
