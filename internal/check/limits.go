@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -20,7 +19,6 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
-	"github.com/kcheck-dev/kcheck/internal/safetensors"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -455,35 +453,6 @@ func within(e Estimate, limit int64, what string) error {
 	return nil
 }
 
-// openSafetensors is safetensors.Open, except that a file that cannot be
-// mapped (a pipe, a device: `kcheck check <(python dump.py)`) is read into
-// memory only up to limit bytes: /dev/zero would otherwise be read until
-// memory runs out.
-func openSafetensors(path string, limit int64) (*safetensors.File, error) {
-	st, err := os.Stat(path)
-	if err != nil || st.Mode().IsRegular() || st.IsDir() || limit < 0 {
-		return safetensors.Open(path)
-	}
-	fh, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer fh.Close()
-	b, err := io.ReadAll(io.LimitReader(fh, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s: a stream of more than %s, the memory bound: refused (raise it with --max-memory)", path, FormatBytes(limit))
-	}
-	f, err := safetensors.Parse(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	f.Path = path
-	return f, nil
-}
-
 // readLimit is the bound on numpy array bytes read into memory for a
 // memory bound (0: the default; negative: none).
 func readLimit(maxMemory int64) int64 {
@@ -652,8 +621,9 @@ func CheckCaseMemory(c cases.Case, limit int64) error {
 	return within(EstimateCase(c), limit, "case "+c.Name)
 }
 
-// ErrTimeout is wrapped by the error of a check that ran past its deadline.
-var ErrTimeout = errors.New("timed out")
+// ErrTimeout is wrapped by the error of a check that ran past its deadline,
+// reading its file included (the readers' own: internal/bounded).
+var ErrTimeout = bounded.ErrTimeout
 
 // deadlineError says how long a check ran and how much work it had.
 func deadlineError(ctx context.Context, started time.Time, what string) error {
@@ -689,11 +659,16 @@ func RunContext(ctx context.Context, c Capture, opts Options) Result {
 	return runContext(ctx, c, opts, func() {})
 }
 
-// FileContext is File under ctx (see RunContext). The file stays mapped
-// until an abandoned reference has finished reading it.
+// FileContext is File under ctx (see RunContext), loading included: a file
+// that cannot be opened or read before ctx is done (a named pipe with no
+// writer) gets verdict error at the deadline. The file stays mapped until
+// an abandoned reference has finished reading it.
 func FileContext(ctx context.Context, path string, extraMeta map[string]string, opts Options) Result {
-	c, closeFn, err := loadBounded(path, extraMeta, readLimit(opts.MaxMemory))
+	c, closeFn, err := LoadContext(ctx, path, extraMeta, opts.MaxMemory)
 	if err != nil {
+		if errors.Is(err, ErrTimeout) {
+			err = fmt.Errorf("%w (the per-file time limit; raise it with --timeout)", err)
+		}
 		return errorResult(path, "", err)
 	}
 	return runContext(ctx, c, opts, closeFn)

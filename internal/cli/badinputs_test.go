@@ -159,7 +159,19 @@ func samePagesFile(t *testing.T, path, kname string, b, seq, heads int) string {
 	return path
 }
 
+// platformBadInputs are rows that need what only some systems have (named
+// pipes, /proc): build-tagged files add them.
+var platformBadInputs []func() []badInput
+
 func badInputs() []badInput {
+	rows := commonBadInputs()
+	for _, more := range platformBadInputs {
+		rows = append(rows, more()...)
+	}
+	return rows
+}
+
+func commonBadInputs() []badInput {
 	w := func(dtype, shape, offs string) string {
 		return `{"w":{"dtype":"` + dtype + `","shape":` + shape + `,"data_offsets":` + offs + `}}`
 	}

@@ -88,7 +88,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 	if err != nil {
 		return exitWith(o.io, ExitUsage, o.bisect, err)
 	}
-	files, err := check.Expand(o.files)
+	files, err := expand(o.io, o.files)
 	if err != nil {
 		return exitWith(o.io, ExitUsage, o.bisect, err)
 	}
@@ -138,4 +138,14 @@ func exitWith(s *IO, code ExitCode, bisect bool, err error) error {
 		code = ExitSkip
 	}
 	return exitError{code}
+}
+
+// expand is check.Expand printing its notes (what a directory walk
+// skipped) on stderr.
+func expand(s *IO, args []string) ([]string, error) {
+	files, notes, err := check.Expand(args)
+	for _, n := range notes {
+		fmt.Fprintln(s.Err, "kcheck: note:", n)
+	}
+	return files, err
 }

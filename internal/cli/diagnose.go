@@ -187,7 +187,7 @@ func (o *diagnoseOptions) captures(sink *reportSink) (ExitCode, error) {
 		return 0, exitWith(o.io, ExitUsage, o.bisect, err)
 	}
 	opts = sink.options(opts)
-	files, err := check.Expand(o.files)
+	files, err := expand(o.io, o.files)
 	if err != nil {
 		return 0, exitWith(o.io, ExitUsage, o.bisect, err)
 	}

@@ -1,0 +1,59 @@
+//go:build unix
+
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+func init() { platformBadInputs = append(platformBadInputs, unixBadInputs) }
+
+// fifoIn makes a named pipe at dir/name that nobody writes to.
+func fifoIn(t *testing.T, dir, name string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	return path
+}
+
+// goldenIn copies a golden capture into dir.
+func goldenIn(t *testing.T, dir, golden string) string {
+	t.Helper()
+	b, err := os.ReadFile(fx + "golden/" + golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writeFile(t, filepath.Join(dir, golden), b)
+}
+
+// The inputs of issue 11 items 8 and 10 that need named pipes and /proc.
+func unixBadInputs() []badInput {
+	return []badInput{
+		{name: "a capture directory holding a named pipe", setup: func(t *testing.T, dir string) []string {
+			goldenIn(t, dir, "nvfp4_gemm.safetensors")
+			fifoIn(t, dir, "waiting.safetensors")
+			return []string{"check", "--json", dir}
+		}, code: ExitPass, want: []string{"waiting.safetensors: a named pipe, not a regular file: skipped", `"verdict":"pass"`}},
+		{name: "a named pipe with no writer given as a capture, --timeout 1s", setup: func(t *testing.T, dir string) []string {
+			return []string{"check", "--json", "--timeout", "1s", fifoIn(t, dir, "waiting.safetensors")}
+		}, code: ExitUsage, want: []string{"timed out after", "waiting to open it (a named pipe", "--timeout"}},
+		{name: "SIGINT while a named pipe waits for its writer", setup: func(t *testing.T, dir string) []string {
+			return []string{"check", "--json", goldenIn(t, dir, "nvfp4_gemm.safetensors"), fifoIn(t, dir, "waiting.safetensors")}
+		}, code: ExitInterrupted, want: []string{"interrupted after 1 of 2"}, interrupt: true},
+		{name: "a symlink to the pagemap file of proc (0 bytes by stat, terabytes by read) in a capture directory, --max-memory 16M", setup: func(t *testing.T, dir string) []string {
+			if _, err := os.Stat("/proc/self/pagemap"); err != nil {
+				t.Skip(err)
+			}
+			goldenIn(t, dir, "nvfp4_gemm.safetensors")
+			if err := os.Symlink("/proc/self/pagemap", filepath.Join(dir, "pagemap.safetensors")); err != nil {
+				t.Fatal(err)
+			}
+			return []string{"check", "--json", "--max-memory", "16M", dir}
+		}, code: ExitUsage, want: []string{"pagemap.safetensors: a stream of more than 16.0 MiB, the memory bound: refused", `"verdict":"pass"`}},
+	}
+}
