@@ -2,14 +2,17 @@ package cases
 
 import (
 	"bytes"
+	"context"
 	_ "embed"
 	"encoding/json"
 	"fmt"
-	"os"
 	"reflect"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/kcheck-dev/kcheck/internal/bounded"
 )
 
 // Case is one runnable configuration of one kernel. Zero fields take the
@@ -76,9 +79,25 @@ var catalogJSON []byte
 // Catalog returns the built-in catalog, expanded and sorted by name.
 func Catalog() ([]Case, error) { return Parse(catalogJSON, "catalog.json") }
 
+// MaxFileSize bounds a case file's bytes: 100,000 explicit cases (MaxCases)
+// take about 20 MB, the catalog 6 KB. What a path names may never end
+// (/dev/zero), and a case file is read whole before it is parsed.
+const MaxFileSize = 32 << 20
+
+// ReadTimeout bounds the time a case file may take to arrive: a file is
+// read in milliseconds, so a pipe that takes longer has stalled.
+const ReadTimeout = time.Minute
+
 // Load reads a user case file in the catalog's format.
-func Load(path string) ([]Case, error) {
-	b, err := os.ReadFile(path)
+func Load(path string) ([]Case, error) { return LoadContext(context.Background(), path) }
+
+// LoadContext is Load under ctx, within MaxFileSize and ReadTimeout: a
+// named pipe with no writer, a stalled one or an endless stream gives an
+// error naming the file.
+func LoadContext(ctx context.Context, path string) ([]Case, error) {
+	ctx, cancel := context.WithTimeout(ctx, ReadTimeout)
+	defer cancel()
+	b, err := bounded.ReadFile(ctx, path, bounded.Limit{Bytes: MaxFileSize, What: "the limit of case files"})
 	if err != nil {
 		return nil, err
 	}

@@ -55,5 +55,11 @@ func unixBadInputs() []badInput {
 			}
 			return []string{"check", "--json", "--max-memory", "16M", dir}
 		}, code: ExitUsage, want: []string{"pagemap.safetensors: a stream of more than 16.0 MiB, the memory bound: refused", `"verdict":"pass"`}},
+		{name: "run --cases /dev/zero", setup: func(t *testing.T, dir string) []string {
+			return []string{"run", "--json", "--cases", "/dev/zero"}
+		}, code: ExitUsage, want: []string{"/dev/zero: a stream of more than 32.0 MiB, the limit of case files"}},
+		{name: "cases --cases /dev/zero", setup: func(t *testing.T, dir string) []string {
+			return []string{"cases", "--cases", "/dev/zero"}
+		}, code: ExitUsage, want: []string{"/dev/zero: a stream of more than 32.0 MiB, the limit of case files"}},
 	}
 }

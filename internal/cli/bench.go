@@ -55,7 +55,7 @@ TFLOP/s. It is a benchmark, never a test: it passes or fails nothing.`,
   kcheck bench --backend reference --case bench/nvfp4_gemm/gate_up_n2048_k7168/m16 --repeat 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			all, err := loadCases(casesFile)
+			all, err := loadCases(cmd.Context(), casesFile)
 			if err != nil {
 				return exitWith(s, ExitUsage, false, err)
 			}

@@ -98,7 +98,7 @@ func (o *bisectOptions) run(ctx context.Context) error {
 			return exitWith(o.io, ExitUsage, false, err)
 		}
 	} else {
-		all, err := loadCases(o.casesFile)
+		all, err := loadCases(ctx, o.casesFile)
 		if err != nil {
 			return exitWith(o.io, ExitUsage, false, err)
 		}

@@ -62,7 +62,7 @@ indexed Job; 'kcheck merge' combines the JSON results.`,
 	f := cmd.Flags()
 	f.StringArrayVar(&o.names, "case", nil, "case name (repeatable)")
 	f.StringVar(&o.match, "match", "", "run the cases whose name matches this glob (* matches any characters)")
-	f.StringVar(&o.casesFile, "cases", "", "read cases from this file instead of the built-in catalog")
+	f.StringVar(&o.casesFile, "cases", "", "read cases from this file instead of the built-in catalog (at most 32 MiB, read within a minute)")
 	f.StringVar(&o.backend, "backend", "reference", "reference, cuda, faulty:NAME (see 'kcheck faults'), worker:NAME (the Python package's engine workers) or exec:'CMD ...' (any program that speaks the worker protocol, reference/CONTRACTS.md)")
 	f.BoolVar(&o.sanitize, "sanitize", false, "run the cuda worker under compute-sanitizer memcheck (same as --backend cuda:sanitize)")
 	f.StringVar(&o.shard, "shard", "", "run slice I of N (I/N, 0-based)")
@@ -79,10 +79,14 @@ indexed Job; 'kcheck merge' combines the JSON results.`,
 	return cmd
 }
 
-// loadCases reads the catalog or a user file.
-func loadCases(file string) ([]cases.Case, error) {
+// loadCases reads the catalog or a user file (within cases.MaxFileSize and
+// cases.ReadTimeout, and until ctx is done).
+func loadCases(ctx context.Context, file string) ([]cases.Case, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	if file != "" {
-		return cases.Load(file)
+		return cases.LoadContext(ctx, file)
 	}
 	return cases.Catalog()
 }
@@ -169,7 +173,7 @@ func (o *runOptions) run(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	all, err := loadCases(o.casesFile)
+	all, err := loadCases(ctx, o.casesFile)
 	if err != nil {
 		return exitWith(o.io, ExitUsage, o.bisect, err)
 	}
@@ -320,7 +324,7 @@ func newCasesCmd(s *IO) *cobra.Command {
 		Short: "List the case catalog",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			all, err := loadCases(file)
+			all, err := loadCases(cmd.Context(), file)
 			if err != nil {
 				return exitWith(s, ExitUsage, false, err)
 			}

@@ -98,7 +98,7 @@ func (o *shrinkOptions) run(ctx context.Context) error {
 		if o.backend == "" {
 			return exitWith(o.io, ExitUsage, false, fmt.Errorf("--case needs --backend (the backend the case fails on)"))
 		}
-		all, err := loadCases(o.casesFile)
+		all, err := loadCases(ctx, o.casesFile)
 		if err != nil {
 			return exitWith(o.io, ExitUsage, false, err)
 		}
