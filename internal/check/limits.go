@@ -674,6 +674,14 @@ func FileContext(ctx context.Context, path string, extraMeta map[string]string, 
 	return runContext(ctx, c, opts, closeFn)
 }
 
+// RunLoaded is RunContext on a capture that LoadContext returned, with
+// its closeFn: the mapping is released once the check has returned,
+// whether its result was waited for or abandoned at ctx's deadline (a
+// reference left running still reads it).
+func RunLoaded(ctx context.Context, c Capture, closeFn func(), opts Options) Result {
+	return runContext(ctx, c, opts, closeFn)
+}
+
 // runContext runs c under ctx and calls release once Run has returned,
 // whether or not its result was waited for.
 func runContext(ctx context.Context, c Capture, opts Options, release func()) Result {

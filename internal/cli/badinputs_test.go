@@ -304,6 +304,9 @@ func commonBadInputs() []badInput {
 			// 5e8 multiply-adds take tens of milliseconds even in assembly
 			return []string{"check", "--json", "--timeout", "1ms", samePagesFile(t, filepath.Join(dir, "slow.safetensors"), "mla_decode", 2, 65536, 4)}
 		}, code: ExitUsage, want: []string{"timed out after"}},
+		{name: "diagnose on a capture whose reference is slower than --timeout", setup: func(t *testing.T, dir string) []string {
+			return []string{"diagnose", "--json", "--timeout", "1ms", samePagesFile(t, filepath.Join(dir, "slow.safetensors"), "mla_decode", 2, 65536, 4)}
+		}, code: ExitUsage, want: []string{"timed out after"}},
 		{name: "case file: mla_decode with a million splits", setup: caseFile(`{"cases":[{"name":"splits","kernel":"mla_decode","splits":1000000}]}`, "--max-memory", "8G"), code: ExitUsage, want: []string{"case splits needs about", "partial_out [2, 1, 128, 1000000, 512]"}},
 		{name: "case file: seq_lens near 2^31", setup: caseFile(`{"cases":[{"name":"long","kernel":"kv_cache_gather","seq_lens":[2147483000]}]}`, "--max-memory", "8G"), code: ExitUsage, want: []string{"case long needs about", "[2147483000, 576]"}},
 		{name: "case file whose matrix expands to 10^10 cases", setup: caseFile(`{"families":[{"name":"x","base":{"kernel":"dsa_indexer"},"matrix":{` + tenKeys() + `}}]}`), code: ExitUsage, want: []string{"more than 100000 cases"}},

@@ -61,5 +61,14 @@ func unixBadInputs() []badInput {
 		{name: "cases --cases /dev/zero", setup: func(t *testing.T, dir string) []string {
 			return []string{"cases", "--cases", "/dev/zero"}
 		}, code: ExitUsage, want: []string{"/dev/zero: a stream of more than 32.0 MiB, the limit of case files"}},
+		{name: "diagnose on /dev/zero, --max-memory 16M", setup: func(t *testing.T, dir string) []string {
+			return []string{"diagnose", "--json", "--max-memory", "16M", "/dev/zero"}
+		}, code: ExitUsage, want: []string{"/dev/zero: a stream of more than 16.0 MiB"}},
+		{name: "diagnose on a named pipe with no writer, --timeout 1s", setup: func(t *testing.T, dir string) []string {
+			return []string{"diagnose", "--json", "--timeout", "1s", fifoIn(t, dir, "waiting.safetensors")}
+		}, code: ExitUsage, want: []string{"timed out after", "named pipe"}},
+		{name: "shrink on /dev/zero, --max-memory 16M", setup: func(t *testing.T, dir string) []string {
+			return []string{"shrink", "--max-memory", "16M", "/dev/zero", "-o", filepath.Join(dir, "min.safetensors")}
+		}, code: ExitUsage, want: []string{"/dev/zero: a stream of more than 16.0 MiB"}},
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -34,6 +35,7 @@ type diagnoseOptions struct {
 	files    []string
 	report   string
 	force    bool
+	bounds   bounds // --max-memory (signals.go)
 }
 
 // simFlags are the simulation's settings by flag name; SimConfig.Set reads
@@ -106,6 +108,7 @@ Exit status: 0 pass, 1 fail, 2 unusable input or usage, 3 inconclusive; with
 	addSimFlags(f, &o.sim)
 	addReportFlag(f, &o.report)
 	f.BoolVar(&o.force, "force", false, "overwrite existing files in --report")
+	addMemoryFlag(f, &o.bounds)
 	return cmd
 }
 
@@ -132,7 +135,7 @@ func (o *diagnoseOptions) run(ctx context.Context, flags *pflag.FlagSet) error {
 		if len(o.files) == 0 {
 			return exitWith(o.io, ExitUsage, o.bisect, fmt.Errorf("give capture files, or --simulate"))
 		}
-		code, err := o.captures(sink)
+		code, err := o.captures(ctx, sink)
 		if err != nil {
 			return err
 		}
@@ -177,7 +180,7 @@ func (o *diagnoseOptions) run(ctx context.Context, flags *pflag.FlagSet) error {
 
 // captures diagnoses each capture file; the report sink (nil without
 // --report) collects the checks behind each attribution.
-func (o *diagnoseOptions) captures(sink *reportSink) (ExitCode, error) {
+func (o *diagnoseOptions) captures(ctx context.Context, sink *reportSink) (ExitCode, error) {
 	extra, err := parseSet(o.set)
 	if err != nil {
 		return 0, exitWith(o.io, ExitUsage, o.bisect, err)
@@ -191,19 +194,35 @@ func (o *diagnoseOptions) captures(sink *reportSink) (ExitCode, error) {
 	if err != nil {
 		return 0, exitWith(o.io, ExitUsage, o.bisect, err)
 	}
+	if opts.MaxMemory, err = o.bounds.limit(); err != nil {
+		return 0, exitWith(o.io, ExitUsage, o.bisect, err)
+	}
 	code := ExitPass
+	progress := &progressLog{total: len(files)}
 	for _, path := range files {
+		if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+			return 0, progress.interrupted(o.io, reportNote(o.report))
+		}
+		// --timeout bounds the whole diagnosis, loading each file included
+		// (a named pipe with no writer), and --max-memory what it reads.
 		var rep *diagnose.Report
-		c, closeFn, err := check.Load(path, extra)
+		c, closeFn, err := check.LoadContext(ctx, path, extra, opts.MaxMemory)
 		if err != nil {
+			if errors.Is(err, check.ErrTimeout) {
+				err = fmt.Errorf("%w (the time limit of the whole diagnosis; raise it with --timeout)", err)
+			}
 			msg := err.Error()
 			rep = &diagnose.Report{Mode: "capture", File: path, Verdict: check.Error, Error: &msg, Reason: msg, Steps: []diagnose.StepResult{}}
 		} else {
-			res := check.Run(c, opts)
-			rep = diagnose.FromCheck(res, diagnose.ContextLens(c))
-			closeFn()
+			lens := diagnose.ContextLens(c) // read before the check, which may unmap c when abandoned
+			res := check.RunLoaded(ctx, c, closeFn, opts)
+			rep = diagnose.FromCheck(res, lens)
 			sink.add(res, "kcheck diagnose "+report.ShellQuote(path), path)
 		}
+		if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) { // this file did not finish
+			return 0, progress.interrupted(o.io, reportNote(o.report))
+		}
+		progress.add(path, rep.Verdict)
 		if err := o.emit(rep); err != nil {
 			return 0, err
 		}

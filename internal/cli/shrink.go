@@ -32,6 +32,7 @@ type shrinkOptions struct {
 	from      string
 	timeout   time.Duration
 	files     []string
+	bounds    bounds // --max-memory (signals.go)
 }
 
 func newShrinkCmd(s *IO) *cobra.Command {
@@ -75,6 +76,7 @@ unless --force), and the sizes before and after are printed.`,
 	f.StringArrayVar(&o.set, "set", nil, "add or override a metadata key of the capture (KEY=VALUE)")
 	f.StringVar(&o.from, "from", "", "capture conventions of an engine: vllm, sglang, flashinfer or flashmla")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "time limit")
+	addMemoryFlag(f, &o.bounds)
 	return cmd
 }
 
@@ -86,6 +88,9 @@ func (o *shrinkOptions) run(ctx context.Context) error {
 	}
 	opts, err := checkOpts("three-way", o.from, 5)
 	if err != nil {
+		return exitWith(o.io, ExitUsage, false, err)
+	}
+	if opts.MaxMemory, err = o.bounds.limit(); err != nil {
 		return exitWith(o.io, ExitUsage, false, err)
 	}
 	sopts := shrink.Options{Check: opts, MaxTries: o.maxTries}
@@ -122,7 +127,7 @@ func (o *shrinkOptions) run(ctx context.Context) error {
 		if err != nil {
 			return exitWith(o.io, ExitUsage, false, err)
 		}
-		c, closeFn, err := check.Load(o.files[0], extra)
+		c, closeFn, err := check.LoadContext(ctx, o.files[0], extra, opts.MaxMemory)
 		if err != nil {
 			return exitWith(o.io, ExitUsage, false, err)
 		}
