@@ -42,6 +42,8 @@ type Limit struct {
 	// Raise says how to lift it ("raise it with --max-memory"); empty for
 	// a fixed limit.
 	Raise string
+	// Whole is the limit before Less took from it (0: nothing taken).
+	Whole int64
 }
 
 // Memory is the limit --max-memory sets (bytes <= 0: none).
@@ -53,15 +55,27 @@ func Memory(bytes int64) Limit {
 // a spent limit still refuses rather than turning into no bound).
 func (l Limit) Less(n int64) Limit {
 	if l.Bytes > 0 {
+		if l.Whole == 0 {
+			l.Whole = l.Bytes
+		}
 		l.Bytes = max(l.Bytes-max(n, 0), 1)
 	}
 	return l
 }
 
+// bound names the limit in a refusal: "the memory bound" or, once Less
+// took from it, "what is left of the memory bound 16.0 MiB".
+func (l Limit) bound() string {
+	if l.Whole > l.Bytes {
+		return fmt.Sprintf("what is left of %s %s", l.What, FormatBytes(l.Whole))
+	}
+	return l.What
+}
+
 // Refuse is the refusal of an input whose cost, as its reader measures it
 // (what is said in cost), exceeds the limit: it wraps ErrTooLarge.
 func (l Limit) Refuse(cost string) error {
-	msg := fmt.Sprintf("%s, more than %s %s: refused", cost, l.What, FormatBytes(l.Bytes))
+	msg := fmt.Sprintf("%s, more than %s (%s): refused", cost, l.bound(), FormatBytes(l.Bytes))
 	if l.Raise != "" {
 		msg += " (" + l.Raise + ")"
 	}
@@ -92,7 +106,7 @@ func (e *TooLargeError) Error() string {
 	if e.Stream {
 		kind = "a stream"
 	}
-	msg := fmt.Sprintf("%s: %s of more than %s, %s: refused", e.Name, kind, FormatBytes(e.Limit.Bytes), e.Limit.What)
+	msg := fmt.Sprintf("%s: %s of more than %s, %s: refused", e.Name, kind, FormatBytes(e.Limit.Bytes), e.Limit.bound())
 	if e.Limit.Raise != "" {
 		msg += " (" + e.Limit.Raise + ")"
 	}
@@ -279,40 +293,49 @@ func ReadFile(ctx context.Context, path string, limit Limit) ([]byte, error) {
 
 // Reader is r refusing (with a TooLargeError) the read that would take it
 // past limit, for decoders that consume a stream as it arrives (a JSON
-// decoder buffers a whole value, however long).
-func Reader(r io.Reader, name string, limit Limit) io.Reader {
+// decoder buffers a whole value, however long). Count says how much it
+// has passed on, to charge against what follows.
+func Reader(r io.Reader, name string, limit Limit) *LimitedReader {
 	stream := true
 	if f, ok := r.(*File); ok {
 		stream = f.Stream()
 	}
-	if limit.Bytes <= 0 {
-		return r
+	return &LimitedReader{r: r, limit: limit, err: &TooLargeError{Name: name, Stream: stream, Limit: limit}}
+}
+
+// LimitedReader is what Reader returns.
+type LimitedReader struct {
+	r     io.Reader
+	limit Limit
+	n     int64 // bytes read from r
+	err   error
+}
+
+func (l *LimitedReader) Read(p []byte) (int, error) {
+	if l.limit.Bytes <= 0 {
+		n, err := l.r.Read(p)
+		l.n += int64(n)
+		return n, err
 	}
-	return &limitedReader{r: r, left: limit.Bytes, err: &TooLargeError{Name: name, Stream: stream, Limit: limit}}
-}
-
-type limitedReader struct {
-	r    io.Reader
-	left int64
-	err  error
-}
-
-func (l *limitedReader) Read(p []byte) (int, error) {
-	if l.left < 0 {
+	left := l.limit.Bytes - l.n
+	if left < 0 {
 		return 0, l.err
 	}
 	// One byte past the limit tells an input that ends exactly at it from
 	// one that goes on.
-	if int64(len(p)) > l.left+1 {
-		p = p[:l.left+1]
+	if int64(len(p)) > left+1 {
+		p = p[:left+1]
 	}
 	n, err := l.r.Read(p)
-	l.left -= int64(n)
-	if l.left < 0 {
+	l.n += int64(n)
+	if l.n > l.limit.Bytes {
 		return n - 1, l.err
 	}
 	return n, err
 }
+
+// Count is how many bytes have been read (one more than the limit at most).
+func (l *LimitedReader) Count() int64 { return l.n }
 
 // sat is where FormatBytes stops counting: sizes estimated from untrusted
 // shapes saturate there (internal/check).

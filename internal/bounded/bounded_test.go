@@ -110,6 +110,10 @@ func TestLimitLess(t *testing.T) {
 	if got := Memory(0).Less(300).Bytes; got != 0 {
 		t.Errorf("no bound less 300 = %d, want no bound", got)
 	}
+	_, err := ReadAll(strings.NewReader("0123456789"), "b.json", Memory(100).Less(95))
+	if want := "b.json: a stream of more than 5 B, what is left of the memory bound 100 B: refused (raise it with --max-memory)"; err == nil || err.Error() != want {
+		t.Errorf("err = %v, want %q", err, want)
+	}
 }
 
 type repeatReader byte

@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -70,5 +71,59 @@ func unixBadInputs() []badInput {
 		{name: "shrink on /dev/zero, --max-memory 16M", setup: func(t *testing.T, dir string) []string {
 			return []string{"shrink", "--max-memory", "16M", "/dev/zero", "-o", filepath.Join(dir, "min.safetensors")}
 		}, code: ExitUsage, want: []string{"/dev/zero: a stream of more than 16.0 MiB"}},
+		{name: "report on /dev/zero, --max-memory 16M", setup: func(t *testing.T, dir string) []string {
+			return []string{"report", "--max-memory", "16M", "/dev/zero"}
+		}, code: ExitUsage, want: []string{"/dev/zero: a stream of more than 16.0 MiB"}},
+		{name: "check --report with /dev/zero as a capture, --max-memory 16M", setup: func(t *testing.T, dir string) []string {
+			return []string{"check", "--json", "--max-memory", "16M", "--report", filepath.Join(dir, "report"), "/dev/zero"}
+		}, code: ExitUsage, want: []string{"/dev/zero: a stream of more than 16.0 MiB", "report written"}},
+		{name: "merge on a named pipe with no writer, --timeout 1s", setup: func(t *testing.T, dir string) []string {
+			return []string{"merge", "--timeout", "1s", fifoIn(t, dir, "shard.json")}
+		}, code: ExitUsage, want: []string{"timed out after", "named pipe"}},
+		{name: "merge on an endless JSON string through a named pipe, --max-memory 16M", setup: func(t *testing.T, dir string) []string {
+			return []string{"merge", "--max-memory", "16M", feedFIFO(t, fifoIn(t, dir, "shard.json"), []byte(`"`), true)}
+		}, code: ExitUsage, want: []string{"shard.json: a stream of more than 16.0 MiB, the memory bound: refused"}},
+		{name: "report on an endless JSON string through a named pipe, --max-memory 16M", setup: func(t *testing.T, dir string) []string {
+			return []string{"report", "--max-memory", "16M", feedFIFO(t, fifoIn(t, dir, "results.json"), []byte(`"`), true)}
+		}, code: ExitUsage, want: []string{"results.json: a stream of more than 16.0 MiB, the memory bound: refused"}},
+		{name: "merge on a shard whose writer stalls after one result, --timeout 1s", setup: func(t *testing.T, dir string) []string {
+			one := []byte(`{"file":"a.safetensors","kernel":"nvfp4_gemm","verdict":"pass","stage":null,"checks":[],"error":null}` + "\n")
+			return []string{"merge", "--timeout", "1s", feedFIFO(t, fifoIn(t, dir, "shard.json"), one, false)}
+		}, code: ExitUsage, want: []string{"shard.json: timed out after", "while reading it"}},
 	}
+}
+
+// feedFIFO writes head into the named pipe at path once a reader opens
+// it, then either endless 'a's (endless) or nothing more, holding the pipe
+// open (a stalled writer), until the reader goes or the test ends.
+func feedFIFO(t *testing.T, path string, head []byte, endless bool) string {
+	t.Helper()
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go func() {
+		w, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		defer w.Close()
+		if _, err := w.Write(head); err != nil {
+			return
+		}
+		if !endless {
+			<-done
+			return
+		}
+		chunk := bytes.Repeat([]byte{'a'}, 1<<16)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if _, err := w.Write(chunk); err != nil {
+				return // the reader closed its end
+			}
+		}
+	}()
+	return path
 }

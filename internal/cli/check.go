@@ -114,7 +114,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 			return progress.interrupted(o.io, reportNote(o.report))
 		}
 		progress.add(path, res.Verdict)
-		sink.add(res, checkReproduce(o, path), path)
+		sink.add(ctx, res, checkReproduce(o, path), path)
 		if o.json {
 			if err := enc.Encode(res); err != nil {
 				return err

@@ -217,7 +217,7 @@ func (o *diagnoseOptions) captures(ctx context.Context, sink *reportSink) (ExitC
 			lens := diagnose.ContextLens(c) // read before the check, which may unmap c when abandoned
 			res := check.RunLoaded(ctx, c, closeFn, opts)
 			rep = diagnose.FromCheck(res, lens)
-			sink.add(res, "kcheck diagnose "+report.ShellQuote(path), path)
+			sink.add(ctx, res, "kcheck diagnose "+report.ShellQuote(path), path)
 		}
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) { // this file did not finish
 			return 0, progress.interrupted(o.io, reportNote(o.report))

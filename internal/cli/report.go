@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ func newReportCmd(s *IO) *cobra.Command {
 	var out string
 	var force, noPlots bool
 	var maxDetails int
+	var in inputBounds
 	cmd := &cobra.Command{
 		Use:   "report FILE.json...",
 		Short: "Render saved results as a bug report (Markdown, JSON and plots)",
@@ -36,7 +38,12 @@ report.json written by --report keeps full error profiles.`,
   kcheck check --report report capture.safetensors    # the same in one step, with full profiles`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := report.Load(args...)
+			ctx, limit, cancel, err := in.reading(cmd.Context())
+			if err != nil {
+				return exitWith(s, ExitUsage, false, err)
+			}
+			b, err := report.LoadContext(ctx, limit, args...)
+			cancel()
 			if err != nil {
 				return exitWith(s, ExitUsage, false, err)
 			}
@@ -60,6 +67,7 @@ report.json written by --report keeps full error profiles.`,
 	f.BoolVar(&force, "force", false, "overwrite files that exist in --out")
 	f.BoolVar(&noPlots, "no-plots", false, "write no PNG plots")
 	f.IntVar(&maxDetails, "max-details", 10, "give at most this many results a detailed section")
+	in.addFlags(f)
 	return cmd
 }
 
@@ -102,8 +110,9 @@ func (r *reportSink) options(opts check.Options) check.Options {
 	return r.rec.Options(opts)
 }
 
-// add records one result; evidence names the files behind it.
-func (r *reportSink) add(res check.Result, reproduce string, evidence ...string) {
+// add records one result; evidence names the files behind it, hashed
+// under ctx (an interrupt stops the hashing).
+func (r *reportSink) add(ctx context.Context, res check.Result, reproduce string, evidence ...string) {
 	if r == nil {
 		return
 	}
@@ -112,7 +121,7 @@ func (r *reportSink) add(res check.Result, reproduce string, evidence ...string)
 	keep := res.Verdict != check.Pass || len(r.b.Items) < maxDetails
 	it := report.Item{Result: res, Reproduce: reproduce, Profiles: r.rec.Take()}.Trimmed(keep)
 	if len(evidence) > 0 {
-		ev, err := report.HashFiles(evidence...)
+		ev, err := report.HashFilesContext(ctx, evidence...)
 		if err != nil && r.err == nil {
 			r.err = err
 		}

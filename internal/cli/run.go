@@ -225,7 +225,7 @@ func (o *runOptions) run(ctx context.Context) error {
 		if o.outDir != "" && res.Verdict != check.Error {
 			evidence = append(evidence, captureFile(o.outDir, c.Name))
 		}
-		sink.add(res, runReproduce(o, c.Name), evidence...)
+		sink.add(ctx, res, runReproduce(o, c.Name), evidence...)
 		bar.Clear() // results go to stdout; the bar must not be drawn into them
 		if o.json {
 			if err := enc.Encode(res); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kcheck-dev/kcheck/internal/backend"
+	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -159,6 +160,36 @@ func (b bounds) limit() (int64, error) {
 		return 0, fmt.Errorf("--max-memory: %v", err)
 	}
 	return v, nil
+}
+
+// inputBounds are --max-memory and --timeout of the commands that only
+// read results (report, merge): what they read is held in memory whole.
+type inputBounds struct {
+	memory  bounds
+	timeout time.Duration
+}
+
+func (b *inputBounds) addFlags(f *pflag.FlagSet) {
+	f.StringVar(&b.memory.maxMemory, "max-memory", "",
+		fmt.Sprintf("refuse inputs of more bytes than this, all together (e.g. 8G, 512M; 0 or unlimited = no bound; default half the physical memory, at most 8 GiB: %s here)",
+			check.FormatBytes(check.DefaultMaxMemory())))
+	f.DurationVar(&b.timeout, "timeout", 10*time.Minute, "time limit for reading the inputs (0: none); a named pipe that has not delivered by then is an error")
+}
+
+// reading returns the context and the byte limit to read the inputs under.
+func (b inputBounds) reading(ctx context.Context) (context.Context, bounded.Limit, context.CancelFunc, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	limit, err := b.memory.limit()
+	if err != nil {
+		return nil, bounded.Limit{}, nil, err
+	}
+	if limit == 0 {
+		limit = check.DefaultMaxMemory()
+	}
+	ctx, cancel := fileContext(ctx, b.timeout)
+	return ctx, bounded.Memory(limit), cancel, nil
 }
 
 // fileContext is the context of one file or case: ctx with the per-item

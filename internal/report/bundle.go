@@ -1,15 +1,16 @@
 package report
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"runtime/debug"
 
+	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/compare"
 )
@@ -47,6 +48,8 @@ type Evidence struct {
 	File   string `json:"file"`
 	Bytes  int64  `json:"bytes"`
 	SHA256 string `json:"sha256"`
+	// NotHashed says why a file has no hash (HashFilesContext).
+	NotHashed string `json:"not_hashed,omitempty"`
 }
 
 // Diagnosis is a drift simulation's outcome, in the shape `kcheck diagnose
@@ -125,14 +128,28 @@ func CurrentEnvironment() Environment {
 
 // HashFiles returns the size and SHA-256 of each file.
 func HashFiles(paths ...string) ([]Evidence, error) {
+	return HashFilesContext(context.Background(), paths...)
+}
+
+// HashFilesContext is HashFiles under ctx. A regular file is hashed up to
+// the size it had when opened; a stream (a pipe, a device, a file that
+// stats as 0 bytes: /dev/zero would be hashed for ever) is not hashed,
+// and its Evidence says why: the check consumed it, and what a second
+// read gives is not what was checked.
+func HashFilesContext(ctx context.Context, paths ...string) ([]Evidence, error) {
 	var out []Evidence
 	for _, p := range paths {
-		f, err := os.Open(p)
+		f, err := bounded.Open(ctx, p)
 		if err != nil {
 			return nil, fmt.Errorf("evidence file: %v", err)
 		}
+		if f.Stream() {
+			f.Close()
+			out = append(out, Evidence{File: p, NotHashed: "a stream (a pipe, a device or a file of no stated size): the check read it, and a second read would not give the same bytes"})
+			continue
+		}
 		h := sha256.New()
-		n, err := io.Copy(h, f)
+		n, err := io.Copy(h, io.LimitReader(f, f.Info().Size()))
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("evidence file %s: %v", p, err)

@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/internal/check"
 )
 
@@ -19,13 +21,21 @@ import (
 // order. The environment is the one recorded in the first report.json, or
 // this process's when none is read.
 func Load(paths ...string) (Bundle, error) {
+	return LoadContext(context.Background(), bounded.Limit{}, paths...)
+}
+
+// LoadContext is Load under ctx (a named pipe with no writer, a stalled
+// one), reading at most limit bytes of all the files together (/dev/zero,
+// a JSON string that never ends).
+func LoadContext(ctx context.Context, limit bounded.Limit, paths ...string) (Bundle, error) {
 	var b Bundle
 	haveEnv := false
 	for _, p := range paths {
-		data, err := os.ReadFile(p)
+		data, err := bounded.ReadFile(ctx, p, limit)
 		if err != nil {
 			return b, err
 		}
+		limit = limit.Less(int64(len(data)))
 		dec := json.NewDecoder(bytes.NewReader(data))
 		for n := 1; ; n++ {
 			var raw json.RawMessage

@@ -487,6 +487,10 @@ func writeEnvironment(mw *mdWriter, b Bundle) {
 	if len(ev) > 0 {
 		mw.p("### Evidence files\n\n| file | bytes | sha256 |\n|---|---|---|\n")
 		for _, e := range ev {
+			if e.NotHashed != "" {
+				mw.p("| `%s` | | not hashed: %s |\n", cell(e.File), cell(e.NotHashed))
+				continue
+			}
 			mw.p("| `%s` | %d | `%s` |\n", cell(e.File), e.Bytes, e.SHA256)
 		}
 		mw.p("\n")
