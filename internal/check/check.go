@@ -161,6 +161,7 @@ func Run(c Capture, opts Options) (res Result) {
 		// An emulated run is never a GPU result: every report says so first.
 		res.Notes = append([]string{e}, res.Notes...)
 	}
+	res.Notes = boundNotes(res.Notes)
 	for _, k := range provenanceKeys {
 		if v, ok := meta[k]; ok {
 			if res.Provenance == nil {
@@ -223,6 +224,22 @@ func runSingle(c Capture, kname string, meta map[string]string, opts Options) Re
 	}
 }
 
+// maxNotes bounds a result's notes, whatever makes them (a pipeline of
+// many stages, an engine's adapter): the rest are counted in a last note.
+const maxNotes = 100
+
+func boundNotes(notes []string) []string {
+	if len(notes) <= maxNotes {
+		return notes
+	}
+	return append(notes[:maxNotes-1:maxNotes-1], fmt.Sprintf("and %d more notes", len(notes)-(maxNotes-1)))
+}
+
+// maxNamedNotes is how many tensors outside the contract the notes name
+// one by one; the rest are counted in one note, so that a header of a
+// million stray tensors cannot make a result of a million notes.
+const maxNamedNotes = 20
+
 // split sorts a capture's tensors (names under prefix) into the kernel's
 // inputs and outputs; anything else is noted and ignored.
 func split(k *kernel.Kernel, tensors map[string]*tensor.Tensor, prefix string) (in, out map[string]*tensor.Tensor, notes []string) {
@@ -248,8 +265,11 @@ func split(k *kernel.Kernel, tensors map[string]*tensor.Tensor, prefix string) (
 			}
 		}
 		sort.Strings(extra)
-		for _, name := range extra {
+		for _, name := range extra[:min(len(extra), maxNamedNotes)] {
 			notes = append(notes, fmt.Sprintf("tensor %s is not part of the %s contract: ignored", name, k.Name))
+		}
+		if more := len(extra) - maxNamedNotes; more > 0 {
+			notes = append(notes, fmt.Sprintf("and %d more tensors are not part of the %s contract: ignored", more, k.Name))
 		}
 	}
 	return in, out, notes

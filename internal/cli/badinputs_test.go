@@ -573,7 +573,11 @@ Files named below are written by the test into a temporary directory.
 // interrupt test can send a real SIGINT to a real process.
 func TestMain(m *testing.M) {
 	if os.Getenv("KCHECK_CLI_MAIN") == "1" {
-		os.Exit(int(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)))
+		code := Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		if os.Getenv(peakRSSEnv) != "" {
+			fmt.Fprintf(os.Stderr, "%s %d\n", peakRSSEnv, peakRSS())
+		}
+		os.Exit(int(code))
 	}
 	os.Exit(m.Run())
 }
