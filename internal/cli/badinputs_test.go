@@ -208,6 +208,14 @@ func commonBadInputs() []badInput {
 		{name: "shape whose byte size does not match its offsets", setup: raw("size.safetensors", rawSafetensors(w("F32", "[3]", "[0,8]"), make([]byte, 8))), code: ExitUsage, want: []string{"needs 12"}},
 		{name: "header claiming a trillion elements (10^6 x 10^6 F32)", setup: raw("trillion.safetensors", rawSafetensors(w("F32", "[1000000,1000000]", "[0,4]"), make([]byte, 4))), code: ExitUsage, want: []string{"4000000000000"}},
 		{name: "header claiming 2^64 bytes", setup: raw("huge.safetensors", rawSafetensors(w("F64", "[4294967296,4294967296]", "[0,8]"), make([]byte, 8))), code: ExitUsage, want: []string{"too large"}},
+		{name: "a key twice inside __metadata__ (a decoder keeps the last)", setup: raw("dupmeta.safetensors", rawSafetensors(`{"__metadata__":{"kcheck.format":"1","kcheck.kernel":"nvfp4_gemm","kcheck.kernel":"splitk_combine"}}`, nil)),
+			code: ExitUsage, want: []string{`__metadata__ names \"kcheck.kernel\" twice`}}, // as --json escapes it
+		{name: "a key twice inside a tensor entry", setup: raw("dupentry.safetensors", rawSafetensors(`{"w":{"dtype":"F32","shape":[2],"dtype":"BF16","data_offsets":[0,8]}}`, make([]byte, 8))),
+			code: ExitUsage, want: []string{`tensor \"w\": header entry names \"dtype\" twice`}},
+		{name: "a 2 MB header at --max-memory 16M (its parse could take 128 MiB)", setup: func(t *testing.T, dir string) []string {
+			h := `{"__metadata__":{"kcheck.format":"1","kcheck.kernel":"nvfp4_dequantize","note":"` + strings.Repeat("x", 2<<20) + `"}}`
+			return []string{"check", "--json", "--max-memory", "16M", writeFile(t, filepath.Join(dir, "header.safetensors"), rawSafetensors(h, nil))}
+		}, code: ExitUsage, want: []string{"header could take 128.0 MiB to parse", "--max-memory"}},
 		{name: ".npy file cut short", setup: func(t *testing.T, dir string) []string {
 			h := "{'descr': '<f4', 'fortran_order': False, 'shape': (1000,), }"
 			h += strings.Repeat(" ", (64-(10+len(h)+1)%64)%64) + "\n" // magic, version, length, header: a multiple of 64
