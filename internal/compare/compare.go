@@ -24,10 +24,10 @@ import (
 	"math"
 	"runtime"
 	"strings"
-	"sync"
 	"unsafe"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/parallel"
 	"github.com/kcheck-dev/kcheck/internal/signature"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -481,22 +481,22 @@ type window struct {
 // fill judges the elements from lo on, a chunk for each fork, up to n.
 func (w *window) fill(lo, n int) {
 	w.lo, w.hi = lo, min(n, lo+len(w.buf))
-	var wg sync.WaitGroup
+	// A fork's panic (a fault reading a capture that shrank) is raised
+	// again by Wait, on the comparison's goroutine (internal/parallel).
+	var forks parallel.Group
 	for k, f := range w.forks {
 		a := lo + k*parallelChunk
 		if a >= w.hi {
 			break
 		}
 		b := w.buf[a-lo : min(a+parallelChunk, w.hi)-lo]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		forks.Go(func() {
 			for i := range b {
 				b[i] = f.raw(a + i)
 			}
-		}()
+		})
 	}
-	wg.Wait()
+	forks.Wait()
 }
 
 // each calls fold for every element in index order, judged. On an output

@@ -15,9 +15,9 @@ import (
 	"math"
 	"runtime"
 	"sort"
-	"sync"
 	"sync/atomic"
 
+	"github.com/kcheck-dev/kcheck/internal/parallel"
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -99,14 +99,14 @@ func Compute(in Input, maxSeq int) (*Scores, error) {
 	// not depend on how many run.
 	const run = 512
 	per := (maxSeq + run - 1) / run
+	// A worker's panic (a fault reading a capture that shrank) is raised
+	// again by Wait (internal/parallel).
 	var next atomic.Int64
-	var wg sync.WaitGroup
+	var workers parallel.Group
 	for g := 0; g < min(runtime.GOMAXPROCS(0), b*per); g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		workers.Go(func() {
 			kv := make([]float64, dk)
-			for {
+			for !workers.Failed() {
 				u := int(next.Add(1) - 1)
 				if u >= b*per {
 					return
@@ -116,9 +116,9 @@ func Compute(in Input, maxSeq int) (*Scores, error) {
 					s.score(kc, p, r, t, qv[r*hi*dk:(r+1)*hi*dk], wv[r*hi:(r+1)*hi], kv, gamma)
 				}
 			}
-		}()
+		})
 	}
-	wg.Wait()
+	workers.Wait()
 	return s, nil
 }
 

@@ -47,9 +47,9 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"sync"
 	"sync/atomic"
 
+	"github.com/kcheck-dev/kcheck/internal/parallel"
 	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/splitk"
@@ -519,23 +519,23 @@ func allFloat32(x []float64) bool {
 
 func (e *engine) run() {
 	w := min(e.workers, len(e.units))
+	// A worker's panic (a fault reading a capture that shrank) is raised
+	// again by Wait (internal/parallel).
 	var next atomic.Int64
-	var wg sync.WaitGroup
+	var workers parallel.Group
 	for k := 0; k < w; k++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		workers.Go(func() {
 			wk := &worker{e: e}
-			for {
+			for !workers.Failed() {
 				u := int(next.Add(1) - 1)
 				if u >= len(e.units) {
 					return
 				}
 				wk.do(&e.units[u])
 			}
-		}()
+		})
 	}
-	wg.Wait()
+	workers.Wait()
 }
 
 // state is one row's online softmax: running max m (of scaled scores for

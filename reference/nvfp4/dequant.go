@@ -68,7 +68,7 @@ func (a *Matrix) eachBlock(fn func(b int, vals *[BlockSize]float64)) {
 	}
 	rowsPer := max(1, (1<<16)/a.K)
 	units := (a.Rows + rowsPer - 1) / rowsPer
-	parallel(units, func(u int) {
+	onEveryCore(units, func(u int) {
 		var vals [BlockSize]float64
 		for r := u * rowsPer; r < min((u+1)*rowsPer, a.Rows); r++ {
 			for b := r * kb; b < (r+1)*kb; b++ {

@@ -139,7 +139,7 @@ func (a *Matrix) blockValues() []float32 {
 	}
 	kb := a.K / BlockSize
 	rowsPer := max(1, (1<<16)/a.K)
-	parallel((a.Rows+rowsPer-1)/rowsPer, func(u int) {
+	onEveryCore((a.Rows+rowsPer-1)/rowsPer, func(u int) {
 		for b := u * rowsPer * kb; b < min((u+1)*rowsPer, a.Rows)*kb; b++ {
 			s := e4m3Values32[a.Scales[b]]
 			dst := v[b*BlockSize : (b+1)*BlockSize]

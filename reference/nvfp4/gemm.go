@@ -3,9 +3,8 @@ package nvfp4
 import (
 	"fmt"
 	"runtime"
-	"sync"
-	"sync/atomic"
 
+	"github.com/kcheck-dev/kcheck/internal/parallel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -89,25 +88,10 @@ func (g *gemmJob) store(i, j int, acc32 float32, acc64 float64) {
 	g.expected[i*g.n+j] = RoundTo(g.out, float64(float32(g.alpha32*acc32)))
 }
 
-// parallel calls fn(u) for u in [0, units) on GOMAXPROCS goroutines.
-func parallel(units int, fn func(u int)) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < min(runtime.GOMAXPROCS(0), units); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				u := int(next.Add(1) - 1)
-				if u >= units {
-					return
-				}
-				fn(u)
-			}
-		}()
-	}
-	wg.Wait()
-}
+// onEveryCore calls fn(u) for u in [0, units) on GOMAXPROCS goroutines; a
+// worker's panic (a fault reading a capture that shrank) is raised again
+// here (internal/parallel).
+func onEveryCore(units int, fn func(u int)) { parallel.For(runtime.GOMAXPROCS(0), units, fn) }
 
 // Output tiles of the plain-Go GEMM: gemmTI rows by gemmTJ columns, K in
 // slices of gemmTK elements so that both operands' slices stay in cache.
@@ -121,7 +105,7 @@ func (g *gemmJob) runGeneric(b *Matrix) {
 	bv := b.blockValues()
 	m, n, k := g.m, g.n, g.k
 	ti, tj := (m+gemmTI-1)/gemmTI, (n+gemmTJ-1)/gemmTJ
-	parallel(ti*tj, func(u int) {
+	onEveryCore(ti*tj, func(u int) {
 		i0, j0 := (u/tj)*gemmTI, (u%tj)*gemmTJ
 		i1, j1 := min(i0+gemmTI, m), min(j0+gemmTJ, n)
 		var acc32 [gemmTI * gemmTJ]float32

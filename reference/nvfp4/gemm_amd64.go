@@ -58,7 +58,7 @@ func (g *gemmJob) runAVX512(b *Matrix) {
 		tail = make([]float32, asmTI*k)
 		copy(tail, g.av[(tiles-1)*asmTI*k:])
 	}
-	parallel(panels*runs, func(u int) {
+	onEveryCore(panels*runs, func(u int) {
 		j0 := (u % panels) * asmTJ
 		t0 := (u / panels) * per
 		t1 := min(t0+per, tiles)

@@ -233,7 +233,7 @@ func QuantizeExpected(x []float64, rows, k int, gs float64) (*Quantized, error) 
 // does not depend on the sharing.
 func eachBlockRun(n int, fn func(b int)) {
 	const run = 1024
-	parallel((n+run-1)/run, func(u int) {
+	onEveryCore((n+run-1)/run, func(u int) {
 		for b := u * run; b < min((u+1)*run, n); b++ {
 			fn(b)
 		}

@@ -21,9 +21,9 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"sync"
 	"sync/atomic"
 
+	"github.com/kcheck-dev/kcheck/internal/parallel"
 	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -290,14 +290,14 @@ func Combine[T float32 | float64](partialOut []T, partialLSE []float64, n, s, l 
 	// Units of rows: enough of them to balance, each long enough to amortize.
 	per := max(1, min(n, (1<<16)/max(1, s*l)))
 	units := (n + per - 1) / per
+	// A worker's panic (a fault reading a capture's partials, read in
+	// place, when its file shrank) is raised again by Wait.
 	var next atomic.Int64
-	var wg sync.WaitGroup
+	var workers parallel.Group
 	for w := 0; w < min(runtime.GOMAXPROCS(0), units); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		workers.Go(func() {
 			ws, idx := make([]float64, 2*s), make([]int, s)
-			for {
+			for !workers.Failed() {
 				u := int(next.Add(1) - 1)
 				if u >= units {
 					return
@@ -307,9 +307,9 @@ func Combine[T float32 | float64](partialOut []T, partialLSE []float64, n, s, l 
 						outDType, lseDType, exact.Out[r*l:(r+1)*l], expected.Out[r*l:(r+1)*l], ws, idx)
 				}
 			}
-		}()
+		})
 	}
-	wg.Wait()
+	workers.Wait()
 	return exact, expected, nil
 }
 
