@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"sort"
 	"strings"
 
@@ -131,12 +132,18 @@ func errorResult(file, kern string, err error) Result {
 // provenanceKeys are the metadata keys spec section 1 lists as provenance.
 var provenanceKeys = []string{"source", "device", "driver", "kernel_build", "captured_at"}
 
-// Run checks one capture. A panic (a kcheck bug, never the data's fault) is
-// turned into verdict error, so one file cannot end a run over many.
+// Run checks one capture. A panic is turned into verdict error, so one
+// file cannot end a run over many: a memory fault reading the capture's
+// mapped bytes is the file shrinking while it is checked (a re-capture into
+// the same path), said as such (faults.go); any other panic is a kcheck
+// bug, never the data's fault. Run's goroutine and the references' workers
+// (internal/parallel) have panic-on-fault on, so the fault reaches here.
 func Run(c Capture, opts Options) (res Result) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	mapped := c.Tensors // as read, before prepare renames or adapts them
 	defer func() {
 		if p := recover(); p != nil {
-			res = errorResult(c.Name, c.Metadata["kcheck.kernel"], fmt.Errorf("%s%v at %s (a kcheck bug: please report it with this file)", InternalErrorPrefix, p, panicSite()))
+			res = errorResult(c.Name, c.Metadata["kcheck.kernel"], panicError(p, mapped, panicSite()))
 		}
 	}()
 	c, adaptNotes, err := prepare(c, opts)

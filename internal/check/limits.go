@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/parallel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -716,7 +716,12 @@ func runContext(ctx context.Context, c Capture, opts Options, release func()) Re
 	if kname != "" {
 		what = "the " + kname + " check"
 	}
-	if e := EstimateKernel(kname, c.Tensors, params(c.Metadata)); e.Ops > 1e6 {
+	var e Estimate // it reads seq_lens: guarded, as Run is, against the file shrinking
+	if err := Guard(c, func() { e = EstimateKernel(kname, c.Tensors, params(c.Metadata)) }); err != nil {
+		release()
+		return errorResult(c.Name, kname, err)
+	}
+	if e.Ops > 1e6 {
 		what += fmt.Sprintf(" (about %.1e multiply-adds)", float64(e.Ops))
 	}
 	done := make(chan Result, 1)
@@ -738,16 +743,4 @@ func runContext(ctx context.Context, c Capture, opts Options, release func()) Re
 
 // panicSite names the function and line that panicked, for the report of
 // an internal error (called from the deferred recover).
-func panicSite() string {
-	pc := make([]uintptr, 32)
-	frames := runtime.CallersFrames(pc[:runtime.Callers(3, pc)])
-	for {
-		f, more := frames.Next()
-		if !strings.HasPrefix(f.Function, "runtime.") && f.Function != "" {
-			return fmt.Sprintf("%s (%s:%d)", f.Function, filepath.Base(f.File), f.Line)
-		}
-		if !more {
-			return "unknown"
-		}
-	}
-}
+func panicSite() string { return parallel.Site(4) }

@@ -206,7 +206,15 @@ func (o *diagnoseOptions) captures(ctx context.Context, sink *reportSink) (ExitC
 		// --timeout bounds the whole diagnosis, loading each file included
 		// (a named pipe with no writer), and --max-memory what it reads.
 		var rep *diagnose.Report
+		var lens map[int]int
 		c, closeFn, err := check.LoadContext(ctx, path, extra, opts.MaxMemory)
+		if err == nil {
+			// read before the check, which may unmap c when abandoned, and
+			// guarded as the check is against the file shrinking meanwhile
+			if err = check.Guard(c, func() { lens = diagnose.ContextLens(c) }); err != nil {
+				closeFn()
+			}
+		}
 		if err != nil {
 			if errors.Is(err, check.ErrTimeout) {
 				err = fmt.Errorf("%w (the time limit of the whole diagnosis; raise it with --timeout)", err)
@@ -214,7 +222,6 @@ func (o *diagnoseOptions) captures(ctx context.Context, sink *reportSink) (ExitC
 			msg := err.Error()
 			rep = &diagnose.Report{Mode: "capture", File: path, Verdict: check.Error, Error: &msg, Reason: msg, Steps: []diagnose.StepResult{}}
 		} else {
-			lens := diagnose.ContextLens(c) // read before the check, which may unmap c when abandoned
 			res := check.RunLoaded(ctx, c, closeFn, opts)
 			rep = diagnose.FromCheck(res, lens)
 			sink.add(ctx, res, "kcheck diagnose "+report.ShellQuote(path), path)

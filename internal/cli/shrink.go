@@ -132,7 +132,12 @@ func (o *shrinkOptions) run(ctx context.Context) error {
 			return exitWith(o.io, ExitUsage, false, err)
 		}
 		defer closeFn()
-		if res, err = shrink.Capture(ctx, c, sopts); err != nil {
+		// Shrinking reads the mapped capture outside the checks: guarded
+		// as they are against the file shrinking meanwhile.
+		if guardErr := check.Guard(c, func() { res, err = shrink.Capture(ctx, c, sopts) }); guardErr != nil {
+			err = guardErr
+		}
+		if err != nil {
 			return exitWith(o.io, ExitUsage, false, err)
 		}
 		name = strings.TrimSuffix(filepath.Base(o.files[0]), filepath.Ext(o.files[0]))

@@ -103,3 +103,33 @@ func TestOpenContextStream(t *testing.T) {
 		t.Fatalf("err = %v, want the header refused within what the stream left", err)
 	}
 }
+
+// A file that shrinks between being mapped and its header being parsed
+// (Open maps it by the size it had): the fault is the error ErrShrank,
+// not the end of the process.
+func TestParseMappedShrunk(t *testing.T) {
+	var buf bytes.Buffer
+	if err := Encode(&buf, map[string]string{"k": strings.Repeat("v", 3*os.Getpagesize())}, nil); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "c.safetensors")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := mmap(fh, buf.Len())
+	fh.Close()
+	if err != nil {
+		t.Skipf("mmap: %v", err)
+	}
+	defer munmap(m)
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseMapped(m, bounded.Limit{}); !errors.Is(err, ErrShrank) {
+		t.Fatalf("err = %v, want ErrShrank", err)
+	}
+}

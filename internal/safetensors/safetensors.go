@@ -42,9 +42,11 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -110,7 +112,7 @@ func OpenContext(ctx context.Context, path string, limit bounded.Limit) (*File, 
 		}
 		limit = limit.Less(int64(len(b)))
 	}
-	f, err := ParseLimit(b, limit)
+	f, err := parseMapped(b, limit)
 	if err != nil {
 		if mapping != nil {
 			munmap(mapping)
@@ -120,6 +122,31 @@ func OpenContext(ctx context.Context, path string, limit bounded.Limit) (*File, 
 	f.Path = path
 	f.mapping = mapping
 	return f, nil
+}
+
+// ErrShrank is wrapped by the error of a file that shrank while it was
+// being read (the mapping's pages past its new end fault).
+var ErrShrank = errors.New("the file shrank while it was being read (re-captured into the same path?)")
+
+// parseMapped is ParseLimit on bytes that may be a mapping of a file that
+// shrinks while the header is parsed: the fault that reading past the
+// file's new end raises is returned as ErrShrank, not the process's end.
+func parseMapped(b []byte, limit bounded.Limit) (f *File, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			fault, ok := p.(interface{ Addr() uintptr })
+			if !ok || len(b) == 0 {
+				panic(p)
+			}
+			lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+			if a := fault.Addr(); a < lo || a >= lo+uintptr(len(b)) {
+				panic(p)
+			}
+			f, err = nil, ErrShrank
+		}
+	}()
+	return ParseLimit(b, limit)
 }
 
 // Close releases the file's mapping. The tensors' Data are set to nil, so a
