@@ -161,7 +161,13 @@ func (o *diagnoseOptions) run(ctx context.Context, flags *pflag.FlagSet) error {
 		return exitWith(o.io, ExitUsage, o.bisect, err)
 	}
 	rep, err := sim.Diagnose(ctx, be, diagnose.DiagnoseOptions{Quick: o.quick, Free: o.free})
-	if err != nil {
+	switch {
+	case err != nil && errors.Is(err, context.Canceled):
+		fmt.Fprintln(o.io.Err, "kcheck: interrupted:", err)
+		return exitError{ExitInterrupted}
+	case err != nil && errors.Is(err, context.DeadlineExceeded):
+		return exitWith(o.io, ExitUsage, o.bisect, fmt.Errorf("%w (the time limit of the whole diagnosis; raise it with --timeout)", err))
+	case err != nil:
 		return exitWith(o.io, ExitUsage, o.bisect, err)
 	}
 	if err := o.emit(rep); err != nil {

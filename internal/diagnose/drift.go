@@ -138,14 +138,14 @@ func (s *Sim) baseline(ctx context.Context, th Thresholds, free bool) (*Baseline
 	}
 	ref, err := s.Run(ctx, backend.Reference{})
 	if err != nil {
-		return nil, fmt.Errorf("reference run: %v", err)
+		return nil, fmt.Errorf("reference run: %w", err)
 	}
 	ex, err := s.RunForced(ctx, Exact{}, ref)
 	if free {
 		ex, err = s.Run(ctx, Exact{})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("exact run: %v", err)
+		return nil, fmt.Errorf("exact run: %w", err)
 	}
 	b := &Baseline{Free: free, Ref: ref, Exact: ex, Floor: make([]float64, len(ref)), Threshold: make([]float64, len(ref))}
 	running := 0.0

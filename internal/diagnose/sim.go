@@ -486,7 +486,7 @@ func (r *runner) load() error {
 	ts := map[string]*tensor.Tensor{"packed": s.wuk["b_packed"], "block_scale": s.wuk["b_scale"], "global_scale": s.wuk["b_global"]}
 	out, err := r.call("nvfp4_dequantize", ts, s.params(map[string]string{"scale_layout": s.cfg.ScaleLayout, "global_scale_kind": "dequant"}))
 	if err != nil {
-		return fmt.Errorf("loading W_UK: %v", err)
+		return fmt.Errorf("loading W_UK: %w", err)
 	}
 	w, ok := out["out"]
 	if !ok || w.Len() != s.heads*s.nope*s.l {
@@ -530,10 +530,16 @@ func (s *Sim) params(extra map[string]string) kernel.Params {
 	return p
 }
 
+// call runs kernel name on the backend. Every kernel of the simulation
+// goes through here, so this is where an interrupt or the deadline stops
+// it (the in-process backends do not watch the context themselves).
 func (r *runner) call(name string, ts map[string]*tensor.Tensor, p kernel.Params) (map[string]*tensor.Tensor, error) {
+	if err := r.ctx.Err(); err != nil {
+		return nil, fmt.Errorf("stopped before %s: %w", name, err)
+	}
 	out, err := r.be.Run(r.ctx, name, kernel.Inputs{Tensors: ts, Params: p})
 	if err != nil {
-		return nil, fmt.Errorf("%s on %s: %v", name, r.be.Name(), err)
+		return nil, fmt.Errorf("%s on %s: %w", name, r.be.Name(), err)
 	}
 	return out, nil
 }
@@ -672,7 +678,7 @@ func (s *Sim) run(ctx context.Context, be backend.Backend, forced Trace, limit i
 		total := len(s.prompt[p])
 		y, err := r.project(s.embed(s.prompt[p]), total)
 		if err != nil {
-			return trace, fmt.Errorf("prompt %d prefill: %v", p, err)
+			return trace, fmt.Errorf("prompt %d prefill: %w", p, err)
 		}
 		var kvcs, kpes []float64
 		var req, pos []int
@@ -686,7 +692,7 @@ func (s *Sim) run(ctx context.Context, be backend.Backend, forced Trace, limit i
 			}
 		}
 		if err := r.write(kvcs, kpes, req, pos, table); err != nil {
-			return trace, fmt.Errorf("prompt %d prefill: %v", p, err)
+			return trace, fmt.Errorf("prompt %d prefill: %w", p, err)
 		}
 		ctxLen := append([]int(nil), s.lens...)
 		tokens := s.first[p]
@@ -698,7 +704,7 @@ func (s *Sim) run(ctx context.Context, be backend.Backend, forced Trace, limit i
 			}
 			st, err := r.step(h, ctxLen, table)
 			if err != nil {
-				return trace, fmt.Errorf("prompt %d step %d: %v", p, t, err)
+				return trace, fmt.Errorf("prompt %d step %d: %w", p, t, err)
 			}
 			st.Prompt, st.Step = p, t
 			trace = append(trace, st)
