@@ -580,6 +580,9 @@ Files named below are written by the test into a temporary directory.
 // TestMain lets the test binary act as kcheck (KCHECK_CLI_MAIN=1), so the
 // interrupt test can send a real SIGINT to a real process.
 func TestMain(m *testing.M) {
+	if os.Getenv(stuckChildEnv) == "1" {
+		stuckChild()
+	}
 	if os.Getenv("KCHECK_CLI_MAIN") == "1" {
 		code := Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 		if os.Getenv(peakRSSEnv) != "" {

@@ -69,7 +69,7 @@ func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 // Main runs kcheck with args and returns the exit status. SIGINT and
 // SIGTERM interrupt it (signals.go).
 func Main(args []string, in io.Reader, out, errw io.Writer) ExitCode {
-	ctx, stop := notifyInterrupt(context.Background())
+	ctx, stop := notifyInterrupt(context.Background(), errw)
 	defer stop()
 	return MainContext(ctx, args, in, out, errw)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -24,25 +25,59 @@ import (
 //
 // SIGINT or SIGTERM cancels the command's context: the command stops before
 // the next file or case (a reference still running in-process is
-// abandoned), prints on stderr what finished, writes no report, and exits
-// 130 (128 + SIGINT, what a shell reports for an interrupted command). A
-// capture being written when the signal arrives is finished first (files
-// are written to a temporary name and renamed), so an interrupt never
-// leaves half a file; a second signal kills the process at once.
+// abandoned; opening and reading a file give up), prints on stderr what
+// finished, writes no report, and exits 130 (128 + SIGINT, what a shell
+// reports for an interrupted command). A capture being written when the
+// signal arrives is finished first (files are written to a temporary name
+// and renamed), so an interrupt never leaves half a file. Whatever does not
+// stop by itself within interruptGrace of the first signal is not waited
+// for: the process ends then, once a write in flight is done, so that the
+// first signal always ends the run; a second signal kills it at once.
 
 // ExitInterrupted is the status of a command stopped by SIGINT or SIGTERM.
 const ExitInterrupted ExitCode = 130
 
+// interruptGrace is how long a command has, after the first signal, to
+// stop by itself.
+const interruptGrace = 5 * time.Second
+
 // notifyInterrupt returns a context canceled by the first SIGINT or
-// SIGTERM. After that first signal the default handling is restored, so a
-// second one ends the process even if something does not stop.
-func notifyInterrupt(parent context.Context) (context.Context, context.CancelFunc) {
-	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+// SIGTERM, and a stop function to call when the command has returned.
+// After that first signal the default handling is restored, so a second
+// one ends the process even if something does not stop; and if the
+// command has not returned interruptGrace later, the process exits 130
+// (saying so on errw) without it.
+func notifyInterrupt(parent context.Context, errw io.Writer) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	returned := make(chan struct{})
 	go func() {
-		<-ctx.Done()
-		stop()
+		var sig os.Signal
+		select {
+		case sig = <-sigs:
+		case <-returned:
+			return
+		}
+		signal.Stop(sigs)
+		cancel()
+		select {
+		case <-returned:
+			return
+		case <-time.After(interruptGrace):
+		}
+		writeMu.Lock() // a write in flight finishes; none starts after this
+		fmt.Fprintf(errw, "kcheck: interrupted (%v): exiting without waiting longer for the command to stop (%v after the signal)\n", sig, interruptGrace)
+		os.Exit(int(ExitInterrupted))
 	}()
-	return ctx, stop
+	var once sync.Once
+	return ctx, func() {
+		once.Do(func() {
+			close(returned)
+			signal.Stop(sigs)
+			cancel()
+		})
+	}
 }
 
 // writeMu is held while a command writes a file it was asked for (run

@@ -1,13 +1,17 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kcheck-dev/kcheck/internal/safetensors"
 )
@@ -84,4 +88,86 @@ func TestInterruptRunLeavesNoPartialFile(t *testing.T) {
 		t.Fatalf("the finished capture does not read back: %v", err)
 	}
 	f.Close()
+}
+
+// The first SIGTERM (what timeout(1) sends) or SIGINT ends a command that
+// is busy with something it cannot finish soon (issue 11 item 8): here the
+// simulation of diagnose --simulate, which watched no context and ran to
+// its end, about a minute, after the signal.
+func TestFirstSignalEndsDiagnoseSimulate(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			cmd := selfExec()
+			cmd.Args = append(cmd.Args, "diagnose", "--simulate", "--prompts", "3", "--steps", "40")
+			var errw bytes.Buffer
+			cmd.Stderr = &errw
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second)
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			sent := time.Now()
+			timer := time.AfterFunc(30*time.Second, func() { cmd.Process.Kill() })
+			defer timer.Stop()
+			cmd.Wait()
+			if code := ExitCode(cmd.ProcessState.ExitCode()); code != ExitInterrupted {
+				t.Fatalf("exit %d %v after the signal, want %d\nstderr: %s", code, time.Since(sent), ExitInterrupted, errw.String())
+			}
+			if d := time.Since(sent); d > 10*time.Second {
+				t.Errorf("exited %v after the signal", d)
+			}
+			if !strings.Contains(errw.String(), "interrupted") {
+				t.Errorf("stderr %q does not say it was interrupted", errw.String())
+			}
+		})
+	}
+}
+
+const stuckChildEnv = "KCHECK_CLI_STUCK"
+
+// stuckChild is a command that never looks at its context, as any code
+// that blocks where nothing can wake it would: the first signal must end
+// the process all the same (notifyInterrupt's grace).
+func stuckChild() {
+	_, stop := notifyInterrupt(context.Background(), os.Stderr)
+	defer stop()
+	os.Stdout.WriteString("ready\n")
+	time.Sleep(time.Hour)
+	os.Exit(0)
+}
+
+func TestFirstSignalEndsAStuckCommand(t *testing.T) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), stuckChildEnv+"=1")
+	var errw bytes.Buffer
+	cmd.Stderr = &errw
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	timer := time.AfterFunc(interruptGrace+30*time.Second, func() { cmd.Process.Kill() })
+	defer timer.Stop()
+	cmd.Wait()
+	d := time.Since(sent)
+	if code := ExitCode(cmd.ProcessState.ExitCode()); code != ExitInterrupted {
+		t.Fatalf("exit %d %v after SIGTERM, want %d\nstderr: %s", code, d, ExitInterrupted, errw.String())
+	}
+	if d < interruptGrace || d > interruptGrace+10*time.Second {
+		t.Errorf("exited %v after SIGTERM, want about %v", d, interruptGrace)
+	}
+	if !strings.Contains(errw.String(), "exiting without waiting longer") {
+		t.Errorf("stderr %q", errw.String())
+	}
 }
