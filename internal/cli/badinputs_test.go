@@ -564,6 +564,16 @@ several files; no input here crashes kcheck or exhausts memory: a file
 whose reference would need more than ` + "`--max-memory`" + ` (default half the
 physical memory, at most 8 GiB) is refused from its shapes before it runs,
 and ` + "`--timeout`" + ` (check: 10m a file; run: 2m a case) bounds the time.
+Every input is read within a bound and a deadline (internal/bounded):
+a stream or a file that stats as 0 bytes (a pipe, ` + "`/dev/zero`" + `,
+` + "`/proc/self/pagemap`" + `) is read up to ` + "`--max-memory`" + `, a safetensors header's
+parse is charged against it (64 bytes a header byte), case files are read
+within 32 MiB and a minute, and ` + "`report`" + ` and ` + "`merge`" + ` take ` + "`--max-memory`" + `
+and ` + "`--timeout`" + ` too; opening a named pipe gives up at the deadline, and a
+directory walk skips what is not a regular file, with a note. A capture
+that shrinks while it is checked (a re-capture into the same path) gets
+verdict ` + "`error`" + `, and the run goes on. The first SIGINT or SIGTERM ends any
+command within 5 s.
 Files named below are written by the test into a temporary directory.
 
 | Bad input | Command | Verdict | Exit | Message (excerpt) |
