@@ -86,3 +86,39 @@ func TestRunReportFlag(t *testing.T) {
 		t.Errorf("progress bar drawn into a non-terminal stderr: %q", errs)
 	}
 }
+
+// --report on an output full of NaN (the shipped example
+// mla_decode_page_tail, and the fault that makes it) writes the report with
+// its plots, in check, run and diagnose; it used to panic and write nothing.
+func TestReportOfNaNOutputs(t *testing.T) {
+	tail := fx + "examples/mla_decode_page_tail.safetensors"
+	tests := []struct {
+		name string
+		args func(dir string) []string
+	}{
+		{"check", func(dir string) []string { return []string{"check", "--report", dir, tail} }},
+		{"diagnose", func(dir string) []string { return []string{"diagnose", "--report", dir, tail} }},
+		{"run", func(dir string) []string {
+			cases := writeFile(t, filepath.Join(t.TempDir(), "c.json"),
+				[]byte(`{"cases":[{"name":"tail","kernel":"mla_decode","heads":2,"seq_lens":[20,33],"page_size":16,"splits":2}]}`))
+			return []string{"run", "--cases", cases, "--backend", "faulty:page_tail_attended", "--report", dir}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "rep")
+			code, out, errs := run(t, tc.args(dir)...)
+			if code != ExitFail {
+				t.Fatalf("exit %d, want 1\nstdout %.500s\nstderr %.2000s", code, out, errs)
+			}
+			md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+			if err != nil {
+				t.Fatalf("no report: %v\nstderr %.2000s", err, errs)
+			}
+			pngs, _ := filepath.Glob(filepath.Join(dir, "plots", "*.png"))
+			if len(pngs) == 0 || strings.Contains(string(md), "could not be drawn") {
+				t.Errorf("%d plots; report.md:\n%s", len(pngs), md)
+			}
+		})
+	}
+}

@@ -13,10 +13,12 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/signature"
 )
 
-// Figure is a plot the Markdown links to.
+// Figure is a plot the Markdown links to, or one that could not be drawn.
 type Figure struct {
 	Path    string // relative to the report directory
 	Caption string
+	// Err says why the plot (Caption names it) was not drawn.
+	Err string
 }
 
 // figures are the plots of a bundle: by item index and check tensor, and
@@ -343,7 +345,7 @@ func writeCheckMD(mw *mdWriter, c compare.Check, figs []Figure) {
 		}
 	}
 	for _, fg := range figs {
-		mw.p("![%s](%s)\n\n*%s*\n\n", altOf(fg.Path), fg.Path, fg.Caption)
+		writeFigure(mw, fg)
 	}
 	if c.Tolerance != "" {
 		mw.p("<details><summary>How the tolerance was set</summary>\n\n%s\n\n</details>\n\n", c.Tolerance)
@@ -396,7 +398,7 @@ func writeDiagnosis(mw *mdWriter, d *Diagnosis, fig *Figure) {
 		mw.p("\n")
 	}
 	if fig != nil {
-		mw.p("![%s](%s)\n\n*%s*\n\n", altOf(fig.Path), fig.Path, fig.Caption)
+		writeFigure(mw, *fig)
 	}
 	if len(d.Steps) > 0 {
 		rows := stepRows(d)
@@ -495,6 +497,15 @@ func writeEnvironment(mw *mdWriter, b Bundle) {
 		}
 		mw.p("\n")
 	}
+}
+
+// writeFigure links a plot with its caption, or says why it is missing.
+func writeFigure(mw *mdWriter, fg Figure) {
+	if fg.Err != "" {
+		mw.p("*The %s plot could not be drawn: %s.*\n\n", fg.Caption, cell(fg.Err))
+		return
+	}
+	mw.p("![%s](%s)\n\n*%s*\n\n", altOf(fg.Path), fg.Path, fg.Caption)
 }
 
 // altOf is a figure's alt text: its file name without the extension.

@@ -83,15 +83,87 @@ func max1(v int) int {
 	return v
 }
 
+// Bounds of a logarithmic err/tol or error axis: its decades stay inside
+// the float64 range (10^±300) and it spans at most maxDecades, so that the
+// axis and its ticks exist whatever the values; a value outside is drawn at
+// the edge it passed.
+const (
+	minAxisExp = -300
+	maxAxisExp = 300
+	maxDecades = 30
+)
+
+// logRange returns the decades [10^lo, 10^hi] that hold the positive
+// finite values from minPos to maxPos, widened to [10^floorExp, 10^ceilExp]
+// at least.
+func logRange(minPos, maxPos float64, floorExp, ceilExp int) (ymin, ymax float64) {
+	lo, hi := floorExp, ceilExp
+	if !math.IsInf(minPos, 0) && minPos > 0 {
+		lo = min(lo, int(math.Floor(math.Log10(minPos))))
+	}
+	if !math.IsInf(maxPos, 0) && maxPos > 0 {
+		hi = max(hi, int(math.Ceil(math.Log10(maxPos))))
+	}
+	hi = min(max(hi, minAxisExp+1), maxAxisExp)
+	lo = max(lo, minAxisExp, hi-maxDecades)
+	return math.Pow(10, float64(lo)), math.Pow(10, float64(hi))
+}
+
+// clampY puts y inside [lo, hi] for drawing: NaN and +Inf (an err/tol that
+// is not a number, or a mismatch against a zero tolerance) at the top.
+func clampY(y, lo, hi float64) float64 {
+	switch {
+	case math.IsNaN(y) || y > hi:
+		return hi
+	case y < lo:
+		return lo
+	}
+	return y
+}
+
+// plotErrs collects the errors of gonum's constructors, which refuse NaN
+// and Inf coordinates: a plot is drawn whole or not at all.
+type plotErrs struct{ err error }
+
+func (e *plotErrs) line(xys plotter.XYs) *plotter.Line {
+	l, err := plotter.NewLine(xys)
+	if err != nil && e.err == nil {
+		e.err = err
+	}
+	if l == nil {
+		l = &plotter.Line{}
+	}
+	return l
+}
+
+func (e *plotErrs) linePoints(xys plotter.XYs) (*plotter.Line, *plotter.Scatter) {
+	l, s, err := plotter.NewLinePoints(xys)
+	if err != nil && e.err == nil {
+		e.err = err
+	}
+	if l == nil || s == nil {
+		l, s = &plotter.Line{}, &plotter.Scatter{}
+	}
+	return l, s
+}
+
+// maxCoordMagnitude bounds the coordinate values a plot draws: they index
+// elements of a tensor, which never has 2^40 of them, and up to it float64
+// holds every integer with room for the ticks between them.
+const maxCoordMagnitude = 1 << 40
+
 // positionPlot draws the error along one coordinate with page and split
-// boundaries. It returns nil when the profile has nothing to draw.
-func positionPlot(p Profile, sigCoord string) (*plot.Plot, string) {
+// boundaries. It returns a nil plot when the profile has nothing to draw.
+func positionPlot(p Profile, sigCoord string) (*plot.Plot, string, error) {
 	c := axisFor(p, sigCoord)
 	if c == nil || len(c.Values) < 2 {
-		return nil, ""
+		return nil, "", nil
+	}
+	if err := c.check(); err != nil {
+		return nil, "", err
 	}
 	maxXY, meanXY := make(plotter.XYs, len(c.Values)), make(plotter.XYs, len(c.Values))
-	hasInf := false
+	nonFinite := false
 	finiteMax, minPos := 0.0, math.Inf(1)
 	for j, v := range c.Values {
 		mx, mn := yOf(p, c, j)
@@ -99,8 +171,8 @@ func positionPlot(p Profile, sigCoord string) (*plot.Plot, string) {
 		meanXY[j] = plotter.XY{X: float64(v), Y: mn}
 		for _, y := range []float64{mx, mn} {
 			switch {
-			case math.IsInf(y, 1):
-				hasInf = true
+			case math.IsInf(y, 1) || math.IsNaN(y):
+				nonFinite = true
 			case y > 0:
 				finiteMax = math.Max(finiteMax, y)
 				minPos = math.Min(minPos, y)
@@ -119,38 +191,41 @@ func positionPlot(p Profile, sigCoord string) (*plot.Plot, string) {
 		pl.X.Label.Text += fmt.Sprintf(" (bins of %d)", c.Width)
 	}
 	var notes []string
-	ymin, ymax := 0.0, 1.0
+	ymin, ymax := 0.0, 1.4
 	logY := !p.Bitwise && finiteMax > 0
-	if logY {
+	switch {
+	case logY:
 		// err/tol spans decades; the floor of the axis stands in for 0.
-		ymin = math.Min(math.Pow(10, math.Floor(math.Log10(minPos))), 0.1)
-		ymax = math.Max(math.Pow(10, math.Ceil(math.Log10(finiteMax))), 10)
-		if hasInf {
+		ymin, ymax = logRange(minPos, finiteMax, -1, 1)
+		if nonFinite {
 			ymax *= 10
-			notes = append(notes, "infinite err/tol (NaN/Inf mismatch or error against a zero tolerance) drawn at the top")
 		}
-		for _, xys := range []plotter.XYs{maxXY, meanXY} {
-			for j := range xys {
-				xys[j].Y = math.Min(math.Max(xys[j].Y, ymin), ymax)
-			}
-		}
-		ymax *= 100 // headroom for the legend
 		pl.Y.Scale = plot.LogScale{}
 		pl.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 		pl.Y.Label.Text = "err / tol (log)"
-	} else if p.Bitwise {
+	case p.Bitwise:
 		pl.Y.Label.Text = "fraction differing"
-		ymax = 1.4
-	} else {
+	default:
 		pl.Y.Label.Text = "err / tol"
-		ymax = 1.4
+	}
+	if nonFinite {
+		notes = append(notes, "infinite err/tol (NaN/Inf mismatch or error against a zero tolerance) drawn at the top")
+	}
+	for _, xys := range []plotter.XYs{maxXY, meanXY} {
+		for j := range xys {
+			xys[j].Y = clampY(xys[j].Y, ymin, ymax)
+		}
+	}
+	if logY {
+		ymax *= 100 // headroom for the legend
 	}
 	pl.Y.Min, pl.Y.Max = ymin, ymax
-	xmin, xmax := maxXY[0].X, maxXY[len(maxXY)-1].X
-	pl.X.Min, pl.X.Max = xmin, xmax
+	xmin, xmax := c.Values[0], c.Values[len(c.Values)-1]
+	pl.X.Min, pl.X.Max = float64(xmin), float64(xmax)
 
-	vline := func(x float64, col color.Color, dashed bool) *plotter.Line {
-		l, _ := plotter.NewLine(plotter.XYs{{X: x, Y: ymin}, {X: x, Y: ymax}})
+	var errs plotErrs
+	vline := func(x int, col color.Color, dashed bool) *plotter.Line {
+		l := errs.line(plotter.XYs{{X: float64(x), Y: ymin}, {X: float64(x), Y: ymax}})
 		l.Color = col
 		l.Width = vg.Points(0.6)
 		if dashed {
@@ -158,28 +233,36 @@ func positionPlot(p Profile, sigCoord string) (*plot.Plot, string) {
 		}
 		return l
 	}
-	if tokenLike(c.Name) && p.PageSize > 0 {
-		first := math.Ceil(xmin/float64(p.PageSize)) * float64(p.PageSize)
-		n := int((xmax-first)/float64(p.PageSize)) + 1
+	if ps := p.PageSize; tokenLike(c.Name) && ps > 0 {
+		// Boundaries are counted in integers: a float step can be too
+		// small to move its sum.
+		first := xmin / ps * ps
+		if first < xmin {
+			first += ps
+		}
+		n := 0
+		if first <= xmax {
+			n = (xmax-first)/ps + 1
+		}
 		if n <= maxBoundaries {
 			var pg *plotter.Line
-			for x := first; x <= xmax; x += float64(p.PageSize) {
-				pg = vline(x, colPage, true)
+			for k := 0; k < n; k++ {
+				pg = vline(first+k*ps, colPage, true)
 				pl.Add(pg)
 			}
 			if pg != nil {
-				pl.Legend.Add(fmt.Sprintf("page boundary (P = %d)", p.PageSize), pg)
+				pl.Legend.Add(fmt.Sprintf("page boundary (P = %d)", ps), pg)
 			}
 		} else {
-			notes = append(notes, fmt.Sprintf("%d page boundaries (P = %d) not drawn", n, p.PageSize))
+			notes = append(notes, fmt.Sprintf("%d page boundaries (P = %d) not drawn", n, ps))
 		}
 	}
 	if tokenLike(c.Name) && len(p.SplitStarts) > 0 {
 		if len(p.SplitStarts) <= maxBoundaries {
 			var sp *plotter.Line
 			for _, s := range p.SplitStarts {
-				if x := float64(s); x >= xmin && x <= xmax {
-					sp = vline(x, colSplit, false)
+				if s >= xmin && s <= xmax {
+					sp = vline(s, colSplit, false)
 					pl.Add(sp)
 				}
 			}
@@ -191,13 +274,13 @@ func positionPlot(p Profile, sigCoord string) (*plot.Plot, string) {
 		}
 	}
 	if !p.Bitwise {
-		tl, _ := plotter.NewLine(plotter.XYs{{X: xmin, Y: 1}, {X: xmax, Y: 1}})
+		tl := errs.line(plotter.XYs{{X: float64(xmin), Y: 1}, {X: float64(xmax), Y: 1}})
 		tl.Color = colTol
 		tl.Width = vg.Points(0.8)
 		pl.Add(tl)
 		pl.Legend.Add("tolerance (err/tol = 1)", tl)
 	}
-	ml, mp, _ := plotter.NewLinePoints(maxXY)
+	ml, mp := errs.linePoints(maxXY)
 	ml.Color, mp.Color = colErr, colErr
 	mp.Shape = draw.CircleGlyph{}
 	mp.Radius = vg.Points(1.5)
@@ -208,11 +291,14 @@ func positionPlot(p Profile, sigCoord string) (*plot.Plot, string) {
 		pl.Legend.Add("largest", ml)
 	}
 	if !p.Bitwise && !p.FromSignature {
-		al, _ := plotter.NewLine(meanXY)
+		al := errs.line(meanXY)
 		al.Color = colErr
 		al.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
 		pl.Add(al)
 		pl.Legend.Add("mean", al)
+	}
+	if errs.err != nil {
+		return nil, "", errs.err
 	}
 	pl.Legend.Top = true
 	caption := fmt.Sprintf("%s of `%s` by `%s` (largest and mean over the elements sharing each value)", what, p.Tensor, c.Name)
@@ -226,7 +312,7 @@ func positionPlot(p Profile, sigCoord string) (*plot.Plot, string) {
 	if p.Sampled > 1 {
 		caption += fmt.Sprintf("; counts from 1 element in %d, every failing element included", p.Sampled)
 	}
-	return pl, caption
+	return pl, caption, nil
 }
 
 // gridValues adapts a Grid to plotter.GridXYZ on cell indices, the colour
@@ -259,10 +345,13 @@ func zOf(v float64, bitwise bool) float64 {
 }
 
 // mapPlot draws the largest err/tol over the profile's two map coordinates.
-func mapPlot(p Profile) (*plot.Plot, string) {
+func mapPlot(p Profile) (*plot.Plot, string, error) {
 	g := p.Map
 	if g == nil || len(g.XVals) == 0 || len(g.YVals) == 0 {
-		return nil, ""
+		return nil, "", nil
+	}
+	if err := g.check(); err != nil {
+		return nil, "", err
 	}
 	pal := moreland.SmoothBlueRed()
 	pal.SetMin(-zSpan)
@@ -282,7 +371,7 @@ func mapPlot(p Profile) (*plot.Plot, string) {
 	if p.Bitwise {
 		caption = fmt.Sprintf("elements of `%s` that differ, by `%s` (rows) and `%s` (columns): red where any differs, blue where all match; grey: no element", p.Tensor, g.Y, g.X)
 	}
-	return pl, caption
+	return pl, caption, nil
 }
 
 func axisLabel(name string, width int) string {
@@ -305,9 +394,12 @@ func indexTicks(vals []int) plot.ConstantTicks {
 
 // driftPlot draws the per-step error of a simulation against its noise
 // floor, with prompt boundaries and the first step off the floor.
-func driftPlot(d *Diagnosis) (*plot.Plot, string) {
+func driftPlot(d *Diagnosis) (*plot.Plot, string, error) {
 	if d == nil || len(d.Steps) < 2 {
-		return nil, ""
+		return nil, "", nil
+	}
+	if err := d.check(); err != nil {
+		return nil, "", err
 	}
 	errXY, floorXY := make(plotter.XYs, len(d.Steps)), make(plotter.XYs, len(d.Steps))
 	var thrXY plotter.XYs
@@ -326,20 +418,15 @@ func driftPlot(d *Diagnosis) (*plot.Plot, string) {
 		}
 	}
 	if maxV == 0 {
-		return nil, ""
+		return nil, "", nil
 	}
-	ymin := math.Pow(10, math.Floor(math.Log10(minPos)))
-	ymax := math.Pow(10, math.Ceil(math.Log10(maxV)))
+	ymin, ymax := logRange(minPos, maxV, maxAxisExp, minAxisExp)
 	if ymax <= ymin {
 		ymax = ymin * 10
 	}
-
 	for _, xys := range []plotter.XYs{errXY, floorXY, thrXY} {
 		for i := range xys {
-			if math.IsNaN(xys[i].Y) || xys[i].Y > ymax {
-				xys[i].Y = ymax
-			}
-			xys[i].Y = math.Max(xys[i].Y, ymin)
+			xys[i].Y = clampY(xys[i].Y, ymin, ymax)
 		}
 	}
 	pl := plot.New()
@@ -349,8 +436,9 @@ func driftPlot(d *Diagnosis) (*plot.Plot, string) {
 	pl.Y.Scale = plot.LogScale{}
 	pl.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	pl.Y.Min, pl.Y.Max = ymin, ymax*100 // headroom for the legend
+	var errs plotErrs
 	vline := func(x float64, col color.Color, dashed bool) *plotter.Line {
-		l, _ := plotter.NewLine(plotter.XYs{{X: x, Y: ymin}, {X: x, Y: ymax}})
+		l := errs.line(plotter.XYs{{X: x, Y: ymin}, {X: x, Y: ymax}})
 		l.Color = col
 		if dashed {
 			l.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
@@ -376,19 +464,22 @@ func driftPlot(d *Diagnosis) (*plot.Plot, string) {
 		pl.Add(fl)
 		pl.Legend.Add("first step off the floor", fl)
 	}
-	fline, _ := plotter.NewLine(floorXY)
+	fline := errs.line(floorXY)
 	fline.Color = colFloor
 	fline.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
-	eline, epts, _ := plotter.NewLinePoints(errXY)
+	eline, epts := errs.linePoints(errXY)
 	eline.Color, epts.Color = colErr, colErr
 	epts.Shape = draw.CircleGlyph{}
 	epts.Radius = vg.Points(1.5)
 	if len(thrXY) > 1 {
-		tl, _ := plotter.NewLine(thrXY)
+		tl := errs.line(thrXY)
 		tl.Color = colFirst
 		tl.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
 		pl.Add(tl)
 		pl.Legend.Add("off-floor threshold", tl)
+	}
+	if errs.err != nil {
+		return nil, "", errs.err
 	}
 	pl.Add(fline, eline, epts)
 	pl.Legend.Add("noise floor", fline)
@@ -398,7 +489,7 @@ func driftPlot(d *Diagnosis) (*plot.Plot, string) {
 	if len(thrXY) > 1 {
 		caption += " and the off-floor threshold (red, dashed)"
 	}
-	return pl, caption + "; grey lines start a new prompt, the red line marks the first step off the floor"
+	return pl, caption + "; grey lines start a new prompt, the red line marks the first step off the floor", nil
 }
 
 // intTicks are gonum's default ticks labelled as integers (coordinates

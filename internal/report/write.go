@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"sort"
 
+	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -44,10 +45,7 @@ func WriteDir(dir string, b Bundle, opt WriteOptions) ([]string, error) {
 	files := map[string][]byte{}
 	figs := figures{byCheck: map[int]map[string][]Figure{}}
 	if !opt.NoPlots {
-		var err error
-		if figs, err = renderPlots(b, opt.Markdown, files); err != nil {
-			return nil, err
-		}
+		figs = renderPlots(b, opt.Markdown, files)
 	}
 	var md bytes.Buffer
 	if err := markdown(&md, b, figs, opt.Markdown); err != nil {
@@ -147,14 +145,30 @@ func writeAtomic(path string, data []byte, force bool) error {
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
 // renderPlots draws the plots of the detailed items' failing (or, when all
-// pass, every) checks and of the drift, into files.
-func renderPlots(b Bundle, mo MarkdownOptions, files map[string][]byte) (figures, error) {
+// pass, every) checks and of the drift, into files. A plot that cannot be
+// drawn becomes a figure that says why, so that one odd profile never costs
+// the report.
+func renderPlots(b Bundle, mo MarkdownOptions, files map[string][]byte) figures {
 	figs := figures{byCheck: map[int]map[string][]Figure{}}
 	const w, h = 7 * vg.Inch, 3.6 * vg.Inch
 	add := func(name string, pngBytes []byte) string {
 		rel := filepath.ToSlash(filepath.Join(PlotDir, name))
 		files[rel] = pngBytes
 		return rel
+	}
+	// figure renders one plot (a nil plot: nothing to draw).
+	figure := func(name, what string, pl *plot.Plot, caption string, err error, render func(*plot.Plot) ([]byte, error)) *Figure {
+		if err == nil && pl == nil {
+			return nil
+		}
+		var data []byte
+		if err == nil {
+			data, err = render(pl)
+		}
+		if err != nil {
+			return &Figure{Caption: what, Err: err.Error()}
+		}
+		return &Figure{Path: add(name, data), Caption: caption}
 	}
 	for _, i := range detailed(b.Items, mo.MaxDetails) {
 		it := b.Items[i]
@@ -171,30 +185,19 @@ func renderPlots(b Bundle, mo MarkdownOptions, files map[string][]byte) (figures
 				continue
 			}
 			base := fmt.Sprintf("%d-%s", i+1, unsafeName.ReplaceAllString(c.Tensor, "_"))
-			if pl, caption := positionPlot(*p, sigCoord(c)); pl != nil {
-				data, err := pngOf(pl, w, h)
-				if err != nil {
-					return figs, fmt.Errorf("plot of %s: %v", c.Tensor, err)
-				}
-				addFig(figs, i, c.Tensor, Figure{Path: add(base+"-along.png", data), Caption: caption})
+			pl, caption, err := positionPlot(*p, sigCoord(c))
+			if f := figure(base+"-along.png", "error along a coordinate", pl, caption, err, func(pl *plot.Plot) ([]byte, error) { return pngOf(pl, w, h) }); f != nil {
+				addFig(figs, i, c.Tensor, *f)
 			}
-			if pl, caption := mapPlot(*p); pl != nil {
-				data, err := mapPNG(pl, p.Bitwise, w, 4.2*vg.Inch)
-				if err != nil {
-					return figs, fmt.Errorf("heat map of %s: %v", c.Tensor, err)
-				}
-				addFig(figs, i, c.Tensor, Figure{Path: add(base+"-map.png", data), Caption: caption})
+			pl, caption, err = mapPlot(*p)
+			if f := figure(base+"-map.png", "heat map", pl, caption, err, func(pl *plot.Plot) ([]byte, error) { return mapPNG(pl, p.Bitwise, w, 4.2*vg.Inch) }); f != nil {
+				addFig(figs, i, c.Tensor, *f)
 			}
 		}
 	}
-	if pl, caption := driftPlot(b.Diagnosis); pl != nil {
-		data, err := pngOf(pl, w, h)
-		if err != nil {
-			return figs, fmt.Errorf("drift plot: %v", err)
-		}
-		figs.drift = &Figure{Path: add("drift.png", data), Caption: caption}
-	}
-	return figs, nil
+	pl, caption, err := driftPlot(b.Diagnosis)
+	figs.drift = figure("drift.png", "drift", pl, caption, err, func(pl *plot.Plot) ([]byte, error) { return pngOf(pl, w, h) })
+	return figs
 }
 
 func addFig(f figures, i int, tensor string, fig Figure) {
