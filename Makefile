@@ -43,7 +43,7 @@ fixtures:
 FUZZ_TARGETS ?= ./internal/safetensors:FuzzParse:300000x ./internal/npy:FuzzRead:400000x \
 	./internal/npy:FuzzReadZip:400000x ./internal/kernel:FuzzParams:300000x ./cases:FuzzParse:100000x \
 	./internal/check:FuzzKernel:3000x ./internal/check:FuzzPipeline:300x ./internal/check:FuzzEngines:3000x \
-	./internal/check:FuzzStages:5000x
+	./internal/check:FuzzStages:5000x ./internal/report:FuzzLoad:5000x
 fuzz-short:
 	@for spec in $(FUZZ_TARGETS); do \
 	  pkg=$${spec%%:*}; rest=$${spec#*:}; target=$${rest%%:*}; budget=$${rest#*:}; \

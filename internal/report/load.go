@@ -58,6 +58,9 @@ func LoadContext(ctx context.Context, limit bounded.Limit, paths ...string) (Bun
 				if sub.Format != Format {
 					return b, fmt.Errorf("%s: kcheck_report = %d: this kcheck reads format %d", p, sub.Format, Format)
 				}
+				if err := sub.check(); err != nil {
+					return b, fmt.Errorf("%s: report %d: %v", p, n, err)
+				}
 				if !haveEnv {
 					b.Environment, b.Command, b.Title, haveEnv = sub.Environment, sub.Command, sub.Title, true
 				}
@@ -73,6 +76,9 @@ func LoadContext(ctx context.Context, limit bounded.Limit, paths ...string) (Bun
 				if err := json.Unmarshal(raw, &d); err != nil {
 					return b, fmt.Errorf("%s: diagnosis %d: %v", p, n, err)
 				}
+				if err := d.check(); err != nil {
+					return b, fmt.Errorf("%s: diagnosis %d: %v", p, n, err)
+				}
 				if b.Diagnosis != nil {
 					return b, fmt.Errorf("%s: a second diagnosis: a report holds one", p)
 				}
@@ -81,12 +87,18 @@ func LoadContext(ctx context.Context, limit bounded.Limit, paths ...string) (Bun
 				if keys["checks"] != nil && keys["file"] != nil {
 					var r check.Result
 					if err := json.Unmarshal(raw, &r); err == nil {
+						if err := (&Item{Result: r}).check(); err != nil {
+							return b, fmt.Errorf("%s: diagnosis %d: %v", p, n, err)
+						}
 						b.Items = append(b.Items, Item{Result: r, Reproduce: "kcheck diagnose " + r.File})
 					}
 				}
 			case keys["verdict"] != nil && (keys["checks"] != nil || keys["file"] != nil):
 				var r check.Result
 				if err := json.Unmarshal(raw, &r); err != nil {
+					return b, fmt.Errorf("%s: result %d: %v", p, n, err)
+				}
+				if err := (&Item{Result: r}).check(); err != nil {
 					return b, fmt.Errorf("%s: result %d: %v", p, n, err)
 				}
 				b.Items = append(b.Items, Item{Result: r, Reproduce: reproduceFor(r)})
