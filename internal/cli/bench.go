@@ -13,6 +13,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/gpu"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/printable"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -90,10 +91,10 @@ TFLOP/s. It is a benchmark, never a test: it passes or fails nothing.`,
 					continue
 				}
 				if row.Error != "" {
-					fmt.Fprintf(s.Out, "%-52s %-9s error: %s\n", row.Case, row.Backend, row.Error)
+					fmt.Fprintf(s.Out, "%-52s %-9s error: %s\n", printable.Escape(row.Case), printable.Escape(row.Backend), printable.Escape(row.Error))
 					continue
 				}
-				fmt.Fprintf(s.Out, "%-52s %-9s %10.3f %10.1f %9.1f %10s %9s %s\n", row.Case, row.Backend, row.MS,
+				fmt.Fprintf(s.Out, "%-52s %-9s %10.3f %10.1f %9.1f %10s %9s %s\n", printable.Escape(row.Case), printable.Escape(row.Backend), row.MS,
 					float64(row.Bytes)/1e6, row.GBps, optional(row.CopyGBps, "%.1f"), optional(100*row.CopyRatio, "%.0f%%"), optional(row.TFLOPs, "%.2f"))
 			}
 			return nil

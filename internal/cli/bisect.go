@@ -10,6 +10,7 @@ import (
 
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/diagnose"
+	"github.com/kcheck-dev/kcheck/internal/printable"
 )
 
 func init() { extraCommands = append(extraCommands, newBisectCmd) }
@@ -120,7 +121,7 @@ func (o *bisectOptions) run(ctx context.Context) error {
 		}
 	} else {
 		w := o.io.Out
-		fmt.Fprintf(w, "%-12s %s on %s: %s\n", map[string]string{"pass": "ON FLOOR", "fail": "FOUND"}[res.Verdict], res.Mode, res.Backend, res.Reason)
+		fmt.Fprintf(w, "%-12s %s on %s: %s\n", map[string]string{"pass": "ON FLOOR", "fail": "FOUND"}[res.Verdict], printable.Escape(res.Mode), printable.Escape(res.Backend), printable.Escape(res.Reason))
 		if res.FirstStep != nil {
 			fmt.Fprintf(w, "  first step off the floor: %d\n", *res.FirstStep)
 		}

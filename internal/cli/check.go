@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/printable"
 	"github.com/kcheck-dev/kcheck/internal/report"
 )
 
@@ -125,7 +126,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 		code = worseExit(code, exitForVerdict(res.Verdict, o.bisect))
 	}
 	if err := sink.write(o.io); err != nil {
-		fmt.Fprintln(o.io.Err, "kcheck: --report:", err)
+		fmt.Fprintln(o.io.Err, "kcheck: --report:", printable.Escape(err.Error()))
 		code = worseExit(code, ExitUsage)
 	}
 	return exitCode(code)
@@ -133,7 +134,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 
 // exitWith reports err on stderr and exits with code (mapped for --bisect).
 func exitWith(s *IO, code ExitCode, bisect bool, err error) error {
-	fmt.Fprintln(s.Err, "kcheck:", err)
+	fmt.Fprintln(s.Err, "kcheck:", printable.Escape(err.Error()))
 	if bisect && (code == ExitUsage || code == ExitInconclusive) {
 		code = ExitSkip
 	}

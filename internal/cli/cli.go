@@ -11,6 +11,8 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+
+	"github.com/kcheck-dev/kcheck/internal/printable"
 )
 
 // ExitCode is the process status, as spec section 7 fixes it.
@@ -90,7 +92,7 @@ func MainContext(ctx context.Context, args []string, in io.Reader, out, errw io.
 	case errors.As(err, &ee):
 		return ee.code
 	default:
-		fmt.Fprintln(errw, "kcheck:", err)
+		fmt.Fprintln(errw, "kcheck:", printable.Escape(err.Error()))
 		return ExitUsage
 	}
 }

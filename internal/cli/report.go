@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/printable"
 	"github.com/kcheck-dev/kcheck/internal/report"
 )
 
@@ -58,7 +59,7 @@ report.json written by --report keeps full error profiles.`,
 			if err != nil {
 				return exitWith(s, ExitUsage, false, err)
 			}
-			fmt.Fprintf(s.Err, "kcheck: wrote %d files; the report is %s\n", len(files), filepath.Join(out, report.MarkdownFile))
+			fmt.Fprintf(s.Err, "kcheck: wrote %d files; the report is %s\n", len(files), printable.Escape(filepath.Join(out, report.MarkdownFile)))
 			return nil
 		},
 	}
@@ -142,7 +143,7 @@ func (r *reportSink) write(s *IO) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(s.Err, "kcheck: report written to %s (%d files)\n", filepath.Join(r.dir, report.MarkdownFile), len(files))
+	fmt.Fprintf(s.Err, "kcheck: report written to %s (%d files)\n", printable.Escape(filepath.Join(r.dir, report.MarkdownFile)), len(files))
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/compare"
+	"github.com/kcheck-dev/kcheck/internal/printable"
 	"github.com/kcheck-dev/kcheck/internal/progress"
 	"github.com/kcheck-dev/kcheck/internal/report"
 	"github.com/kcheck-dev/kcheck/internal/safetensors"
@@ -212,7 +213,7 @@ func (o *runOptions) run(ctx context.Context) error {
 	bar := progress.New(len(sel), o.io.Err, o.quiet)
 	done := &progressLog{total: len(sel)}
 	for _, c := range sel {
-		bar.Describe(c.Name)
+		bar.Describe(printable.Escape(c.Name))
 		res, finished := interruptible(ctx, func() check.Result {
 			return RunCase(ctx, c, be, opts, o.timeout, o.outDir, o.force)
 		})
@@ -239,7 +240,7 @@ func (o *runOptions) run(ctx context.Context) error {
 	}
 	bar.Finish()
 	if err := sink.write(o.io); err != nil {
-		fmt.Fprintln(o.io.Err, "kcheck: --report:", err)
+		fmt.Fprintln(o.io.Err, "kcheck: --report:", printable.Escape(err.Error()))
 		code = worseExit(code, ExitUsage)
 	}
 	return exitCode(code)
@@ -343,7 +344,7 @@ func newCasesCmd(s *IO) *cobra.Command {
 				if len(c.Tags) > 0 {
 					tags = "  [" + strings.Join(c.Tags, ",") + "]"
 				}
-				fmt.Fprintf(s.Out, "%s%s\n", c.Name, tags)
+				fmt.Fprintf(s.Out, "%s%s\n", printable.Escape(c.Name), printable.Escape(tags))
 			}
 			return nil
 		},

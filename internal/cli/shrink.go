@@ -13,6 +13,7 @@ import (
 
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/printable"
 	"github.com/kcheck-dev/kcheck/internal/safetensors"
 	"github.com/kcheck-dev/kcheck/internal/shrink"
 )
@@ -161,16 +162,16 @@ func (o *shrinkOptions) run(ctx context.Context) error {
 		}{out, res})
 	}
 	w := o.io.Out
-	fmt.Fprintf(w, "wrote %s: %s -> %s (%.1f%% of the original), still %s\n", out, human(res.Before), human(res.After),
-		100*float64(res.After)/float64(max(res.Before, 1)), res.Fingerprint)
+	fmt.Fprintf(w, "wrote %s: %s -> %s (%.1f%% of the original), still %s\n", printable.Escape(out), human(res.Before), human(res.After),
+		100*float64(res.After)/float64(max(res.Before, 1)), printable.Escape(fmt.Sprint(res.Fingerprint)))
 	fmt.Fprintf(w, "  %d candidates checked, %d reductions kept\n", res.Tries, len(res.Steps))
 	for _, s := range res.Steps {
-		fmt.Fprintf(w, "    %s\n", s)
+		fmt.Fprintf(w, "    %s\n", printable.Escape(fmt.Sprint(s)))
 	}
 	if res.Case != nil {
-		fmt.Fprintf(w, "  shrunk case: %s\n", shrink.Describe(*res.Case))
+		fmt.Fprintf(w, "  shrunk case: %s\n", printable.Escape(shrink.Describe(*res.Case)))
 	}
-	fmt.Fprintf(w, "  reproduce: kcheck check %s\n", out)
+	fmt.Fprintf(w, "  reproduce: kcheck check %s\n", printable.Escape(out))
 	return nil
 }
 

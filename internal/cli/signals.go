@@ -16,6 +16,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/printable"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 	"github.com/spf13/pflag"
 )
@@ -93,7 +94,7 @@ type progressLog struct {
 }
 
 func (p *progressLog) add(name, verdict string) {
-	p.done = append(p.done, fmt.Sprintf("%s (%s)", name, verdict))
+	p.done = append(p.done, fmt.Sprintf("%s (%s)", printable.Escape(name), verdict))
 }
 
 // interrupted prints "interrupted after N of M; finished: ..." on stderr
@@ -114,7 +115,7 @@ func (p *progressLog) interrupted(s *IO, note string) error {
 	}
 	fmt.Fprintf(s.Err, "kcheck: interrupted after %d of %d; finished: %s\n", len(p.done), p.total, finished)
 	if note != "" {
-		fmt.Fprintln(s.Err, "kcheck:", note)
+		fmt.Fprintln(s.Err, "kcheck:", printable.Escape(note))
 	}
 	return exitError{ExitInterrupted}
 }

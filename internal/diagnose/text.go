@@ -5,33 +5,37 @@ import (
 	"io"
 	"math"
 	"strings"
+
+	"github.com/kcheck-dev/kcheck/internal/printable"
 )
 
 // WriteText writes the report for a person: the verdict and culprit first,
 // then the evidence (the stage table and worst elements of a capture; the
 // drift curve and the swaps of a simulation).
+// Names and messages are escaped (printable.Escape): they come from files
+// and flags, and a terminal must not act on them.
 func (r *Report) WriteText(w io.Writer) {
-	what := r.File
+	what := esc(r.File)
 	if r.Mode == "simulation" {
-		what = fmt.Sprintf("simulation on %s", r.Backend)
+		what = fmt.Sprintf("simulation on %s", esc(r.Backend))
 	}
-	head := fmt.Sprintf("%-12s %s", strings.ToUpper(r.Verdict), what)
+	head := fmt.Sprintf("%-12s %s", strings.ToUpper(esc(r.Verdict)), what)
 	if r.Stage != nil {
-		head += ": culprit stage " + *r.Stage
+		head += ": culprit stage " + esc(*r.Stage)
 	}
 	fmt.Fprintln(w, head)
 	if r.Error != nil {
-		fmt.Fprintf(w, "  error: %s\n", *r.Error)
+		fmt.Fprintf(w, "  error: %s\n", esc(*r.Error))
 		return
 	}
 	if r.Config != nil {
-		fmt.Fprintf(w, "  %s\n", r.Config)
+		fmt.Fprintf(w, "  %s\n", esc(fmt.Sprint(r.Config)))
 	}
 	if r.Reason != "" {
-		fmt.Fprintf(w, "  %s\n", r.Reason)
+		fmt.Fprintf(w, "  %s\n", esc(r.Reason))
 	}
 	for _, n := range r.Notes {
-		fmt.Fprintf(w, "  note: %s\n", n)
+		fmt.Fprintf(w, "  note: %s\n", esc(n))
 	}
 	if r.Capture != nil {
 		writeStageTable(w, r.Capture)
@@ -51,19 +55,19 @@ func writeStageTable(w io.Writer, a *CaptureAttribution) {
 		}
 		sig := ""
 		if r.Signature != nil && r.Signature.Pattern != "none" {
-			sig = r.Signature.Pattern
+			sig = esc(r.Signature.Pattern)
 			if r.Signature.Coord != "" {
-				sig += " (" + r.Signature.Coord + ")"
+				sig += " (" + esc(r.Signature.Coord) + ")"
 			}
 		}
 		mark := " "
 		if a.Culprit != nil && *a.Culprit == r.Prefix {
 			mark = ">"
 		}
-		fmt.Fprintf(w, "%s %-12s %-18s %-30s %-30s %s\n", mark, r.Prefix, r.Kernel, local, prop, sig)
+		fmt.Fprintf(w, "%s %-12s %-18s %-30s %-30s %s\n", mark, esc(r.Prefix), esc(r.Kernel), local, prop, sig)
 	}
 	for _, c := range a.Evidence {
-		fmt.Fprintf(w, "\n  evidence: %s %s %v: %s\n", c.Tensor, c.DType, c.Shape, c.Reason)
+		fmt.Fprintf(w, "\n  evidence: %s %s %v: %s\n", esc(c.Tensor), esc(string(c.DType)), c.Shape, esc(c.Reason))
 		m := c.Metrics
 		if m.NaNMismatch+m.InfMismatch > 0 {
 			fmt.Fprintf(w, "    special values: %d NaN and %d Inf positions differ from the reference\n", m.NaNMismatch, m.InfMismatch)
@@ -75,17 +79,21 @@ func writeStageTable(w io.Writer, a *CaptureAttribution) {
 				fmt.Fprintln(w, "    worst elements:")
 			}
 			fmt.Fprintf(w, "      %s: actual %.6g, expected %.6g, exact %.6g (%.3g× tolerance)\n",
-				e.Where(), float64(e.Actual), float64(e.Expected), float64(e.Exact), float64(e.Excess))
+				esc(e.Where()), float64(e.Actual), float64(e.Expected), float64(e.Exact), float64(e.Excess))
 		}
 		if c.Signature != nil {
-			fmt.Fprintf(w, "    signature: %s", c.Signature.Pattern)
+			fmt.Fprintf(w, "    signature: %s", esc(c.Signature.Pattern))
 			if c.Signature.Detail != "" {
-				fmt.Fprintf(w, ": %s", c.Signature.Detail)
+				fmt.Fprintf(w, ": %s", esc(c.Signature.Detail))
 			}
 			fmt.Fprintln(w)
 		}
 	}
 }
+
+// esc is printable.Escape, for everything WriteText prints that is not its
+// own.
+func esc(s string) string { return printable.Escape(s) }
 
 func short(v string) string {
 	switch v {
@@ -118,13 +126,13 @@ func writeDrift(w io.Writer, r *Report) {
 	if len(r.Swaps) > 0 {
 		fmt.Fprintln(w, "\n  each stage swapped for its reference:")
 		for _, s := range r.Swaps {
-			fmt.Fprintf(w, "    %-8s %s\n", s.Stage, swapLine(s, "removes the drift", "still drifts"))
+			fmt.Fprintf(w, "    %-8s %s\n", esc(s.Stage), swapLine(s, "removes the drift", "still drifts"))
 		}
 	}
 	if len(r.Isolated) > 0 {
 		fmt.Fprintln(w, "\n  each stage alone on the backend:")
 		for _, s := range r.Isolated {
-			fmt.Fprintf(w, "    %-8s %s\n", s.Stage, swapLine(s, "drifts", "stays on the floor"))
+			fmt.Fprintf(w, "    %-8s %s\n", esc(s.Stage), swapLine(s, "drifts", "stays on the floor"))
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/compare"
+	"github.com/kcheck-dev/kcheck/internal/printable"
 )
 
 // TextOptions tune the terminal summary.
@@ -22,25 +23,28 @@ type TextOptions struct {
 // then the error metrics against their noise floor, the worst elements in
 // the kernel's coordinates, and the signature, as FlashMLA's compare.py
 // orders them.
+//
+// Every name and message in it is escaped (printable.Escape): they come
+// from files, and a terminal must not act on them.
 func Text(w io.Writer, res check.Result, opt TextOptions) {
-	label := res.Kernel
+	label := esc(res.Kernel)
 	if res.Stage != nil {
-		label += ", culprit stage " + *res.Stage
+		label += ", culprit stage " + esc(*res.Stage)
 	}
-	fmt.Fprintf(w, "%-12s %s  (%s)\n", strings.ToUpper(res.Verdict), res.File, label)
+	fmt.Fprintf(w, "%-12s %s  (%s)\n", strings.ToUpper(esc(res.Verdict)), esc(res.File), label)
 	if opt.Quiet {
 		return
 	}
 	if res.Error != nil {
-		fmt.Fprintf(w, "  error: %s\n", *res.Error)
+		fmt.Fprintf(w, "  error: %s\n", esc(*res.Error))
 	}
 	for _, n := range res.Notes {
-		fmt.Fprintf(w, "  note: %s\n", n)
+		fmt.Fprintf(w, "  note: %s\n", esc(n))
 	}
 	if len(res.Stages) > 0 {
 		fmt.Fprintf(w, "  %-10s %-18s %-13s %-28s %s\n", "stage", "kernel", "local", "local worst err/tol", "propagated worst err/tol")
 		for _, st := range res.Stages {
-			fmt.Fprintf(w, "  %-10s %-18s %-13s %-28s %s\n", st.Prefix, st.Kernel, st.Verdict, worstExcess(st.Local), worstExcess(st.Propagated))
+			fmt.Fprintf(w, "  %-10s %-18s %-13s %-28s %s\n", esc(st.Prefix), esc(st.Kernel), esc(st.Verdict), worstExcess(st.Local), worstExcess(st.Propagated))
 		}
 	}
 	for _, c := range res.Checks {
@@ -58,14 +62,14 @@ func worstExcess(cs []compare.Check) string {
 			best, name = v, c.Tensor
 		}
 	}
-	return fmt.Sprintf("%.3g (%s)", best, name)
+	return fmt.Sprintf("%.3g (%s)", best, esc(name))
 }
 
 func writeCheck(w io.Writer, c compare.Check) {
 	m := c.Metrics
-	fmt.Fprintf(w, "  %s %s %v: %s", c.Tensor, c.DType, c.Shape, c.Verdict)
+	fmt.Fprintf(w, "  %s %s %v: %s", esc(c.Tensor), esc(string(c.DType)), c.Shape, esc(string(c.Verdict)))
 	if c.Reason != "" {
-		fmt.Fprintf(w, ": %s", c.Reason)
+		fmt.Fprintf(w, ": %s", esc(c.Reason))
 	}
 	fmt.Fprintln(w)
 	if c.Verdict == compare.Pass {
@@ -85,13 +89,13 @@ func writeCheck(w io.Writer, c compare.Check) {
 			fmt.Fprintln(w, "      worst elements:")
 		}
 		fmt.Fprintf(w, "        %s: actual %.6g, expected %.6g, exact %.6g (err %.3g, tol %.3g)\n",
-			e.Where(), float64(e.Actual), float64(e.Expected), float64(e.Exact), float64(e.Err), float64(e.Tol))
+			esc(e.Where()), float64(e.Actual), float64(e.Expected), float64(e.Exact), float64(e.Err), float64(e.Tol))
 	}
 	if c.Signature != nil {
 		fmt.Fprintf(w, "      signature: %s\n", signatureLine(c))
 	}
 	if c.Tolerance != "" {
-		fmt.Fprintf(w, "      tolerance: %s\n", c.Tolerance)
+		fmt.Fprintf(w, "      tolerance: %s\n", esc(c.Tolerance))
 	}
 }
 
@@ -105,5 +109,8 @@ func signatureLine(c compare.Check) string {
 	if s.Detail != "" {
 		line += ": " + s.Detail
 	}
-	return line
+	return esc(line)
 }
+
+// esc is printable.Escape, for everything Text prints that is not its own.
+func esc(s string) string { return printable.Escape(s) }
