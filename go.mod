@@ -10,6 +10,7 @@ require (
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	github.com/x448/float16 v0.8.4
+	github.com/yuin/goldmark v1.8.7
 	golang.org/x/sys v0.46.0
 	gonum.org/v1/plot v0.17.0
 	gorgonia.org/cu v0.9.6

@@ -110,6 +110,14 @@ func TestNamesAreEscaped(t *testing.T) {
 		{"file that does not exist", func(t *testing.T, dir string) []string {
 			return []string{"check", filepath.Join(dir, "x"+forged)}
 		}, ExitUsage, `x\r\x1b[2KPASS`},
+		{"file name (report, Markdown on stdout)", func(t *testing.T, dir string) []string {
+			file := copyTo(t, fx+"examples/nvfp4_dequant_nibble_order.safetensors", filepath.Join(dir, "x"+forged+".safetensors"))
+			rep := filepath.Join(dir, "rep")
+			if code, _, errs := run(t, "check", "--report", rep, file); code != ExitFail {
+				t.Fatalf("check --report: exit %d: %s", code, errs)
+			}
+			return []string{"report", filepath.Join(rep, "report.json")}
+		}, ExitPass, `x\r\x1b[2KPASS`},
 		{"case name with a newline (run)", func(t *testing.T, dir string) []string {
 			return []string{"run", "--cases", caseFile(t, dir), "--backend", "faulty:nibble_order"}
 		}, ExitFail, `bad\nPASS         fine\r\x1b[2KPASS`},

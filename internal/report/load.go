@@ -9,9 +9,11 @@ import (
 	"io"
 	"os"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/printable"
 )
 
 // Load reads saved results into one bundle: report.json files (a whole
@@ -132,8 +134,31 @@ func reproduceFor(r check.Result) string {
 	return ""
 }
 
-// shellQuote quotes s for a POSIX shell when it needs it.
+// shellQuote quotes s for a POSIX shell when it needs it: '...' as a rule,
+// and $'...' (POSIX.1-2024; bash, zsh, ksh, busybox) with \xHH escapes when s
+// holds a byte a terminal would act on, so that a reproduction command stays
+// one printable line that the shell reads back to the same bytes.
 func shellQuote(s string) string {
+	if printable.Escape(s) != s {
+		var b strings.Builder
+		b.WriteString("$'")
+		for i := 0; i < len(s); {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			switch {
+			case r == '\\' || r == '\'':
+				b.WriteByte('\\')
+				b.WriteRune(r)
+			case (r != utf8.RuneError || n > 1) && printable.Escape(string(r)) == string(r):
+				b.WriteString(s[i : i+n])
+			default:
+				for _, c := range []byte(s[i : i+n]) {
+					fmt.Fprintf(&b, `\x%02x`, c)
+				}
+			}
+			i += n
+		}
+		return b.String() + "'"
+	}
 	safe := s != ""
 	for _, c := range s {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '/' || c == '.' || c == '_' || c == '-' || c == ':' || c == '=' || c == ',' || c == '+') {

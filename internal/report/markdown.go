@@ -74,7 +74,7 @@ func markdown(w io.Writer, b Bundle, figs figures, opt MarkdownOptions) error {
 		mw.p("| # | file or case | kernel | verdict | culprit stage | worst err/tol |\n|---|---|---|---|---|---|\n")
 		for i, it := range b.Items {
 			r := it.Result
-			mw.p("| %d | `%s` | %s | %s | %s | %s |\n", i+1, cell(r.File), cell(r.Kernel), verdictCell(r.Verdict), stageCell(r.Stage), worstCell(r.Checks))
+			mw.p("| %d | %s | %s | %s | %s | %s |\n", i+1, cellCode(r.File), text(r.Kernel), verdictCell(r.Verdict), stageCell(r.Stage), worstCell(r.Checks))
 		}
 		mw.p("\n")
 	}
@@ -101,7 +101,7 @@ func (m *mdWriter) p(format string, args ...any) {
 
 func title(b Bundle) string {
 	if b.Title != "" {
-		return b.Title
+		return text(b.Title)
 	}
 	count := map[string]int{}
 	for _, it := range b.Items {
@@ -110,14 +110,14 @@ func title(b Bundle) string {
 	var parts []string
 	for _, v := range []string{check.Fail, check.Error, check.Inconclusive, check.Pass} {
 		if count[v] > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", count[v], v))
+			parts = append(parts, fmt.Sprintf("%d %s", count[v], text(v)))
 		}
 	}
 	t := "kcheck report"
 	if b.Diagnosis != nil {
-		t = "kcheck diagnosis: " + b.Diagnosis.Verdict
+		t = "kcheck diagnosis: " + text(b.Diagnosis.Verdict)
 		if b.Diagnosis.Stage != nil {
-			t += ", culprit stage `" + *b.Diagnosis.Stage + "`"
+			t += ", culprit stage " + code(*b.Diagnosis.Stage)
 		}
 		if len(parts) == 0 {
 			return t
@@ -125,33 +125,27 @@ func title(b Bundle) string {
 	}
 	if len(b.Items) == 1 && b.Diagnosis == nil {
 		r := b.Items[0].Result
-		t = fmt.Sprintf("kcheck: %s: %s", strings.ToUpper(r.Verdict), r.Kernel)
+		t = fmt.Sprintf("kcheck: %s: %s", text(strings.ToUpper(r.Verdict)), text(r.Kernel))
 		if r.Stage != nil {
-			t += ", culprit stage `" + *r.Stage + "`"
+			t += ", culprit stage " + code(*r.Stage)
 		}
 		return t
 	}
 	return t + ": " + strings.Join(parts, ", ")
 }
 
-// cell makes text safe inside a Markdown table cell.
-func cell(s string) string {
-	s = strings.ReplaceAll(s, "|", `\|`)
-	return strings.ReplaceAll(strings.ReplaceAll(s, "\r", " "), "\n", " ")
-}
-
 func verdictCell(v string) string {
 	if v == check.Pass {
 		return "pass"
 	}
-	return "**" + strings.ToUpper(v) + "**"
+	return "**" + text(strings.ToUpper(v)) + "**"
 }
 
 func stageCell(s *string) string {
 	if s == nil {
 		return "–"
 	}
-	return "`" + *s + "`"
+	return cellCode(*s)
 }
 
 func worstCell(cs []compare.Check) string {
@@ -164,7 +158,7 @@ func worstCell(cs []compare.Check) string {
 	if name == "" {
 		return "–"
 	}
-	return fmt.Sprintf("%s (`%s`)", num(best), cell(name))
+	return fmt.Sprintf("%s (%s)", num(best), cellCode(name))
 }
 
 // num formats a metric: 4 significant digits, Inf and NaN spelled.
@@ -184,18 +178,18 @@ func writeItem(mw *mdWriter, i, n int, it Item, figs map[string][]Figure) {
 	r := it.Result
 	head := "###"
 	if n > 1 {
-		mw.p("%s %d. `%s`: %s, %s\n\n", head, i+1, cell(r.File), r.Kernel, verdictCell(r.Verdict))
+		mw.p("%s %d. %s: %s, %s\n\n", head, i+1, code(r.File), text(r.Kernel), verdictCell(r.Verdict))
 	} else {
-		mw.p("%s `%s`: %s, %s\n\n", head, cell(r.File), r.Kernel, verdictCell(r.Verdict))
+		mw.p("%s %s: %s, %s\n\n", head, code(r.File), text(r.Kernel), verdictCell(r.Verdict))
 	}
 	if r.Error != nil {
-		mw.p("**The file could not be checked:** %s\n\n", cell(*r.Error))
+		mw.p("**The file could not be checked:** %s\n\n", text(*r.Error))
 	}
 	if sum := summary(r); sum != "" {
 		mw.p("**In short:** %s\n\n", sum)
 	}
 	if it.Reproduce != "" {
-		mw.p("Reproduce:\n\n```sh\n%s\n```\n\n", it.Reproduce)
+		mw.p("Reproduce:\n\n%s\n\n", fenced("sh", it.Reproduce))
 	}
 	if len(r.Provenance) > 0 {
 		mw.p("Capture: %s\n\n", provenanceLine(r.Provenance))
@@ -206,7 +200,7 @@ func writeItem(mw *mdWriter, i, n int, it Item, figs map[string][]Figure) {
 			sat = "non-saturating"
 		}
 		mw.p("Declared precision: accumulation %s, P %s, KV dequantized to %s, FP8 stores %s. Tolerance policy: %s.\n\n",
-			pr.Acc, pr.P, pr.KVDequant, sat, r.Policy)
+			text(pr.Acc), text(pr.P), text(pr.KVDequant), sat, text(r.Policy))
 	}
 	if len(r.Stages) > 0 {
 		writeStages(mw, r)
@@ -225,7 +219,7 @@ func writeItem(mw *mdWriter, i, n int, it Item, figs map[string][]Figure) {
 		mw.p("Outputs that pass:\n\n| output | dtype | shape | worst err/tol | cos diff (floor) | RMSE (floor) |\n|---|---|---|---|---|---|\n")
 		for _, c := range passing {
 			m := c.Metrics
-			mw.p("| `%s` | %s | %s | %s | %s (%s) | %s (%s) |\n", cell(c.Tensor), c.DType, shapeOf(c.Shape), num(float64(m.MaxExcess)),
+			mw.p("| %s | %s | %s | %s | %s (%s) | %s (%s) |\n", cellCode(c.Tensor), text(string(c.DType)), shapeOf(c.Shape), num(float64(m.MaxExcess)),
 				num(float64(m.CosDiff)), num(float64(m.FloorCosDiff)), num(float64(m.RMSE)), num(float64(m.FloorRMSE)))
 		}
 		mw.p("\n")
@@ -233,7 +227,7 @@ func writeItem(mw *mdWriter, i, n int, it Item, figs map[string][]Figure) {
 	if len(r.Notes) > 0 {
 		mw.p("Notes:\n\n")
 		for _, note := range r.Notes {
-			mw.p("- %s\n", cell(note))
+			mw.p("- %s\n", text(note))
 		}
 		mw.p("\n")
 	}
@@ -248,7 +242,7 @@ func provenanceLine(p map[string]string) string {
 	seen := map[string]bool{}
 	for _, l := range labels {
 		if v, ok := p[l.key]; ok {
-			parts = append(parts, fmt.Sprintf("%s `%s`", l.label, cell(v)))
+			parts = append(parts, fmt.Sprintf("%s %s", l.label, code(v)))
 			seen[l.key] = true
 		}
 	}
@@ -260,7 +254,7 @@ func provenanceLine(p map[string]string) string {
 	}
 	sort.Strings(rest)
 	for _, k := range rest {
-		parts = append(parts, fmt.Sprintf("%s `%s`", cell(k), cell(p[k])))
+		parts = append(parts, fmt.Sprintf("%s %s", text(k), code(p[k])))
 	}
 	return strings.Join(parts, " · ")
 }
@@ -270,10 +264,10 @@ func writeStages(mw *mdWriter, r check.Result) {
 	mw.p("err/tol is an element's error over its tolerance: at most 1 is within it.\n\n")
 	mw.p("| stage | kernel | verdict | local worst err/tol | propagated worst err/tol |\n|---|---|---|---|---|\n")
 	for _, st := range r.Stages {
-		mw.p("| `%s` | %s | %s | %s | %s |\n", cell(st.Prefix), st.Kernel, verdictCell(st.Verdict), worstCell(st.Local), worstCell(st.Propagated))
+		mw.p("| %s | %s | %s | %s | %s |\n", cellCode(st.Prefix), text(st.Kernel), verdictCell(st.Verdict), worstCell(st.Local), worstCell(st.Propagated))
 	}
 	if r.Stage != nil {
-		mw.p("\nThe first stage whose local error leaves its budget is **`%s`**: the stages before it are correct on their own inputs, so the error starts there.\n\n", *r.Stage)
+		mw.p("\nThe first stage whose local error leaves its budget is **%s**: the stages before it are correct on their own inputs, so the error starts there.\n\n", code(*r.Stage))
 	} else {
 		mw.p("\nNo stage's local error leaves its budget.\n\n")
 	}
@@ -281,9 +275,9 @@ func writeStages(mw *mdWriter, r check.Result) {
 
 func writeCheckMD(mw *mdWriter, c compare.Check, figs []Figure) {
 	m := c.Metrics
-	mw.p("#### `%s` %s %s: %s\n\n", cell(c.Tensor), c.DType, shapeOf(c.Shape), verdictCell(string(c.Verdict)))
+	mw.p("#### %s %s %s: %s\n\n", code(c.Tensor), text(string(c.DType)), shapeOf(c.Shape), verdictCell(string(c.Verdict)))
 	if c.Reason != "" {
-		mw.p("%s.\n\n", strings.TrimSuffix(cell(c.Reason), "."))
+		mw.p("%s.\n\n", text(strings.TrimSuffix(c.Reason, ".")))
 	}
 	if m.NaNMismatch+m.InfMismatch > 0 {
 		mw.p("**Special values:** %d NaN and %d Inf positions differ from the reference (judged before any number).\n\n", m.NaNMismatch, m.InfMismatch)
@@ -298,7 +292,7 @@ func writeCheckMD(mw *mdWriter, c compare.Check, figs []Figure) {
 	}
 	mw.p("| max abs error | %s | %s | |\n", f(m.MaxAbs), f(m.FloorMaxAbs))
 	mw.p("| max rel error | %s | | |\n", f(m.MaxRel))
-	mw.p("| max ULP (vs expected, %s) | %s | | |\n", c.DType, f(m.MaxULP))
+	mw.p("| max ULP (vs expected, %s) | %s | | |\n", text(string(c.DType)), f(m.MaxULP))
 	mw.p("| cos diff | %s | %s | %s |\n", f(m.CosDiff), f(m.FloorCosDiff), bound(m.CosDiffBound))
 	mw.p("| RMSE | %s | %s | %s |\n", f(m.RMSE), f(m.FloorRMSE), bound(m.RMSEBound))
 	mw.p("| SQNR (dB) | %s | | |\n", f(m.SQNRdB))
@@ -314,18 +308,18 @@ func writeCheckMD(mw *mdWriter, c compare.Check, figs []Figure) {
 			if where == "" {
 				where = fmt.Sprint(e.Index)
 			}
-			mw.p("| %s | %s | %s | %s | %s | %s | %s |\n", cell(where), num(float64(e.Actual)), num(float64(e.Expected)),
+			mw.p("| %s | %s | %s | %s | %s | %s | %s |\n", text(where), num(float64(e.Actual)), num(float64(e.Expected)),
 				num(float64(e.Exact)), num(float64(e.Err)), num(float64(e.Tol)), num(float64(e.Excess)))
 		}
 		mw.p("\n")
 	}
 	if s := c.Signature; s != nil {
-		mw.p("**Signature: `%s`**", s.Pattern)
+		mw.p("**Signature: %s**", code(s.Pattern))
 		if s.Coord != "" {
-			mw.p(" (by `%s`)", s.Coord)
+			mw.p(" (by %s)", code(s.Coord))
 		}
 		if s.Detail != "" {
-			mw.p(": %s", cell(s.Detail))
+			mw.p(": %s", text(s.Detail))
 		}
 		mw.p("\n\n")
 		var groups []signature.Group
@@ -337,7 +331,7 @@ func writeCheckMD(mw *mdWriter, c compare.Check, figs []Figure) {
 			}
 		}
 		if len(groups) > 0 && s.Coord != "" {
-			mw.p("| %s | share of the excess | share of the elements | failing | mean err/tol |\n|---|---|---|---|---|\n", cell(s.Coord))
+			mw.p("| %s | share of the excess | share of the elements | failing | mean err/tol |\n|---|---|---|---|---|\n", text(s.Coord))
 			for _, g := range groups {
 				mw.p("| %d | %s%% | %s%% | %d | %s |\n", g.Value, num(100*g.Share), num(100*g.Elements), g.Failing, num(g.MeanExcess))
 			}
@@ -348,7 +342,7 @@ func writeCheckMD(mw *mdWriter, c compare.Check, figs []Figure) {
 		writeFigure(mw, fg)
 	}
 	if c.Tolerance != "" {
-		mw.p("<details><summary>How the tolerance was set</summary>\n\n%s\n\n</details>\n\n", c.Tolerance)
+		mw.p("<details><summary>How the tolerance was set</summary>\n\n%s\n\n</details>\n\n", text(c.Tolerance))
 	}
 }
 
@@ -357,19 +351,19 @@ func writeDiagnosis(mw *mdWriter, d *Diagnosis, fig *Figure) {
 	if d.Mode != "" || d.Backend != "" || d.File != "" {
 		var what []string
 		if d.Mode != "" {
-			what = append(what, d.Mode)
+			what = append(what, text(d.Mode))
 		}
 		if d.Backend != "" {
-			what = append(what, "backend `"+cell(d.Backend)+"`")
+			what = append(what, "backend "+code(d.Backend))
 		}
 		if d.File != "" {
-			what = append(what, "capture `"+cell(d.File)+"`")
+			what = append(what, "capture "+code(d.File))
 		}
 		mw.p("Diagnosis of a %s.\n\n", strings.Join(what, ", "))
 	}
 	mw.p("Verdict: %s. ", verdictCell(d.Verdict))
 	if d.Stage != nil {
-		mw.p("Culprit stage: **`%s`**. ", *d.Stage)
+		mw.p("Culprit stage: **%s**. ", code(*d.Stage))
 	} else {
 		mw.p("No stage is to blame. ")
 	}
@@ -384,7 +378,7 @@ func writeDiagnosis(mw *mdWriter, d *Diagnosis, fig *Figure) {
 	}
 	mw.p("\n\n")
 	if d.Reason != "" {
-		mw.p("%s\n\n", cell(d.Reason))
+		mw.p("%s\n\n", text(d.Reason))
 	}
 	if len(d.Swaps) > 0 {
 		mw.p("Each stage swapped for its reference, one at a time:\n\n| swapped stage | largest error | drift removed |\n|---|---|---|\n")
@@ -393,7 +387,7 @@ func writeDiagnosis(mw *mdWriter, d *Diagnosis, fig *Figure) {
 			if s.RemovesDrift {
 				yes = "**yes**"
 			}
-			mw.p("| `%s` | %s | %s |\n", cell(s.Stage), num(float64(s.MaxError)), yes)
+			mw.p("| %s | %s | %s |\n", cellCode(s.Stage), num(float64(s.MaxError)), yes)
 		}
 		mw.p("\n")
 	}
@@ -421,7 +415,7 @@ func writeDiagnosis(mw *mdWriter, d *Diagnosis, fig *Figure) {
 		mw.p("\n")
 	}
 	for _, n := range d.Notes {
-		mw.p("- %s\n", cell(n))
+		mw.p("- %s\n", text(n))
 	}
 	if len(d.Notes) > 0 {
 		mw.p("\n")
@@ -473,13 +467,13 @@ func writeEnvironment(mw *mdWriter, b Bundle) {
 		rev += " (modified)"
 	}
 	mw.p("### Environment\n\n| | |\n|---|---|\n")
-	mw.p("| kcheck | %s, revision %s |\n", cell(e.Kcheck), cell(rev))
+	mw.p("| kcheck | %s, revision %s |\n", text(e.Kcheck), text(rev))
 	if e.Built != "" {
-		mw.p("| revision time | %s |\n", cell(e.Built))
+		mw.p("| revision time | %s |\n", text(e.Built))
 	}
-	mw.p("| Go | %s |\n| OS / arch | %s / %s, %d CPUs |\n", cell(e.Go), cell(e.OS), cell(e.Arch), e.CPUs)
+	mw.p("| Go | %s |\n| OS / arch | %s / %s, %d CPUs |\n", text(e.Go), text(e.OS), text(e.Arch), e.CPUs)
 	if b.Command != "" {
-		mw.p("| command | `%s` |\n", cell(b.Command))
+		mw.p("| command | %s |\n", cellCode(b.Command))
 	}
 	mw.p("\n")
 	var ev []Evidence
@@ -490,10 +484,10 @@ func writeEnvironment(mw *mdWriter, b Bundle) {
 		mw.p("### Evidence files\n\n| file | bytes | sha256 |\n|---|---|---|\n")
 		for _, e := range ev {
 			if e.NotHashed != "" {
-				mw.p("| `%s` | | not hashed: %s |\n", cell(e.File), cell(e.NotHashed))
+				mw.p("| %s | | not hashed: %s |\n", cellCode(e.File), text(e.NotHashed))
 				continue
 			}
-			mw.p("| `%s` | %d | `%s` |\n", cell(e.File), e.Bytes, e.SHA256)
+			mw.p("| %s | %d | %s |\n", cellCode(e.File), e.Bytes, cellCode(e.SHA256))
 		}
 		mw.p("\n")
 	}
@@ -502,7 +496,7 @@ func writeEnvironment(mw *mdWriter, b Bundle) {
 // writeFigure links a plot with its caption, or says why it is missing.
 func writeFigure(mw *mdWriter, fg Figure) {
 	if fg.Err != "" {
-		mw.p("*The %s plot could not be drawn: %s.*\n\n", fg.Caption, cell(fg.Err))
+		mw.p("*The %s plot could not be drawn: %s.*\n\n", fg.Caption, text(fg.Err))
 		return
 	}
 	mw.p("![%s](%s)\n\n*%s*\n\n", altOf(fg.Path), fg.Path, fg.Caption)
@@ -544,12 +538,12 @@ func summary(r check.Result) string {
 		var alsoFail []string
 		for _, st := range r.Stages {
 			if st.Prefix == *r.Stage {
-				kern, seen = " ("+st.Kernel+")", true
+				kern, seen = " ("+text(st.Kernel)+")", true
 			} else if seen && st.Verdict == check.Fail {
-				alsoFail = append(alsoFail, "`"+st.Prefix+"`")
+				alsoFail = append(alsoFail, code(st.Prefix))
 			}
 		}
-		sent := fmt.Sprintf("stage `%s`%s fails on its own captured inputs, so the error starts there", *r.Stage, kern)
+		sent := fmt.Sprintf("stage %s%s fails on its own captured inputs, so the error starts there", code(*r.Stage), kern)
 		if len(alsoFail) == 0 {
 			sent += "; the later stages pass on the inputs they were given, and their propagated error is this one carried forward."
 		} else {
@@ -563,7 +557,7 @@ func summary(r check.Result) string {
 		if worst.Mode == "bitwise" {
 			what = "differ from the expected bits"
 		}
-		sent := fmt.Sprintf("%d of %d elements of `%s` %s", m.OverTol, m.N, worst.Tensor, what)
+		sent := fmt.Sprintf("%d of %d elements of %s %s", m.OverTol, m.N, code(worst.Tensor), what)
 		if worst.Mode != "bitwise" && !math.IsInf(float64(m.MaxExcess), 0) {
 			sent += fmt.Sprintf(" (worst %s times its tolerance", num(float64(m.MaxExcess)))
 			if m.FloorRMSE > 0 {
@@ -575,9 +569,9 @@ func summary(r check.Result) string {
 			sent += fmt.Sprintf(", with %d NaN and %d Inf where the reference has none (or the reverse)", m.NaNMismatch, m.InfMismatch)
 		}
 		if s := worst.Signature; s != nil && s.Pattern != signature.None {
-			sent += fmt.Sprintf("; the errors' pattern is `%s`", s.Pattern)
+			sent += fmt.Sprintf("; the errors' pattern is %s", code(s.Pattern))
 			if s.Coord != "" {
-				sent += fmt.Sprintf(" (by `%s`)", s.Coord)
+				sent += fmt.Sprintf(" (by %s)", code(s.Coord))
 			}
 		}
 		parts = append(parts, sent+".")

@@ -301,10 +301,10 @@ func positionPlot(p Profile, sigCoord string) (*plot.Plot, string, error) {
 		return nil, "", errs.err
 	}
 	pl.Legend.Top = true
-	caption := fmt.Sprintf("%s of `%s` by `%s` (largest and mean over the elements sharing each value)", what, p.Tensor, c.Name)
+	caption := fmt.Sprintf("%s of %s by %s (largest and mean over the elements sharing each value)", what, code(p.Tensor), code(c.Name))
 	if p.FromSignature {
 		pl.Title.Text = fmt.Sprintf("%s: mean err/tol of the signature's groups by %s", p.Tensor, c.Name)
-		caption = fmt.Sprintf("mean err/tol of `%s` over the signature's reported groups of `%s` only (re-rendered from JSON, which keeps no per-element errors)", p.Tensor, c.Name)
+		caption = fmt.Sprintf("mean err/tol of %s over the signature's reported groups of %s only (re-rendered from JSON, which keeps no per-element errors)", code(p.Tensor), code(c.Name))
 	}
 	if len(notes) > 0 {
 		caption += "; " + strings.Join(notes, "; ")
@@ -367,9 +367,9 @@ func mapPlot(p Profile) (*plot.Plot, string, error) {
 	pl.X.Tick.Marker = indexTicks(g.XVals)
 	pl.Y.Tick.Marker = indexTicks(g.YVals)
 	pl.Legend = plot.NewLegend() // the colour bar beside it is the legend
-	caption := fmt.Sprintf("largest err/tol of `%s` by `%s` (rows) and `%s` (columns); colour log10(err/tol) from -3 (blue) through 0 (white: at the tolerance) to +3 (red); grey: no element", p.Tensor, g.Y, g.X)
+	caption := fmt.Sprintf("largest err/tol of %s by %s (rows) and %s (columns); colour log10(err/tol) from -3 (blue) through 0 (white: at the tolerance) to +3 (red); grey: no element", code(p.Tensor), code(g.Y), code(g.X))
 	if p.Bitwise {
-		caption = fmt.Sprintf("elements of `%s` that differ, by `%s` (rows) and `%s` (columns): red where any differs, blue where all match; grey: no element", p.Tensor, g.Y, g.X)
+		caption = fmt.Sprintf("elements of %s that differ, by %s (rows) and %s (columns): red where any differs, blue where all match; grey: no element", code(p.Tensor), code(g.Y), code(g.X))
 	}
 	return pl, caption, nil
 }

@@ -405,8 +405,8 @@ func TestDiagnosisReport(t *testing.T) {
 
 // Table cells survive pipes and newlines; metrics spell their special values.
 func TestCellAndNum(t *testing.T) {
-	if got := cell("a|b\nc"); got != `a\|b c` {
-		t.Errorf("cell = %q", got)
+	if got := text("a|b\nc"); got != `a\|b\\nc` {
+		t.Errorf("text = %q", got)
 	}
 	for v, want := range map[float64]string{math.Inf(1): "+Inf", math.Inf(-1): "-Inf", 0.000123456: "0.0001235", 12345678: "1.235e+07"} {
 		if got := num(v); got != want {
