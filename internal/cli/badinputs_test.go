@@ -342,6 +342,19 @@ func commonBadInputs() []badInput {
 			writeFile(t, filepath.Join(rep, "report.md"), []byte("precious"))
 			return []string{"check", "--report", rep, fx + "golden/nvfp4_gemm.safetensors"}
 		}, code: ExitUsage, want: []string{"report.md exists"}},
+		{name: "--report whose plots/ is a symbolic link out of the directory, --force", setup: func(t *testing.T, dir string) []string {
+			rep := filepath.Join(dir, "report")
+			if err := os.MkdirAll(rep, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(t.TempDir(), filepath.Join(rep, "plots")); err != nil {
+				t.Fatal(err)
+			}
+			return []string{"check", "--report", rep, "--force", fx + "golden/nvfp4_gemm.safetensors"}
+		}, code: ExitUsage, want: []string{"plots is a symbolic link"}},
+		{name: "--report naming a file, not a directory", setup: func(t *testing.T, dir string) []string {
+			return []string{"check", "--report", writeFile(t, filepath.Join(dir, "report"), []byte("precious")), fx + "golden/nvfp4_gemm.safetensors"}
+		}, code: ExitUsage, want: []string{"not a directory"}},
 		{name: "SIGINT during a run", setup: func(t *testing.T, dir string) []string {
 			return []string{"run", "--json", "--cases", writeFile(t, filepath.Join(dir, "c.json"), []byte(interruptCases)), "--out", filepath.Join(dir, "out")}
 		}, code: ExitInterrupted, want: []string{"interrupted after 1 of 3; finished: a-fast (pass)"}, interrupt: true},

@@ -122,3 +122,40 @@ func TestReportOfNaNOutputs(t *testing.T) {
 		})
 	}
 }
+
+// Problems of the --report directory stop check, run and diagnose before
+// anything is checked (nothing on stdout), and leave what a link in it
+// points at alone.
+func TestReportDirCheckedFirst(t *testing.T) {
+	file := fx + "golden/nvfp4_gemm.safetensors"
+	cases := writeFile(t, filepath.Join(t.TempDir(), "c.json"), []byte(`{"cases":[{"name":"small","kernel":"nvfp4_quantize","m":2,"k":32}]}`))
+	for _, args := range [][]string{
+		{"check", file},
+		{"run", "--cases", cases},
+		{"diagnose", fx + "examples/pipeline_ok.safetensors"},
+		{"diagnose", "--simulate", "--steps", "2"},
+	} {
+		t.Run(args[0]+" plots linked out", func(t *testing.T) {
+			rep, outside := filepath.Join(t.TempDir(), "rep"), t.TempDir()
+			victim := writeFile(t, filepath.Join(outside, "1-out-along.png"), []byte("precious"))
+			os.MkdirAll(rep, 0o755)
+			if err := os.Symlink(outside, filepath.Join(rep, "plots")); err != nil {
+				t.Fatal(err)
+			}
+			code, out, errs := run(t, append(args, "--report", rep, "--force")...)
+			if code != ExitUsage || out != "" || !strings.Contains(errs, "symbolic link") {
+				t.Errorf("exit %d\nstdout %.300q\nstderr %q", code, out, errs)
+			}
+			if b, _ := os.ReadFile(victim); string(b) != "precious" {
+				t.Errorf("the linked file now holds %.20q", b)
+			}
+		})
+		t.Run(args[0]+" a file", func(t *testing.T) {
+			rep := writeFile(t, filepath.Join(t.TempDir(), "rep"), []byte("precious"))
+			code, out, errs := run(t, append(args, "--report", rep)...)
+			if code != ExitUsage || out != "" || !strings.Contains(errs, "not a directory") {
+				t.Errorf("exit %d\nstdout %.300q\nstderr %q", code, out, errs)
+			}
+		})
+	}
+}

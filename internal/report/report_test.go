@@ -294,24 +294,6 @@ func TestWriteDirRefusesOverwrite(t *testing.T) {
 	}
 }
 
-// writeAtomic without force never replaces a file, even one that appears
-// between the check and the write.
-func TestWriteAtomicNoClobber(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "x")
-	if err := os.WriteFile(p, []byte("theirs"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeAtomic(p, []byte("ours"), false); err == nil {
-		t.Fatal("an existing file was replaced")
-	}
-	if got := readFile(t, p); got != "theirs" {
-		t.Errorf("file now holds %q", got)
-	}
-	if err := writeAtomic(p, []byte("ours"), true); err != nil || readFile(t, p) != "ours" {
-		t.Errorf("forced write: %v", err)
-	}
-}
-
 // `check --json` lines re-render: items in order, a reproduction command
 // for files that exist, and plots from the signature's groups only.
 func TestLoadCheckJSONLines(t *testing.T) {

@@ -3,13 +3,9 @@ package report
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
@@ -34,10 +30,12 @@ const (
 
 // WriteDir writes a report into dir (created if needed): report.md
 // (Markdown to paste into an issue), report.json (the bundle, which
-// `kcheck report` re-renders) and plots/*.png. Every file is written to a
-// temporary name and renamed into place, so a reader never sees half a
-// file; without Force, a file that exists is never replaced and WriteDir
-// refuses before writing anything. It returns the paths it wrote.
+// `kcheck report` re-renders) and plots/*.png. The report is rendered in
+// memory, then written whole under the directory's lock (reportdir.go): a
+// reader never sees half of it, two writers never mix theirs, nothing is
+// written through a symbolic link inside dir, and without Force nothing
+// that exists is replaced (WriteDir refuses before writing anything). It
+// returns the paths it wrote.
 func WriteDir(dir string, b Bundle, opt WriteOptions) ([]string, error) {
 	if b.Format == 0 {
 		b.Format = Format
@@ -58,88 +56,41 @@ func WriteDir(dir string, b Bundle, opt WriteOptions) ([]string, error) {
 	}
 	files[JSONFile] = append(js, '\n')
 
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
+	d, err := openReportDir(dir)
+	if err != nil {
+		return nil, err
 	}
-	sort.Strings(names)
-	if !opt.Force {
-		for _, n := range names {
-			p := filepath.Join(dir, n)
-			if _, err := os.Lstat(p); err == nil {
-				return nil, fmt.Errorf("%s exists: not overwriting it (use --force)", p)
-			} else if !errors.Is(err, fs.ErrNotExist) {
-				return nil, err
-			}
-		}
+	defer d.close()
+	if err := d.removeStale(); err != nil {
+		return nil, err
 	}
-	var written []string
-	for _, n := range names {
-		p := filepath.Join(dir, n)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return written, err
-		}
-		if err := writeAtomic(p, files[n], opt.Force); err != nil {
-			return written, err
-		}
-		written = append(written, p)
+	if err := d.check(opt.Force); err != nil {
+		return nil, err
 	}
-	return written, nil
+	return d.install(files, opt.Force)
 }
 
-// Preflight reports, before any work, whether WriteDir would refuse dir:
-// without force, a report.md or report.json already there.
+// Preflight finds, before any work, what would make WriteDir refuse dir or
+// fail in it: it creates dir when it is missing, and checks that kcheck can
+// lock it and write into it, that plots/ is no symbolic link, and without
+// force that no part of a report is there.
 func Preflight(dir string, force bool) error {
-	if force {
-		return nil
-	}
-	for _, n := range []string{MarkdownFile, JSONFile} {
-		p := filepath.Join(dir, n)
-		if _, err := os.Lstat(p); err == nil {
-			return fmt.Errorf("%s exists: not overwriting it (use --force)", p)
-		}
-	}
-	return nil
-}
-
-// writeAtomic writes data to a temporary file beside path and moves it into
-// place. Without force it links rather than renames, which fails when path
-// appeared meanwhile: an existing file is never replaced.
-func writeAtomic(path string, data []byte, force bool) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	d, err := openReportDir(dir)
 	if err != nil {
 		return err
 	}
-	name := tmp.Name()
-	defer os.Remove(name) // after a rename or a link this removes nothing or the temporary name
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("%s: %v", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("%s: %v", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("%s: %v", path, err)
-	}
-	if err := os.Chmod(name, 0o644); err != nil {
+	defer d.close()
+	if err := d.removeStale(); err != nil {
 		return err
 	}
-	if force {
-		return os.Rename(name, path)
+	if err := d.check(force); err != nil {
+		return err
 	}
-	if err := os.Link(name, path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("%s exists: not overwriting it (use --force)", path)
-		}
-		// A filesystem without hard links: check, then rename.
-		if _, serr := os.Lstat(path); serr == nil {
-			return fmt.Errorf("%s exists: not overwriting it (use --force)", path)
-		}
-		return os.Rename(name, path)
+	staging, err := d.stage()
+	if err != nil {
+		return err
 	}
-	return nil
+	return d.root.Remove(staging)
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
