@@ -355,6 +355,16 @@ func commonBadInputs() []badInput {
 		{name: "--report naming a file, not a directory", setup: func(t *testing.T, dir string) []string {
 			return []string{"check", "--report", writeFile(t, filepath.Join(dir, "report"), []byte("precious")), fx + "golden/nvfp4_gemm.safetensors"}
 		}, code: ExitUsage, want: []string{"not a directory"}},
+		{name: "run --out into a directory holding the temporary file of a killed kcheck", setup: func(t *testing.T, dir string) []string {
+			out := filepath.Join(dir, "out")
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			left := writeFile(t, filepath.Join(out, ".small.safetensors.kcheck-tmp-4242"), []byte("half a capture"))
+			old := time.Now().Add(-time.Hour)
+			os.Chtimes(left, old, old)
+			return []string{"run", "--json", "--cases", writeFile(t, filepath.Join(dir, "c.json"), []byte(`{"cases":[{"name":"small","kernel":"nvfp4_quantize","m":2,"k":32}]}`)), "--out", out}
+		}, code: ExitPass, want: []string{"removed 1 temporary file(s) that a killed kcheck left in", ".small.safetensors.kcheck-tmp-4242"}},
 		{name: "SIGINT during a run", setup: func(t *testing.T, dir string) []string {
 			return []string{"run", "--json", "--cases", writeFile(t, filepath.Join(dir, "c.json"), []byte(interruptCases)), "--out", filepath.Join(dir, "out")}
 		}, code: ExitInterrupted, want: []string{"interrupted after 1 of 3; finished: a-fast (pass)"}, interrupt: true},

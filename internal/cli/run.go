@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -209,6 +210,7 @@ func (o *runOptions) run(ctx context.Context) error {
 		if err := os.MkdirAll(o.outDir, 0o755); err != nil {
 			return exitWith(o.io, ExitUsage, o.bisect, fmt.Errorf("--out: %v", err))
 		}
+		removeStaleTemps(o.io, o.outDir)
 	}
 	bar := progress.New(len(sel), o.io.Err, o.quiet)
 	done := &progressLog{total: len(sel)}
@@ -244,6 +246,19 @@ func (o *runOptions) run(ctx context.Context) error {
 		code = worseExit(code, ExitUsage)
 	}
 	return exitCode(code)
+}
+
+// removeStaleTemps removes, and names on stderr, the temporary files that
+// killed writers left in dir (safetensors.RemoveStaleTemps).
+func removeStaleTemps(s *IO, dir string) {
+	removed, _ := safetensors.RemoveStaleTemps(dir)
+	if len(removed) > 0 {
+		names := make([]string, len(removed))
+		for i, p := range removed {
+			names[i] = printable.Escape(filepath.Base(p))
+		}
+		fmt.Fprintf(s.Err, "kcheck: removed %d temporary file(s) that a killed kcheck left in %s: %s\n", len(removed), printable.Escape(dir), strings.Join(names, ", "))
+	}
 }
 
 // RunCase builds a case, runs it on be and checks the outputs; the

@@ -152,6 +152,7 @@ func (o *shrinkOptions) run(ctx context.Context) error {
 	if _, err := os.Lstat(out); err == nil && !o.force {
 		return exitWith(o.io, ExitUsage, false, fmt.Errorf("%s exists: refusing to overwrite it (use --force)", out))
 	}
+	removeStaleTemps(o.io, filepath.Dir(out))
 	if err := safetensors.Write(out, res.Capture.Metadata, res.Capture.Tensors, safetensors.WriteOptions{Force: o.force}); err != nil {
 		return exitWith(o.io, ExitUsage, false, err)
 	}

@@ -49,6 +49,7 @@ import (
 	"unsafe"
 
 	"github.com/kcheck-dev/kcheck/internal/bounded"
+	"github.com/kcheck-dev/kcheck/internal/filelock"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -608,7 +609,8 @@ type WriteOptions struct {
 }
 
 // Write writes tensors and meta (as Encode does) to path atomically: into a
-// temporary file in the same directory, fsync'd, then moved into place, so a
+// temporary file in the same directory (".NAME.kcheck-tmp-*", locked while
+// it is written; see RemoveStaleTemps), fsync'd, then moved into place, so a
 // crash leaves the old file or the new one, never half of one. Without
 // opts.Force an existing path is an error (checked atomically where the file
 // system supports hard links).
@@ -625,8 +627,15 @@ func Write(path string, meta map[string]string, tensors map[string]*tensor.Tenso
 	if dir == "" {
 		dir = "."
 	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	tmp, err := os.CreateTemp(dir, "."+base+tempMarker+"*")
 	if err != nil {
+		return err
+	}
+	// Held until the file is closed: a writer killed before its rename
+	// leaves an unlocked file, which RemoveStaleTemps removes.
+	if _, err := filelock.TryLock(tmp); err != nil && !errors.Is(err, filelock.ErrUnsupported) {
+		tmp.Close()
+		os.Remove(tmp.Name())
 		return err
 	}
 	tmpName := tmp.Name()
