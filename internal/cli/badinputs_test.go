@@ -355,6 +355,10 @@ func commonBadInputs() []badInput {
 		{name: "--report naming a file, not a directory", setup: func(t *testing.T, dir string) []string {
 			return []string{"check", "--report", writeFile(t, filepath.Join(dir, "report"), []byte("precious")), fx + "golden/nvfp4_gemm.safetensors"}
 		}, code: ExitUsage, want: []string{"not a directory"}},
+		{name: "run --out --force with cases x/y and x__y (one capture file)", setup: func(t *testing.T, dir string) []string {
+			return caseFile(`{"cases":[{"name":"x/y","kernel":"nvfp4_quantize","m":2,"k":32},{"name":"x__y","kernel":"nvfp4_quantize","m":2,"k":32}]}`, "--out", filepath.Join(dir, "out"), "--force")(t, dir)
+		},
+			code: ExitUsage, want: []string{`cases "x/y" and "x__y" would both be captured to x__y.safetensors`}},
 		{name: "run --out into a directory holding the temporary file of a killed kcheck", setup: func(t *testing.T, dir string) []string {
 			out := filepath.Join(dir, "out")
 			if err := os.MkdirAll(out, 0o755); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/printable"
 	"github.com/kcheck-dev/kcheck/internal/report"
@@ -187,4 +188,25 @@ func runReproduce(o *runOptions, name string) string {
 // captureFile is where --out writes a case's capture.
 func captureFile(outDir, caseName string) string {
 	return filepath.Join(outDir, strings.ReplaceAll(caseName, "/", "__")+".safetensors")
+}
+
+// captureCollisions refuses a selection in which two cases would write one
+// capture file ("x/y" and "x__y" both give x__y.safetensors; a case selected
+// twice gives its own file twice): the second would overwrite the first.
+// Names are compared without case, as a case-insensitive file system (macOS,
+// Windows, where captures are often copied) would.
+func captureCollisions(sel []cases.Case) error {
+	seen := map[string]string{}
+	for _, c := range sel {
+		file := captureFile("", c.Name)
+		key := strings.ToLower(file)
+		if prev, ok := seen[key]; ok {
+			if prev == c.Name {
+				return fmt.Errorf("case %q is selected twice: its capture would be written twice (--out)", c.Name)
+			}
+			return fmt.Errorf("cases %q and %q would both be captured to %s (--out): rename one", prev, c.Name, file)
+		}
+		seen[key] = c.Name
+	}
+	return nil
 }

@@ -187,6 +187,12 @@ func (o *runOptions) run(ctx context.Context) error {
 	if err != nil {
 		return exitWith(o.io, ExitUsage, o.bisect, err)
 	}
+	if o.outDir != "" {
+		// Over the whole selection, so that every shard refuses alike.
+		if err := captureCollisions(sel); err != nil {
+			return exitWith(o.io, ExitUsage, o.bisect, err)
+		}
+	}
 	sel = shardOf(sel, si, sn)
 	spec, err := sanitized(o.backend, o.sanitize)
 	if err != nil {
