@@ -369,6 +369,12 @@ func commonBadInputs() []badInput {
 			os.Chtimes(left, old, old)
 			return []string{"run", "--json", "--cases", writeFile(t, filepath.Join(dir, "c.json"), []byte(`{"cases":[{"name":"small","kernel":"nvfp4_quantize","m":2,"k":32}]}`)), "--out", out}
 		}, code: ExitPass, want: []string{"removed 1 temporary file(s) that a killed kcheck left in", ".small.safetensors.kcheck-tmp-4242"}},
+		{name: "check --bisect --set without =", setup: func(t *testing.T, dir string) []string {
+			return []string{"check", "--bisect", "--set", "foo", fx + "golden/nvfp4_gemm.safetensors"}
+		}, code: ExitSkip, want: []string{`--set "foo": want KEY=VALUE`}},
+		{name: "check --bisect with a flag value that does not parse", setup: func(t *testing.T, dir string) []string {
+			return []string{"check", "--bisect", "--worst", "many", fx + "golden/nvfp4_gemm.safetensors"}
+		}, code: ExitSkip, want: []string{"--worst"}},
 		{name: "SIGINT during a run", setup: func(t *testing.T, dir string) []string {
 			return []string{"run", "--json", "--cases", writeFile(t, filepath.Join(dir, "c.json"), []byte(interruptCases)), "--out", filepath.Join(dir, "out")}
 		}, code: ExitInterrupted, want: []string{"interrupted after 1 of 3; finished: a-fast (pass)"}, interrupt: true},

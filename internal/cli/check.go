@@ -83,7 +83,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 	}
 	extra, err := parseSet(o.set)
 	if err != nil {
-		return err
+		return exitWith(o.io, ExitUsage, o.bisect, err)
 	}
 	opts, err := checkOpts(o.policy, o.from, o.worstK)
 	if err != nil {

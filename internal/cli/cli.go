@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -92,9 +94,37 @@ func MainContext(ctx context.Context, args []string, in io.Reader, out, errw io.
 	case errors.As(err, &ee):
 		return ee.code
 	default:
+		// A usage error cobra found (a bad flag value, an unknown flag)
+		// never reached the command's own exit mapping.
 		fmt.Fprintln(errw, "kcheck:", printable.Escape(err.Error()))
+		if bisectRequested(root, args) {
+			return ExitSkip
+		}
 		return ExitUsage
 	}
+}
+
+// bisectRequested reports whether args ask the command they name for
+// --bisect, whose unusable input exits 125 (git bisect's skip) rather than
+// 2, which git bisect would take for a bad commit.
+func bisectRequested(root *cobra.Command, args []string) bool {
+	cmd, _, err := root.Find(args)
+	if err != nil || cmd.Flags().Lookup("bisect") == nil {
+		return false
+	}
+	on := false // the last --bisect counts, as in flag parsing
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "--bisect" {
+			on = true
+		} else if v, ok := strings.CutPrefix(a, "--bisect="); ok {
+			b, err := strconv.ParseBool(v)
+			on = err == nil && b
+		}
+	}
+	return on
 }
 
 func newRoot(s *IO) *cobra.Command {
