@@ -24,7 +24,7 @@ func TestCheckReportFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"kcheck check " + bad, "### Evidence files", "![1-out-along](plots/1-out-along.png)"} {
+	for _, want := range []string{"kcheck check " + bad, "### Evidence files", "![Figure 1, 1-out-along.png](plots/1-out-along.png)"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q", want)
 		}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"path/filepath"
+	"path"
 	"sort"
 	"strings"
 
@@ -70,6 +70,14 @@ func Markdown(w io.Writer, b Bundle, opt MarkdownOptions) error {
 func markdown(w io.Writer, b Bundle, figs figures, opt MarkdownOptions) error {
 	mw := &mdWriter{w: w}
 	mw.p("## %s\n\n", title(b))
+	if n := figs.drawn(); n > 0 {
+		files := "PNG file"
+		if n > 1 {
+			files = "PNG files"
+		}
+		// A pasted report.md cannot show plots/; the reader attaches them.
+		mw.p("*The %d plots below are %s in `plots/` beside this report, each named in its figure's caption: attach them to the issue with it. The text says what each one shows and reads whole without them.*\n\n", n, files)
+	}
 	if len(b.Items) > 1 || (len(b.Items) == 1 && b.Diagnosis != nil) {
 		mw.p("| # | file or case | kernel | verdict | culprit stage | worst err/tol |\n|---|---|---|---|---|---|\n")
 		for i, it := range b.Items {
@@ -91,6 +99,7 @@ func markdown(w io.Writer, b Bundle, figs figures, opt MarkdownOptions) error {
 type mdWriter struct {
 	w   io.Writer
 	err error
+	fig int // figures written so far
 }
 
 func (m *mdWriter) p(format string, args ...any) {
@@ -494,17 +503,35 @@ func writeEnvironment(mw *mdWriter, b Bundle) {
 }
 
 // writeFigure links a plot with its caption, or says why it is missing.
+// Figures are numbered in the order they appear, and each caption names
+// its file, which is also the alt text: GitHub names an attached image
+// after its file, so the figures match the attachments.
 func writeFigure(mw *mdWriter, fg Figure) {
 	if fg.Err != "" {
 		mw.p("*The %s plot could not be drawn: %s.*\n\n", fg.Caption, text(fg.Err))
 		return
 	}
-	mw.p("![%s](%s)\n\n*%s*\n\n", altOf(fg.Path), fg.Path, fg.Caption)
+	mw.fig++
+	name := path.Base(fg.Path)
+	mw.p("![%s](%s)\n\n*Figure %d, %s: %s.*\n\n", text(fmt.Sprintf("Figure %d, %s", mw.fig, name)), fg.Path, mw.fig, code(name), fg.Caption)
 }
 
-// altOf is a figure's alt text: its file name without the extension.
-func altOf(path string) string {
-	return strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+// drawn counts the figures drawn to a PNG.
+func (f figures) drawn() int {
+	n := 0
+	for _, byTensor := range f.byCheck {
+		for _, fs := range byTensor {
+			for _, fg := range fs {
+				if fg.Err == "" {
+					n++
+				}
+			}
+		}
+	}
+	if f.drift != nil && f.drift.Err == "" {
+		n++
+	}
+	return n
 }
 
 // shapeOf writes a shape as [2, 512].

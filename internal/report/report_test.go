@@ -369,7 +369,7 @@ func TestDiagnosisReport(t *testing.T) {
 		"The error first leaves the noise floor at step 25 (context length 89).",
 		"| `cache` | 0.0011 | **yes** |",
 		"| 25 ← | 1 | 89 |",
-		"![drift](plots/drift.png)",
+		"![Figure 1, drift.png](plots/drift.png)", "*Figure 1, `drift.png`: error per decode step",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report.md lacks %q\n%s", want, md)

@@ -1,9 +1,11 @@
 package report
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -221,6 +223,54 @@ func TestPreflight(t *testing.T) {
 		os.MkdirAll(ro, 0o555)
 		if err := Preflight(ro, false); err == nil {
 			t.Error("Preflight of a read-only directory passed")
+		}
+	}
+}
+
+// report.md reads whole without its plots and names each one, so that the
+// PNGs can be attached beside it in an issue: a line says how many there
+// are and where, and each figure is numbered in order with its file name
+// in its caption, outside the image link a pasted report cannot show. Two
+// tensors whose names sanitize alike get two files.
+func TestMarkdownNamesItsPlots(t *testing.T) {
+	b := fixtureBundle(t, threeFixtures...)
+	// Two more failing outputs whose names sanitize alike ("out_").
+	it := &b.Items[1]
+	for _, name := range []string{"out!", "out?"} {
+		twin := it.Result.Checks[0]
+		twin.Tensor = name
+		it.Result.Checks = append(it.Result.Checks, twin)
+		p := *findProfile(it.Profiles, "out")
+		p.Tensor = name
+		it.Profiles = append(it.Profiles, p)
+	}
+
+	dir := t.TempDir()
+	if _, err := WriteDir(dir, b, WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	md := readFile(t, filepath.Join(dir, MarkdownFile))
+	have, _ := plotsIn(t, dir)
+	if want := fmt.Sprintf("*The %d plots below are PNG files in `plots/` beside this report", len(have)); !strings.Contains(md, want) {
+		t.Errorf("report.md lacks %q", want)
+	}
+	// Without the image links, every file is still named, figure by figure.
+	prose := regexp.MustCompile(`!\[[^\]]*\]\([^)]*\)`).ReplaceAllString(md, "")
+	figs := regexp.MustCompile("\\*Figure (\\d+), `([^`]+)`: ").FindAllStringSubmatch(prose, -1)
+	var named []string
+	for i, f := range figs {
+		if f[1] != fmt.Sprint(i+1) {
+			t.Errorf("figure %s is the %d-th", f[1], i+1)
+		}
+		named = append(named, f[2])
+	}
+	sort.Strings(named)
+	if strings.Join(named, " ") != strings.Join(have, " ") {
+		t.Errorf("captions name %v, plots/ holds %v", named, have)
+	}
+	for _, want := range []string{"2-out_-along.png", "2-out_-2-along.png"} {
+		if !slices.Contains(have, want) {
+			t.Errorf("plots/ lacks %s: %v", want, have)
 		}
 	}
 }

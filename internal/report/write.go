@@ -121,6 +121,7 @@ func renderPlots(b Bundle, mo MarkdownOptions, files map[string][]byte) figures 
 		}
 		return &Figure{Path: add(name, data), Caption: caption}
 	}
+	used := map[string]bool{}
 	for _, i := range detailed(b.Items, mo.MaxDetails) {
 		it := b.Items[i]
 		allPass := it.Result.Verdict == "pass"
@@ -135,7 +136,13 @@ func renderPlots(b Bundle, mo MarkdownOptions, files map[string][]byte) figures 
 			if p == nil {
 				continue
 			}
+			// Names stay unique when two tensors sanitize alike ("a b", "a_b"),
+			// and keep the form plotName expects.
 			base := fmt.Sprintf("%d-%s", i+1, unsafeName.ReplaceAllString(c.Tensor, "_"))
+			for k := 2; used[base]; k++ {
+				base = fmt.Sprintf("%d-%s-%d", i+1, unsafeName.ReplaceAllString(c.Tensor, "_"), k)
+			}
+			used[base] = true
 			pl, caption, err := positionPlot(*p, sigCoord(c))
 			if f := figure(base+"-along.png", "error along a coordinate", pl, caption, err, func(pl *plot.Plot) ([]byte, error) { return pngOf(pl, w, h) }); f != nil {
 				addFig(figs, i, c.Tensor, *f)
