@@ -151,3 +151,34 @@ func drawn(figs figures, files map[string][]byte) error {
 type panicError struct{ v any }
 
 func (p panicError) Error() string { return fmt.Sprint("panic: ", p.v) }
+
+// A report draws at most maxPlots PNGs, however many failing outputs a
+// report.json lists; the rest are named as not drawn.
+func TestPlotsBounded(t *testing.T) {
+	defer func(n int) { maxPlots = n }(maxPlots)
+	maxPlots = 4
+	p := along("token", 0, []float64{1, 2, 3}, []float64{1, 1, 1})
+	var it Item
+	it.Result = failingResult("out")
+	it.Result.Checks = nil
+	for i := 0; i < maxPlots+3; i++ {
+		name := fmt.Sprintf("t%d", i)
+		it.Result.Checks = append(it.Result.Checks, compare.Check{Tensor: name, Verdict: compare.Fail})
+		q := p
+		q.Tensor = name
+		it.Profiles = append(it.Profiles, q)
+	}
+	files := map[string][]byte{}
+	figs := renderPlots(Bundle{Items: []Item{it}}, MarkdownOptions{}, files)
+	refused := 0
+	for _, fs := range figs.byCheck[0] {
+		for _, f := range fs {
+			if f.Err != "" {
+				refused++
+			}
+		}
+	}
+	if len(files) != maxPlots || refused != 3 {
+		t.Errorf("%d plots drawn, %d refused; want %d and 3", len(files), refused, maxPlots)
+	}
+}

@@ -93,6 +93,12 @@ func Preflight(dir string, force bool) error {
 	return d.root.Remove(staging)
 }
 
+// maxPlots bounds the PNGs one report draws (each takes tens of
+// milliseconds): far more than kcheck's own reports need (ten detailed
+// items, two plots per output that fails), so that no report.json can make
+// rendering take hours. A variable for the tests.
+var maxPlots = 256
+
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
 // renderPlots draws the plots of the detailed items' failing (or, when all
@@ -108,12 +114,17 @@ func renderPlots(b Bundle, mo MarkdownOptions, files map[string][]byte) figures 
 		return rel
 	}
 	// figure renders one plot (a nil plot: nothing to draw).
+	drawn := 0
 	figure := func(name, what string, pl *plot.Plot, caption string, err error, render func(*plot.Plot) ([]byte, error)) *Figure {
 		if err == nil && pl == nil {
 			return nil
 		}
+		if err == nil && drawn >= maxPlots {
+			err = fmt.Errorf("the report already holds %d plots, the most it draws", maxPlots)
+		}
 		var data []byte
 		if err == nil {
+			drawn++
 			data, err = render(pl)
 		}
 		if err != nil {
