@@ -94,11 +94,11 @@ func TestReportOfNaNOutputs(t *testing.T) {
 	tail := fx + "examples/mla_decode_page_tail.safetensors"
 	tests := []struct {
 		name string
-		args func(dir string) []string
+		args func(t *testing.T, dir string) []string
 	}{
-		{"check", func(dir string) []string { return []string{"check", "--report", dir, tail} }},
-		{"diagnose", func(dir string) []string { return []string{"diagnose", "--report", dir, tail} }},
-		{"run", func(dir string) []string {
+		{"check", func(_ *testing.T, dir string) []string { return []string{"check", "--report", dir, tail} }},
+		{"diagnose", func(_ *testing.T, dir string) []string { return []string{"diagnose", "--report", dir, tail} }},
+		{"run", func(t *testing.T, dir string) []string {
 			cases := writeFile(t, filepath.Join(t.TempDir(), "c.json"),
 				[]byte(`{"cases":[{"name":"tail","kernel":"mla_decode","heads":2,"seq_lens":[20,33],"page_size":16,"splits":2}]}`))
 			return []string{"run", "--cases", cases, "--backend", "faulty:page_tail_attended", "--report", dir}
@@ -106,8 +106,9 @@ func TestReportOfNaNOutputs(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // drawing PNGs is slow under the race detector
 			dir := filepath.Join(t.TempDir(), "rep")
-			code, out, errs := run(t, tc.args(dir)...)
+			code, out, errs := run(t, tc.args(t, dir)...)
 			if code != ExitFail {
 				t.Fatalf("exit %d, want 1\nstdout %.500s\nstderr %.2000s", code, out, errs)
 			}
