@@ -146,7 +146,7 @@ func exitWith(s *IO, code ExitCode, bisect bool, err error) error {
 func expand(s *IO, args []string) ([]string, error) {
 	files, notes, err := check.Expand(args)
 	for _, n := range notes {
-		fmt.Fprintln(s.Err, "kcheck: note:", n)
+		fmt.Fprintln(s.Err, "kcheck: note:", printable.Escape(n))
 	}
 	return files, err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/diagnose"
+	"github.com/kcheck-dev/kcheck/internal/printable"
 	"github.com/kcheck-dev/kcheck/internal/report"
 )
 
@@ -163,7 +164,7 @@ func (o *diagnoseOptions) run(ctx context.Context, flags *pflag.FlagSet) error {
 	rep, err := sim.Diagnose(ctx, be, diagnose.DiagnoseOptions{Quick: o.quick, Free: o.free})
 	switch {
 	case err != nil && errors.Is(err, context.Canceled):
-		fmt.Fprintln(o.io.Err, "kcheck: interrupted:", err)
+		fmt.Fprintln(o.io.Err, "kcheck: interrupted:", printable.Escape(err.Error()))
 		return exitError{ExitInterrupted}
 	case err != nil && errors.Is(err, context.DeadlineExceeded):
 		return exitWith(o.io, ExitUsage, o.bisect, fmt.Errorf("%w (the time limit of the whole diagnosis; raise it with --timeout)", err))

@@ -90,20 +90,29 @@ func TestNamesAreEscaped(t *testing.T) {
 		setup func(t *testing.T, dir string) []string
 		code  ExitCode
 		want  string // the escaped name, as printed
+		// stderrOnly: the name is in a message on stderr, in no result
+		stderrOnly bool
 	}{
 		{"file name (check)", func(t *testing.T, dir string) []string {
 			return []string{"check", copyTo(t, fx+"examples/nvfp4_dequant_nibble_order.safetensors", filepath.Join(dir, "x"+forged+".safetensors"))}
-		}, ExitFail, `x\r\x1b[2KPASS`},
+		}, ExitFail, `x\r\x1b[2KPASS`, false},
 		{"file name (check --quiet, directory walk)", func(t *testing.T, dir string) []string {
 			copyTo(t, fx+"examples/nvfp4_dequant_nibble_order.safetensors", filepath.Join(dir, "x"+forged+".safetensors"))
 			return []string{"check", "--quiet", dir}
-		}, ExitFail, `x\r\x1b[2KPASS`},
+		}, ExitFail, `x\r\x1b[2KPASS`, false},
+		{"file name a directory walk skips", func(t *testing.T, dir string) []string {
+			copyTo(t, fx+"examples/nvfp4_dequant_nibble_order.safetensors", filepath.Join(dir, "a.safetensors"))
+			if err := os.Symlink(filepath.Join(dir, "nowhere"), filepath.Join(dir, "x"+forged+".safetensors")); err != nil {
+				t.Fatal(err)
+			}
+			return []string{"check", "--quiet", dir}
+		}, ExitFail, `x\r\x1b[2KPASS`, true},
 		{"file name (diagnose)", func(t *testing.T, dir string) []string {
 			return []string{"diagnose", copyTo(t, fx+"examples/nvfp4_dequant_nibble_order.safetensors", filepath.Join(dir, "x"+forged+".safetensors"))}
-		}, ExitFail, `x\r\x1b[2KPASS`},
+		}, ExitFail, `x\r\x1b[2KPASS`, false},
 		{"file that does not exist", func(t *testing.T, dir string) []string {
 			return []string{"check", filepath.Join(dir, "x"+forged)}
-		}, ExitUsage, `x\r\x1b[2KPASS`},
+		}, ExitUsage, `x\r\x1b[2KPASS`, true},
 		{"file name (report, Markdown on stdout)", func(t *testing.T, dir string) []string {
 			file := copyTo(t, fx+"examples/nvfp4_dequant_nibble_order.safetensors", filepath.Join(dir, "x"+forged+".safetensors"))
 			rep := filepath.Join(dir, "rep")
@@ -111,29 +120,29 @@ func TestNamesAreEscaped(t *testing.T) {
 				t.Fatalf("check --report: exit %d: %s", code, errs)
 			}
 			return []string{"report", filepath.Join(rep, "report.json")}
-		}, ExitPass, `x\r\x1b[2KPASS`},
+		}, ExitPass, `x\r\x1b[2KPASS`, false},
 		{"case name with a newline (run)", func(t *testing.T, dir string) []string {
 			return []string{"run", "--cases", caseFile(t, dir), "--backend", "faulty:nibble_order"}
-		}, ExitFail, `bad\nPASS         fine\r\x1b[2KPASS`},
+		}, ExitFail, `bad\nPASS         fine\r\x1b[2KPASS`, false},
 		{"case name with a newline (cases)", func(t *testing.T, dir string) []string {
 			return []string{"cases", "--cases", caseFile(t, dir)}
-		}, ExitPass, `bad\nPASS         fine\r\x1b[2KPASS`},
+		}, ExitPass, `bad\nPASS         fine\r\x1b[2KPASS`, false},
 		{"tensor name", func(t *testing.T, dir string) []string {
 			return []string{"check", mutated(t, dir, "nvfp4_dequantize.safetensors", "t.safetensors", func(_ map[string]string, ts map[string]*tensor.Tensor) {
 				ts["t"+forged] = tensor.New(tensor.F32, 1)
 			})}
-		}, ExitPass, `tensor t\r\x1b[2KPASS`},
+		}, ExitPass, `tensor t\r\x1b[2KPASS`, false},
 		{"kernel name", func(t *testing.T, dir string) []string {
 			return []string{"check", mutated(t, dir, "nvfp4_dequantize.safetensors", "k.safetensors", func(m map[string]string, _ map[string]*tensor.Tensor) {
 				m["kcheck.kernel"] = "k" + forged
 			})}
-		}, ExitUsage, `k\r\x1b[2KPASS`},
+		}, ExitUsage, `k\r\x1b[2KPASS`, false},
 		{"stage name (check)", func(t *testing.T, dir string) []string {
 			return []string{"check", oneStagePipeline(t, dir, "c"+forged)}
-		}, ExitFail, `c\r\x1b[2KPASS`},
+		}, ExitFail, `c\r\x1b[2KPASS`, false},
 		{"stage name (diagnose)", func(t *testing.T, dir string) []string {
 			return []string{"diagnose", oneStagePipeline(t, dir, "c"+forged)}
-		}, ExitFail, `c\r\x1b[2KPASS`},
+		}, ExitFail, `c\r\x1b[2KPASS`, false},
 		{"npz member name", func(t *testing.T, dir string) []string {
 			// splitk_combine's tensors, all F32, and one more member.
 			_, ts := goldenCapture(t, "splitk_combine.safetensors")
@@ -165,7 +174,7 @@ func TestNamesAreEscaped(t *testing.T) {
 			}
 			f.Close()
 			return []string{"check", "--set", "kcheck.kernel=splitk_combine", path}
-		}, ExitFail, `tensor m\r\x1b[2KPASS`},
+		}, ExitFail, `tensor m\r\x1b[2KPASS`, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -187,9 +196,8 @@ func TestNamesAreEscaped(t *testing.T) {
 					t.Errorf("a PASS line in a run that exits %d: %q", code, line)
 				}
 			}
-			// JSON keeps the name exact (a file that does not exist has no
-			// result: its error is on stderr).
-			if (args[0] == "check" || args[0] == "run") && !strings.Contains(tc.name, "does not exist") {
+			// JSON keeps the name exact.
+			if (args[0] == "check" || args[0] == "run") && !tc.stderrOnly {
 				_, js, _ := run(t, append([]string{args[0], "--json"}, args[1:]...)...)
 				if err := terminalSafe(js); err != nil {
 					t.Errorf("--json: %v", err)
