@@ -49,7 +49,10 @@ type geometry struct {
 	preset                                       Preset
 }
 
-func (c Case) geometry() (geometry, error) {
+// sizes is the geometry without seqLens, the one part a few bytes of a case
+// file can make any size ("batch": 2^40): what the metadata and the memory
+// estimate read, neither of which may allocate per request.
+func (c Case) sizes() (geometry, error) {
 	g := geometry{batch: c.Batch, sq: c.SQ, page: c.PageSize, splits: c.Splits, cacheDType: c.KVCacheDType}
 	presetName := c.Preset
 	if presetName == "" {
@@ -87,18 +90,29 @@ func (c Case) geometry() (geometry, error) {
 	if g.cacheDType == "" {
 		g.cacheDType = "bf16"
 	}
+	switch {
+	case len(c.SeqLens) > 0:
+		g.batch = len(c.SeqLens)
+	case g.batch == 0:
+		g.batch = 2
+	}
+	return g, nil
+}
+
+// geometry is sizes with every request's seq_len: the generators call it
+// once the case's memory estimate has been accepted.
+func (c Case) geometry() (geometry, error) {
+	g, err := c.sizes()
+	if err != nil {
+		return g, err
+	}
 	g.seqLens = c.SeqLens
 	if len(g.seqLens) == 0 {
-		b := g.batch
-		if b == 0 {
-			b = 2
-		}
-		g.seqLens = make([]int, b)
+		g.seqLens = make([]int, g.batch)
 		for i := range g.seqLens {
-			g.seqLens[i] = 4*g.page + 1 + i // past a page boundary, requests differ
+			g.seqLens[i] = 4*g.page + 1 + i // past a page boundary, requests differ (check.EstimateCase mirrors it)
 		}
 	}
-	g.batch = len(g.seqLens)
 	return g, nil
 }
 
@@ -113,7 +127,7 @@ func (c Case) Metadata() (map[string]string, error) {
 	}
 	switch c.Kernel {
 	case "mla_decode", "mla_decode_sparse", "kv_cache_write", "kv_cache_gather", "dsa_indexer":
-		g, err := c.geometry()
+		g, err := c.sizes()
 		if err != nil {
 			return nil, err
 		}

@@ -5,7 +5,9 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
 	"strconv"
@@ -104,10 +106,10 @@ func LoadContext(ctx context.Context, path string) ([]Case, error) {
 	return Parse(b, path)
 }
 
-// MaxCases bounds how many cases one file may expand to. A family's matrix
-// multiplies out (ten keys of ten values are ten billion cases), so a few
-// hundred bytes could otherwise ask for more cases than memory holds; the
-// catalog has a few hundred.
+// MaxCases bounds how many cases one file may list and expand to. A
+// family's matrix multiplies out (ten keys of ten values are ten billion
+// cases), so a few hundred bytes could otherwise ask for more cases than
+// memory holds; the catalog has a few hundred.
 const MaxCases = 100000
 
 // Parse decodes and expands a case file; name is used in error messages.
@@ -118,9 +120,16 @@ func Parse(b []byte, name string) ([]Case, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("%s: %v", name, err)
 	}
+	if len(f.Cases) > MaxCases {
+		return nil, fmt.Errorf("%s: more than %d cases (%d listed); split the file", name, MaxCases, len(f.Cases))
+	}
 	out := append([]Case(nil), f.Cases...)
+	seqLens := MaxSeqLens // what the families' contexts may still expand to
+	for _, c := range f.Cases {
+		seqLens -= len(c.SeqLens)
+	}
 	for _, fam := range f.Families {
-		cs, err := fam.expand()
+		cs, err := fam.expand(&seqLens)
 		if err != nil {
 			return nil, fmt.Errorf("%s: family %q: %v", name, fam.Name, err)
 		}
@@ -146,7 +155,17 @@ func Parse(b []byte, name string) ([]Case, error) {
 	return out, nil
 }
 
-func (fam Family) expand() ([]Case, error) {
+// MaxSeqLens bounds the seq_lens a file's cases list in all (32 MiB of
+// them). A family's context expression sets every request's seq_len, so
+// one "batch": 100000000 would otherwise fill a list of that many at
+// parse time, before any memory bound is asked; a case with a batch but no
+// context lists none (its default contexts are made by the generator,
+// after the memory estimate has accepted it).
+const MaxSeqLens = 1 << 22
+
+// expand makes the family's cases; seqLens is how many seq_lens their
+// context expressions may still set, and is decremented by what they do.
+func (fam Family) expand(seqLens *int) ([]Case, error) {
 	keys := make([]string, 0, len(fam.Matrix))
 	for k := range fam.Matrix {
 		keys = append(keys, k)
@@ -168,7 +187,7 @@ func (fam Family) expand() ([]Case, error) {
 			if fam.skipped(cur) {
 				return nil
 			}
-			c, err := fam.build(cur)
+			c, err := fam.build(cur, seqLens)
 			if err != nil {
 				return err
 			}
@@ -235,7 +254,7 @@ var caseFields = func() map[string]bool {
 	return m
 }()
 
-func (fam Family) build(fields map[string]any) (Case, error) {
+func (fam Family) build(fields map[string]any, seqLens *int) (Case, error) {
 	plain := map[string]any{}
 	params := map[string]string{}
 	labels := map[string]string{}
@@ -283,6 +302,13 @@ func (fam Family) build(fields map[string]any) (Case, error) {
 		if batch == 0 {
 			batch = 1
 		}
+		if batch < 0 {
+			return c, fmt.Errorf("batch = %d is negative", batch)
+		}
+		if batch > *seqLens {
+			return c, fmt.Errorf("context %q for each of %d requests: more than %d seq_lens in the file", ctx, batch, MaxSeqLens)
+		}
+		*seqLens -= batch
 		c.SeqLens = make([]int, batch)
 		for i := range c.SeqLens {
 			c.SeqLens[i] = n
@@ -300,7 +326,9 @@ func (fam Family) build(fields map[string]any) (Case, error) {
 }
 
 // contextExpr evaluates a sum of terms "aP", "aS" and integers ("2P+1",
-// "P-1", "S", "131072"), P the page size and S the split count.
+// "P-1", "S", "131072"), P the page size and S the split count. A term or
+// sum that does not fit an int is refused: wrapped around, 2^58+1 pages of
+// 64 tokens would read as a context of 64.
 func contextExpr(e string, p, s int) (int, error) {
 	total := 0
 	for _, term := range strings.Split(strings.ReplaceAll(e, "-", "+-"), "+") {
@@ -322,15 +350,45 @@ func contextExpr(e string, p, s int) (int, error) {
 			a = -1
 		default:
 			v, err := strconv.Atoi(coef)
+			if errors.Is(err, strconv.ErrRange) {
+				return 0, fmt.Errorf("context %q: term %q overflows a 64-bit integer", e, term)
+			}
 			if err != nil {
 				return 0, fmt.Errorf("context %q: cannot read term %q", e, term)
 			}
 			a = v
 		}
-		total += a * unit
+		v, ok := mulInt(a, unit)
+		if ok {
+			total, ok = addInt(total, v)
+		}
+		if !ok {
+			return 0, fmt.Errorf("context %q overflows a 64-bit integer (P = %d, S = %d)", e, p, s)
+		}
 	}
 	if total < 0 {
 		return 0, fmt.Errorf("context %q is negative (P = %d, S = %d)", e, p, s)
 	}
 	return total, nil
+}
+
+// mulInt is a*b, ok = false when it overflows.
+func mulInt(a, b int) (int, bool) {
+	if a == 0 || b == 0 {
+		return 0, true
+	}
+	c := a * b
+	if c/b != a || (a == -1 && b == math.MinInt) || (b == -1 && a == math.MinInt) {
+		return 0, false
+	}
+	return c, true
+}
+
+// addInt is a+b, ok = false when it overflows.
+func addInt(a, b int) (int, bool) {
+	c := a + b
+	if (b > 0 && c < a) || (b < 0 && c > a) {
+		return 0, false
+	}
+	return c, true
 }

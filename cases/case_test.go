@@ -1,6 +1,7 @@
 package cases
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -27,9 +28,22 @@ func TestContextExpr(t *testing.T) {
 			t.Errorf("contextExpr(%q, P=%d, S=%d) = %d, %v; want %d", tc.expr, tc.p, tc.s, got, err, tc.want)
 		}
 	}
-	for _, bad := range []string{"x", "P-2P", "2Q"} {
-		if _, err := contextExpr(bad, 4, 1); err == nil {
-			t.Errorf("contextExpr(%q) accepted", bad)
+	for _, bad := range []struct {
+		expr string
+		p    int
+		want string
+	}{
+		{"x", 4, "cannot read"},
+		{"P-2P", 4, "negative"},
+		{"2Q", 4, "cannot read"},
+		// 288230376151711745 * 64 = 2^64 + 64: a product that wraps to 64
+		{"288230376151711745P", 64, "overflows"},
+		{"4611686018427387904+4611686018427387904", 64, "overflows"}, // 2^62 + 2^62 wraps negative
+		{"-9223372036854775807-2", 64, "overflows"},
+		{"9223372036854775807+1-1", 64, "overflows"},
+	} {
+		if got, err := contextExpr(bad.expr, bad.p, 1); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("contextExpr(%q, P=%d) = %d, %v; want an error saying %q", bad.expr, bad.p, got, err, bad.want)
 		}
 	}
 }
@@ -51,6 +65,20 @@ func TestPresetScales(t *testing.T) {
 	}
 }
 
+// explicitCases is a case file listing n cases by name.
+func explicitCases(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"cases":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"name":"c%d","kernel":"kv_cache_write"}`, i)
+	}
+	b.WriteString(`]}`)
+	return b.String()
+}
+
 func TestParseRejects(t *testing.T) {
 	tests := []struct{ name, json, want string }{
 		{"not json", `{`, "unexpected EOF"},
@@ -59,6 +87,12 @@ func TestParseRejects(t *testing.T) {
 		{"no kernel", `{"cases":[{"name":"a"}]}`, "no name or no kernel"},
 		{"bad tp", `{"cases":[{"name":"a","kernel":"kv_cache_write","preset":"kimi-k2","tp":3}]}`, "does not divide"},
 		{"bad k", `{"cases":[{"name":"a","kernel":"nvfp4_gemm","k":40}]}`, "multiple of 16"},
+		{"context that wraps", `{"families":[{"name":"f","base":{"kernel":"kv_cache_gather","page_size":64},"matrix":{"context":["288230376151711745P"]}}]}`, "overflows"},
+		{"negative batch with a context", `{"families":[{"name":"f","base":{"kernel":"kv_cache_gather","batch":-5},"matrix":{"context":["P"]}}]}`, "batch = -5 is negative"},
+		{"a context for 10^8 requests", `{"families":[{"name":"f","base":{"kernel":"kv_cache_gather","batch":100000000},"matrix":{"context":["P+1"]}}]}`, "more than 4194304 seq_lens"},
+		{"explicit list over MaxCases", explicitCases(MaxCases + 1), "more than 100000 cases"},
+		{"explicit list and a family over MaxCases", `{"cases":` + explicitCases(MaxCases)[len(`{"cases":`):len(explicitCases(MaxCases))-1] +
+			`,"families":[{"name":"f","base":{"kernel":"kv_cache_write"}}]}`, "more than 100000 cases"},
 	}
 	for _, tc := range tests {
 		_, err := Parse([]byte(tc.json), "user.json")
