@@ -217,6 +217,9 @@ func fmtDims(d []int64) string {
 	s := make([]string, len(d))
 	for i, v := range d {
 		s[i] = strconv.FormatInt(v, 10)
+		if v >= sat { // a saturated sum, not a size anyone gave
+			s[i] = "more than 2^61"
+		}
 	}
 	return "[" + strings.Join(s, ", ") + "]"
 }
@@ -226,7 +229,79 @@ func fmtDims(d []int64) string {
 type shapes struct {
 	dims    map[string][]int64
 	dtypes  map[string]tensor.DType
-	seqLens []int64 // nil when absent or unreadable
+	seqLens contexts // none when absent or unreadable
+}
+
+// contexts are the seq_lens of a batch: a list (a capture's tensor, a
+// case's explicit seq_lens), or the generator's defaults for a case that
+// gives none, first, first+1, ..., first+n-1, whose n is a number in a case
+// file ("batch": 2^40) and so is never made into a list.
+type contexts struct {
+	list     []int64
+	first, n int64 // the run, when list is nil
+}
+
+// count is the number of requests.
+func (c contexts) count() int64 {
+	if c.list != nil {
+		return int64(len(c.list))
+	}
+	return max(c.n, 0)
+}
+
+// tokens returns Σ min(max(seq_len, 0), capacity) and the longest term.
+func (c contexts) tokens(capacity int64) (total, longest int64) {
+	if c.list != nil {
+		for _, n := range c.list {
+			n = min(max(n, 0), capacity)
+			total = add(total, n)
+			longest = max(longest, n)
+		}
+		return total, longest
+	}
+	if c.count() == 0 {
+		return 0, 0
+	}
+	// first+i < capacity for the first k requests; the rest are clipped.
+	k := min(max(capacity-c.first, 0), c.n)
+	return satFloat(float64(k)*float64(c.first) + float64(k)*float64(k-1)/2 + float64(c.n-k)*float64(capacity)),
+		min(c.first+c.n-1, capacity)
+}
+
+// blocks returns Σ ceil(seq_len / page) (the pages the requests own) and
+// the most pages one request owns.
+func (c contexts) blocks(page int64) (total, most int64) {
+	if c.list != nil {
+		for _, n := range c.list {
+			nb := (max(n, 0) + page - 1) / page
+			total = add(total, nb)
+			most = max(most, nb)
+		}
+		return total, most
+	}
+	if c.count() == 0 {
+		return 0, 0
+	}
+	// F(N) = Σ_{m<N} ceil(m/P): for m = qP + r, ceil(m/P) is q, plus 1
+	// when r > 0; over full rows of P that is P·q(q-1)/2 + q(P-1), and
+	// the last partial row of r adds r·q + max(r-1, 0). Float64 is exact
+	// for every sum a memory could hold and saturates beyond.
+	p := float64(page)
+	f := func(n float64) float64 {
+		q := math.Floor(n / p)
+		r := n - q*p
+		return p*q*(q-1)/2 + q*(p-1) + r*q + max(r-1, 0)
+	}
+	last := c.first + c.n - 1
+	return satFloat(f(float64(c.first)+float64(c.n)) - f(float64(c.first))), (max(last, 0) + page - 1) / page
+}
+
+// satFloat converts a non-negative size to int64, saturating at sat.
+func satFloat(v float64) int64 {
+	if !(v < sat) {
+		return sat
+	}
+	return int64(max(v, 0))
 }
 
 func (s shapes) dim(name string, i int) int64 {
@@ -259,9 +334,9 @@ func shapesOf(ts map[string]*tensor.Tensor) shapes {
 		s.dtypes[name] = t.DType
 	}
 	if t, ok := ts["seq_lens"]; ok && t.DType.IsInt() && t.Check() == nil {
-		s.seqLens = make([]int64, t.Len())
-		for i := range s.seqLens {
-			s.seqLens[i] = t.Int64At(i)
+		s.seqLens.list = make([]int64, t.Len())
+		for i := range s.seqLens.list {
+			s.seqLens.list[i] = t.Int64At(i)
 		}
 	}
 	return s
@@ -291,14 +366,7 @@ func intParam(p kernel.Params, name string, def int64) int64 {
 // tokens returns Σ min(seq_lens[b], capacity) over requests, the rows a
 // gather produces (seq_lens beyond the block table's capacity are refused
 // by the reference, which says so better), and the longest one.
-func (s shapes) tokens(capacity int64) (total, longest int64) {
-	for _, n := range s.seqLens {
-		n = min(max(n, 0), capacity)
-		total = add(total, n)
-		longest = max(longest, n)
-	}
-	return total, longest
-}
+func (s shapes) tokens(capacity int64) (total, longest int64) { return s.seqLens.tokens(capacity) }
 
 // workers is how many goroutines the references run (GOMAXPROCS), each with
 // its own buffers.
@@ -424,6 +492,34 @@ func estimate(kname string, s shapes, p kernel.Params) Estimate {
 	return es.done()
 }
 
+// Estimator adds up an estimate outside this package (the simulated
+// decoder's, internal/diagnose) with the same saturating arithmetic and
+// the same fixed costs.
+type Estimator struct{ es estimator }
+
+// MulSizes and AddSizes are the estimates' saturating product and sum of
+// non-negative sizes, for estimates made outside this package.
+func MulSizes(xs ...int64) int64 { return mul(xs...) }
+
+// AddSizes is the saturating sum (see MulSizes).
+func AddSizes(xs ...int64) int64 { return add(xs...) }
+
+// Add adds a term named what of the product of factors bytes.
+func (e *Estimator) Add(what string, factors ...int64) { e.es.add(what, mul(factors...)) }
+
+// AddEstimate adds another estimate (a kernel's, EstimateKernel) as one term.
+func (e *Estimator) AddEstimate(sub Estimate) {
+	e.es.add(sub.What, sub.Bytes)
+	e.es.ops(sub.Ops)
+}
+
+// Estimate is the sum of the terms and the fixed costs, named by the largest term.
+func (e *Estimator) Estimate() Estimate { return e.es.done() }
+
+// CheckMemory refuses what ("the simulation") when its estimate e exceeds
+// limit (0: DefaultMaxMemory, negative: no bound).
+func CheckMemory(e Estimate, limit int64, what string) error { return within(e, limit, what) }
+
 // ErrMemory is wrapped by the refusals of a check whose estimated working
 // set exceeds the bound.
 var ErrMemory = errors.New("over the memory bound")
@@ -435,8 +531,12 @@ type memoryError struct {
 }
 
 func (m memoryError) Error() string {
-	return fmt.Sprintf("%s needs about %s (the largest part: %s), more than the memory bound %s: refused (raise it with --max-memory)",
-		m.what, FormatBytes(m.e.Bytes), m.e.What, FormatBytes(m.limit))
+	about := "about "
+	if m.e.Bytes >= sat {
+		about = "" // FormatBytes says "more than 2^61 B"
+	}
+	return fmt.Sprintf("%s needs %s%s (the largest part: %s), more than the memory bound %s: refused (raise it with --max-memory)",
+		m.what, about, FormatBytes(m.e.Bytes), m.e.What, FormatBytes(m.limit))
 }
 
 func (m memoryError) Unwrap() error { return ErrMemory }
@@ -505,17 +605,12 @@ func EstimateCase(c cases.Case) Estimate {
 	default:
 		g := caseGeometry(c)
 		d := g.latent + g.rope
-		var blocks, maxBlocks, tokens int64
-		for _, n := range g.seqLens {
-			nb := (max(n, 0) + g.page - 1) / g.page
-			blocks = add(blocks, nb)
-			maxBlocks = max(maxBlocks, nb)
-			tokens = add(tokens, max(n, 0))
-		}
+		blocks, maxBlocks := g.seqLens.blocks(g.page)
+		tokens, _ := g.seqLens.tokens(sat)
 		blocks = add(blocks, 2)
 		maxBlocks = max(maxBlocks, 1)
 		s.seqLens = g.seqLens
-		b := int64(len(g.seqLens))
+		b := g.seqLens.count()
 		// The generator draws every token's values in float64, writes them
 		// through the cache reference, and builds the block table.
 		es.input("generated tokens", []int64{tokens, d}, 40)
@@ -566,7 +661,7 @@ func EstimateCase(c cases.Case) Estimate {
 
 type geometry struct {
 	heads, latent, rope, sq, page, splits int64
-	seqLens                               []int64
+	seqLens                               contexts
 }
 
 // caseGeometry mirrors cases' geometry defaults, rounding up where a
@@ -601,16 +696,14 @@ func caseGeometry(c cases.Case) geometry {
 		g.page = 64
 	}
 	for _, n := range c.SeqLens {
-		g.seqLens = append(g.seqLens, int64(n))
+		g.seqLens.list = append(g.seqLens.list, int64(n))
 	}
-	if len(g.seqLens) == 0 {
-		b := max(c.Batch, 0)
+	if len(g.seqLens.list) == 0 {
+		b := int64(max(c.Batch, 0))
 		if b == 0 {
 			b = 2
 		}
-		for i := 0; i < b; i++ {
-			g.seqLens = append(g.seqLens, 4*g.page+1+int64(i))
-		}
+		g.seqLens = contexts{first: 4*g.page + 1, n: b} // cases' defaults
 	}
 	return g
 }

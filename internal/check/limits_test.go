@@ -307,6 +307,64 @@ func TestCaseBounds(t *testing.T) {
 	}
 }
 
+// A case's batch is a number in its file, not a list: "batch": 10^8 (a
+// 90-byte file) once filled 2.6 GB of default contexts to print its
+// refusal, and 2^40 ran out of memory. Estimating and refusing it
+// allocates nothing per request, and its numbers are exact where a list
+// of contexts is (sizesOfRamp below).
+func TestCaseBatchEstimatedWithoutAllocating(t *testing.T) {
+	for _, tc := range []struct {
+		c    cases.Case
+		want string
+	}{
+		{cases.Case{Name: "b", Kernel: "mla_decode", Batch: 100000000}, "input generated tokens [5000025650000000, 576]"},
+		{cases.Case{Name: "b", Kernel: "kv_cache_gather", Batch: 1 << 40}, "more than 2^61 B"},
+		{cases.Case{Name: "b", Kernel: "dsa_indexer", Batch: 1 << 40, PageSize: 1 << 20}, "more than 2^61 B"},
+		{cases.Case{Name: "b", Kernel: "splitk_combine", Batch: 1 << 40}, "more than 2^61 B"},
+		{cases.Case{Name: "b", Kernel: "mla_decode_sparse", Batch: 1 << 40}, "more than 2^61 B"},
+	} {
+		var err error
+		got := allocDuring(func() { err = CheckCaseMemory(tc.c, 8<<30) })
+		if err == nil || !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s batch %d: err = %v, want a refusal saying %q", tc.c.Kernel, tc.c.Batch, err, tc.want)
+		}
+		if got > 1<<20 {
+			t.Errorf("%s batch %d: estimating allocated %d bytes", tc.c.Kernel, tc.c.Batch, got)
+		}
+	}
+}
+
+// The closed forms of a run of default contexts agree with the same
+// contexts as a list, summed one by one.
+func TestContextRunSums(t *testing.T) {
+	for first := int64(1); first <= 40; first += 3 {
+		for n := int64(0); n <= 70; n += 7 {
+			run := contexts{first: first, n: n}
+			list := contexts{list: []int64{}}
+			for i := int64(0); i < n; i++ {
+				list.list = append(list.list, first+i)
+			}
+			for page := int64(1); page <= 17; page += 4 {
+				rt, rm := run.blocks(page)
+				lt, lm := list.blocks(page)
+				if rt != lt || rm != lm {
+					t.Errorf("first %d, n %d, page %d: blocks %d (most %d), want %d (most %d)", first, n, page, rt, rm, lt, lm)
+				}
+			}
+			for _, capacity := range []int64{0, 1, first, first + n/2, first + n, sat} {
+				rt, rl := run.tokens(capacity)
+				lt, ll := list.tokens(capacity)
+				if rt != lt || rl != ll {
+					t.Errorf("first %d, n %d, capacity %d: tokens %d (longest %d), want %d (longest %d)", first, n, capacity, rt, rl, lt, ll)
+				}
+			}
+			if run.count() != list.count() {
+				t.Errorf("first %d, n %d: count %d, want %d", first, n, run.count(), list.count())
+			}
+		}
+	}
+}
+
 // A reference that runs past the deadline gives verdict error at once,
 // saying it timed out; the estimate stays small (it is time, not memory).
 func TestTimeBound(t *testing.T) {
