@@ -318,6 +318,19 @@ func commonBadInputs() []badInput {
 		{name: "case file: mla_decode with a million splits", setup: caseFile(`{"cases":[{"name":"splits","kernel":"mla_decode","splits":1000000}]}`, "--max-memory", "8G"), code: ExitUsage, want: []string{"case splits needs about", "partial_out [2, 1, 128, 1000000, 512]"}},
 		{name: "case file: seq_lens near 2^31", setup: caseFile(`{"cases":[{"name":"long","kernel":"kv_cache_gather","seq_lens":[2147483000]}]}`, "--max-memory", "8G"), code: ExitUsage, want: []string{"case long needs about", "[2147483000, 576]"}},
 		{name: "case file whose matrix expands to 10^10 cases", setup: caseFile(`{"families":[{"name":"x","base":{"kernel":"dsa_indexer"},"matrix":{` + tenKeys() + `}}]}`), code: ExitUsage, want: []string{"more than 100000 cases"}},
+		// Sizes refused before they are allocated (issue 11 items 11, 14).
+		{name: "case file: a batch of 10^8 requests (a 64-byte file)", setup: caseFile(`{"cases":[{"name":"x","kernel":"mla_decode","batch":100000000}]}`), code: ExitUsage, want: []string{"case x needs more than 2^61 B", "input generated tokens [5000025650000000, 576]", "refused"}},
+		{name: "case file: a context of 2^58+1 pages (wraps to 64 in 64 bits)", setup: caseFile(`{"families":[{"name":"f","base":{"kernel":"kv_cache_gather","page_size":64},"matrix":{"context":["288230376151711745P"]}}]}`), code: ExitUsage, want: []string{`context "288230376151711745P" overflows a 64-bit integer`}},
+		{name: "case file listing 100001 cases", setup: caseFile(`{"cases":[` + strings.Repeat(`{},`, 100000) + `{}]}`), code: ExitUsage, want: []string{"more than 100000 cases (100001 listed)"}},
+		{name: "diagnose --simulate --hidden 1600000000", setup: func(t *testing.T, dir string) []string {
+			return []string{"diagnose", "--simulate", "--hidden", "1600000000"}
+		}, code: ExitUsage, want: []string{"the simulation needs about 317.0 TiB", "b_packed [3648, 1600000000]", "refused"}},
+		{name: "diagnose --simulate --steps 1600000000", setup: func(t *testing.T, dir string) []string {
+			return []string{"diagnose", "--simulate", "--steps", "1600000000"}
+		}, code: ExitUsage, want: []string{"the simulation needs about", "traces of 4800000000 steps", "refused"}},
+		{name: "diagnose --simulate over --max-memory", setup: func(t *testing.T, dir string) []string {
+			return []string{"diagnose", "--simulate", "--max-memory", "16M"}
+		}, code: ExitUsage, want: []string{"the simulation needs about", "more than the memory bound 16.0 MiB"}},
 		{name: "--max-memory that is not a size", setup: func(t *testing.T, dir string) []string {
 			return []string{"check", "--max-memory", "lots", fx + "golden/nvfp4_gemm.safetensors"}
 		}, code: ExitUsage, want: []string{"--max-memory", "lots"}},

@@ -25,6 +25,7 @@ type bisectOptions struct {
 	set       []string
 	timeout   time.Duration
 	sim       diagnose.SimConfig
+	bounds    bounds // --max-memory (signals.go)
 }
 
 func newBisectCmd(s *IO) *cobra.Command {
@@ -68,6 +69,7 @@ Exit status: 0 the backend stays on the floor, 1 a first bad point was found,
 	f.StringArrayVar(&o.set, "set", nil, "KEY=VALUE added to every simulated kernel's parameters")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "time limit")
 	addSimFlags(f, &o.sim)
+	addMemoryFlag(f, &o.bounds)
 	return cmd
 }
 
@@ -82,6 +84,9 @@ func (o *bisectOptions) run(ctx context.Context) error {
 	}
 	be, err := backend.Parse(o.backend)
 	if err != nil {
+		return exitWith(o.io, ExitUsage, false, err)
+	}
+	if o.sim.MaxMemory, err = o.bounds.limit(); err != nil {
 		return exitWith(o.io, ExitUsage, false, err)
 	}
 	var res *diagnose.BisectResult
@@ -111,6 +116,7 @@ func (o *bisectOptions) run(ctx context.Context) error {
 		if err != nil {
 			return exitWith(o.io, ExitUsage, false, err)
 		}
+		opts.MaxMemory = o.sim.MaxMemory
 		if res, err = diagnose.BisectContext(ctx, sel[0], be, opts); err != nil {
 			return exitWith(o.io, ExitUsage, false, err)
 		}

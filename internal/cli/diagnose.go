@@ -127,6 +127,9 @@ func (o *diagnoseOptions) run(ctx context.Context, flags *pflag.FlagSet) error {
 	if err != nil {
 		return exitWith(o.io, ExitUsage, o.bisect, err)
 	}
+	if o.sim.MaxMemory, err = o.bounds.limit(); err != nil {
+		return exitWith(o.io, ExitUsage, o.bisect, err)
+	}
 	if !o.simulate {
 		for _, n := range simFlagNames {
 			if flags.Changed(n) {

@@ -134,6 +134,9 @@ func BisectContext(ctx context.Context, c cases.Case, be backend.Backend, opts c
 	default:
 		return nil, fmt.Errorf("case %s (%s) has no context length to bisect", c.Name, c.Kernel)
 	}
+	if err := check.CheckCaseMemory(c, opts.MaxMemory); err != nil {
+		return nil, err
+	}
 	longest := 0
 	seq := c.SeqLens
 	if len(seq) == 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/backend"
+	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/nvfp4"
@@ -52,6 +53,11 @@ type SimConfig struct {
 	Seed     uint64  `json:"seed"`
 	// Params are added to every kernel's parameters (--set KEY=VALUE).
 	Params map[string]string `json:"params,omitempty"`
+	// MaxMemory bounds the simulation's estimated working set in bytes
+	// (EstimateSim), as check.Options.MaxMemory bounds a check's: 0 means
+	// check.DefaultMaxMemory(), negative means no bound. It is a bound of
+	// the machine, not a setting of the simulation, so reports omit it.
+	MaxMemory int64 `json:"-"`
 }
 
 // DefaultSimConfig is DeepSeek-V3 at TP8 (16 heads, L = 512, R = 64): three
@@ -237,6 +243,13 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	e, err := EstimateSim(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := check.CheckMemory(e, cfg.MaxMemory, "the simulation"); err != nil {
+		return nil, err
+	}
 	p, _ := cases.LookupPreset(cfg.Preset)
 	s := &Sim{cfg: cfg, l: p.Latent, r: p.Rope, scale: p.SoftmaxScale}
 	s.heads, _ = p.HeadsFor(cfg.TP)
@@ -265,7 +278,6 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 			win[row*cfg.Hidden+c] = formats.RoundBF16(rng.normal() * std)
 		}
 	}
-	var err error
 	if s.win, err = quantizeWeights(win, s.n, cfg.Hidden, cfg.ScaleLayout); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,107 @@
+//go:build unix
+
+package cli
+
+import (
+	"bytes"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// runRSS runs this test binary as kcheck (TestMain) with args and returns
+// its exit status, output and peak resident set size in bytes, from the
+// child's rusage: what the kernel counted, not what the Go heap thinks.
+func runRSS(t *testing.T, args ...string) (ExitCode, string, int64) {
+	t.Helper()
+	cmd := selfExec()
+	cmd.Args = append(cmd.Args[:1], args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		t.Skip("no rusage on this system")
+	}
+	return ExitCode(code), out.String(), ru.Maxrss * 1024 // Linux reports KiB
+}
+
+// A refusal costs no more than the process itself: sizes that a few bytes
+// on the command line or in a case file make any size are estimated by
+// multiplication and refused before anything is allocated (issue 11 item
+// 11: a 90-byte case file with "batch": 100000000 used 2.6 GB to print its
+// refusal, 2^40 and `diagnose --simulate --hidden 1600000000` ran out of
+// memory).
+func TestRefusalsAllocateNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	caseFile := func(name, js string) string { return writeFile(t, filepath.Join(dir, name), []byte(js)) }
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"case batch 10^8", []string{"run", "--cases", caseFile("b8.json", `{"cases":[{"name":"x","kernel":"mla_decode","batch":100000000}]}`)}, "case x needs"},
+		{"case batch 2^40", []string{"run", "--cases", caseFile("b40.json", `{"cases":[{"name":"x","kernel":"kv_cache_gather","batch":1099511627776}]}`)}, "case x needs more than 2^61 B"},
+		{"bisect a case of batch 10^8", []string{"bisect", "--case", "x", "--cases", filepath.Join(dir, "b8.json")}, "case x needs"},
+	}
+	for _, flag := range []string{"hidden", "prefill", "page-size", "batch", "splits", "s-q", "steps"} {
+		tests = append(tests, struct {
+			name string
+			args []string
+			want string
+		}{"simulate --" + flag + " 1600000000", []string{"diagnose", "--simulate", "--" + flag, "1600000000"}, "the simulation needs"})
+	}
+	for _, tc := range tests {
+		code, out, rss := runRSS(t, tc.args...)
+		if code != ExitUsage || !strings.Contains(out, tc.want) || !strings.Contains(out, "refused") {
+			t.Errorf("%s: exit %d, output %.500s; want exit 2 and a refusal saying %q", tc.name, code, out, tc.want)
+		}
+		if rss > 200<<20 {
+			t.Errorf("%s: peak RSS %d MiB to refuse it", tc.name, rss>>20)
+		}
+	}
+}
+
+// The simulation's estimate is an upper bound of what it really holds:
+// the peak RSS of whole runs stays under it (it errs large where it
+// guesses), so a simulation it accepts under --max-memory fits.
+func TestSimulationEstimateBoundsRSS(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("measures whole simulations' memory (see raceEnabled)")
+	}
+	needs := regexp.MustCompile(`needs about ([0-9.]+) MiB`)
+	for _, settings := range [][]string{
+		{"--steps", "2", "--prompts", "1"},
+		{"--splits", "64", "--steps", "2", "--prompts", "1"},
+		{"--batch", "8", "--prefill", "200", "--steps", "2", "--prompts", "1"},
+	} {
+		args := append([]string{"diagnose", "--simulate"}, settings...)
+		_, out, _ := runRSS(t, append(args, "--max-memory", "1")...) // refused: says its estimate
+		m := needs.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("%v: no estimate in %q", settings, out)
+		}
+		mib, _ := strconv.ParseFloat(m[1], 64)
+		code, out, rss := runRSS(t, args...)
+		if code != ExitPass {
+			t.Fatalf("%v: exit %d: %.500s", settings, code, out)
+		}
+		if float64(rss) > mib*(1<<20) {
+			t.Errorf("%v: peak RSS %.1f MiB, over the estimate %.1f MiB", settings, float64(rss)/(1<<20), mib)
+		}
+		t.Logf("%v: peak RSS %.1f MiB, estimate %.1f MiB", settings, float64(rss)/(1<<20), mib)
+	}
+}
