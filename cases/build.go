@@ -1,6 +1,7 @@
 package cases
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strconv"
@@ -165,7 +166,12 @@ func (c Case) topK() int {
 }
 
 // Inputs builds the case's input tensors, deterministically from its seed.
-func (c Case) Inputs() (kernel.Inputs, error) {
+func (c Case) Inputs() (kernel.Inputs, error) { return c.InputsContext(context.Background()) }
+
+// InputsContext is Inputs stopped when ctx is done: the generator runs the
+// references (the quantizer, the cache writer) on its own tensors, whose
+// size a case sets.
+func (c Case) InputsContext(ctx context.Context) (kernel.Inputs, error) {
 	meta, err := c.Metadata()
 	if err != nil {
 		return kernel.Inputs{}, err
@@ -174,7 +180,7 @@ func (c Case) Inputs() (kernel.Inputs, error) {
 	for k, v := range meta {
 		params[k] = v
 	}
-	b := builder{c: c, r: newRNG(c.Seed, 1), params: params}
+	b := builder{ctx: ctx, c: c, r: newRNG(c.Seed, 1), params: params}
 	var ts map[string]*tensor.Tensor
 	switch c.Kernel {
 	case "nvfp4_quantize":
@@ -203,6 +209,7 @@ func (c Case) Inputs() (kernel.Inputs, error) {
 }
 
 type builder struct {
+	ctx    context.Context
 	c      Case
 	r      *rng
 	params kernel.Params
@@ -255,7 +262,7 @@ func (b *builder) quantized(x []float64, rows, k int, layout string) (packed, sc
 		return nil, nil, 0, err
 	}
 	gs = 448 * 6 / amax(x)
-	out, err := kernel.Produce(q, kernel.Inputs{
+	out, err := kernel.Produce(b.ctx, q, kernel.Inputs{
 		Tensors: map[string]*tensor.Tensor{"x": bf16([]int{rows, k}, x), "global_scale": f32Scalar(gs)},
 		Params:  kernel.Params{"scale_layout": layout},
 	}, kernel.DefaultPrecision(), nil)

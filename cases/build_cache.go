@@ -1,6 +1,7 @@
 package cases
 
 import (
+	"context"
 	"fmt"
 	"math"
 
@@ -92,7 +93,7 @@ func (b *builder) tokens(n, l, r int) (kvc, kpe []float64) {
 
 // writeCache stores tokens at slots through the registered kv_cache_write
 // reference, so every layout is produced by the one writer the checker trusts.
-func writeCache(before *tensor.Tensor, kvc, kpe []float64, l, r int, slots []int64, params kernel.Params, kScale float64) (*tensor.Tensor, error) {
+func writeCache(ctx context.Context, before *tensor.Tensor, kvc, kpe []float64, l, r int, slots []int64, params kernel.Params, kScale float64) (*tensor.Tensor, error) {
 	w, err := kernel.Lookup("kv_cache_write")
 	if err != nil {
 		return nil, err
@@ -105,7 +106,7 @@ func writeCache(before *tensor.Tensor, kvc, kpe []float64, l, r int, slots []int
 	if params.String("kv_cache_dtype", "bf16") != "bf16" {
 		in["k_scale"] = f32Scalar(kScale)
 	}
-	out, err := kernel.Produce(w, kernel.Inputs{Tensors: in, Params: params}, kernel.DefaultPrecision(), nil)
+	out, err := kernel.Produce(ctx, w, kernel.Inputs{Tensors: in, Params: params}, kernel.DefaultPrecision(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +175,7 @@ func (b *builder) pagedCache(g geometry) (cache *tensor.Tensor, pg paging, kScal
 			params[k] = v
 		}
 	}
-	cache, err = writeCache(before, kvc, kpe, g.latent, g.rope, slots, params, kScale)
+	cache, err = writeCache(b.ctx, before, kvc, kpe, g.latent, g.rope, slots, params, kScale)
 	return cache, pg, kScale, err
 }
 

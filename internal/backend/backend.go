@@ -37,7 +37,7 @@ type Reference struct{}
 func (Reference) Name() string { return "reference" }
 
 // Run implements Backend.
-func (Reference) Run(_ context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
+func (Reference) Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
 	k, err := kernel.Lookup(name)
 	if err != nil {
 		return nil, err
@@ -46,7 +46,7 @@ func (Reference) Run(_ context.Context, name string, in kernel.Inputs) (map[stri
 	if err != nil {
 		return nil, err
 	}
-	return kernel.Produce(k, in, prec, nil)
+	return kernel.Produce(ctx, k, in, prec, nil)
 }
 
 // Factory makes a backend from the text after "NAME:" in a --backend value.

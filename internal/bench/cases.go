@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -111,7 +112,7 @@ func MLADecode(name string, b, h, n int) Case {
 				},
 				InputBytes: int64(len(ct.Data)) + int64(8*len(q.Data)) + int64(4*(len(bt)+len(sl))),
 				Run: func() (map[string]Output, error) {
-					ex, _, err := mla.Decode(dense, cfg, mla.DefaultPrecision())
+					ex, _, err := mla.Decode(context.Background(), dense, cfg, mla.DefaultPrecision())
 					if err != nil {
 						return nil, err
 					}
@@ -146,7 +147,7 @@ func SplitKCombine(name string, n, s, l int) Case {
 				Inputs:     map[string]Array{"partial_out": F64Array(po, n, s, l), "partial_lse": F64Array(pl, n, s)},
 				InputBytes: int64(8 * (len(po) + len(pl))),
 				Run: func() (map[string]Output, error) {
-					ex, _, err := splitk.Combine(po, pl, n, s, l, splitk.DefaultConvention(), tensor.BF16, tensor.F32)
+					ex, _, err := splitk.Combine(context.Background(), po, pl, n, s, l, splitk.DefaultConvention(), tensor.BF16, tensor.F32)
 					if err != nil {
 						return nil, err
 					}
@@ -194,7 +195,7 @@ func NVFP4GEMM(name string, m, n, k int) Case {
 				Inputs:     in,
 				InputBytes: int64(len(a.Packed) + len(a.Scales) + len(b.Packed) + len(b.Scales)),
 				Run: func() (map[string]Output, error) {
-					ex, _, err := nvfp4.GEMM(a, b, tensor.BF16)
+					ex, _, err := nvfp4.GEMM(context.Background(), a, b, tensor.BF16)
 					if err != nil {
 						return nil, err
 					}
@@ -223,11 +224,11 @@ func NVFP4Dequantize(name string, rows, k int) Case {
 				Inputs:     in,
 				InputBytes: int64(len(w.Packed) + len(w.Scales)),
 				Run: func() (map[string]Output, error) {
-					ex, err := nvfp4.Dequantize(w)
+					ex, err := nvfp4.Dequantize(context.Background(), w)
 					if err != nil {
 						return nil, err
 					}
-					if _, err := nvfp4.DequantizeExpected(w, tensor.BF16); err != nil {
+					if _, err := nvfp4.DequantizeExpected(context.Background(), w, tensor.BF16); err != nil {
 						return nil, err
 					}
 					return map[string]Output{"out": Output{ex, []int{rows, k}}}, nil

@@ -103,6 +103,15 @@ type Options struct {
 	ctx         context.Context // RunContext's; checked between stages and outputs
 }
 
+// context is RunContext's context (the background for Run): the references
+// and the comparison stop when it is done.
+func (o Options) context() context.Context {
+	if o.ctx == nil {
+		return context.Background()
+	}
+	return o.ctx
+}
+
 func (o Options) policy() compare.Policy {
 	if o.Policy != nil {
 		return o.Policy
@@ -137,7 +146,7 @@ var provenanceKeys = []string{"source", "device", "driver", "kernel_build", "cap
 // mapped bytes is the file shrinking while it is checked (a re-capture into
 // the same path), said as such (faults.go); any other panic is a kcheck
 // bug, never the data's fault. Run's goroutine and the references' workers
-// (internal/parallel) have panic-on-fault on, so the fault reaches here.
+// (reference/parallel) have panic-on-fault on, so the fault reaches here.
 func Run(c Capture, opts Options) (res Result) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	mapped := c.Tensors // as read, before prepare renames or adapts them
@@ -343,9 +352,9 @@ func compareOutputs(k *kernel.Kernel, in kernel.Inputs, prec kernel.Precision, o
 	if err := CheckKernelMemory(k.Name, in.Tensors, in.Params, opts.MaxMemory); err != nil {
 		return nil, err
 	}
-	refs, err := k.Reference(in, prec, dtypes)
+	refs, err := k.Reference(opts.context(), in, prec, dtypes)
 	if err != nil {
-		return nil, err
+		return nil, opts.stopped(err)
 	}
 	var checks []compare.Check
 	for _, spec := range k.Outputs {
@@ -371,9 +380,9 @@ func compareOutputs(k *kernel.Kernel, in kernel.Inputs, prec kernel.Precision, o
 		// A flat capture of a multi-dimensional output (swizzled scales
 		// stored as [M_pad*K_pad]) is read in the reference's shape.
 		actual = &tensor.Tensor{DType: actual.DType, Shape: ref.Shape, Data: actual.Data}
-		c, err := compare.Compare(*ref, actual, opts.policy(), compare.Options{WorstK: opts.worstK()})
+		c, err := compare.Compare(*ref, actual, opts.policy(), compare.Options{WorstK: opts.worstK(), Context: opts.ctx})
 		if err != nil {
-			return nil, err
+			return nil, opts.stopped(err)
 		}
 		opts.observe(k, in.Params, ref, actual, c)
 		checks = append(checks, c)

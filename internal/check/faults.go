@@ -7,7 +7,7 @@ import (
 	"sort"
 	"unsafe"
 
-	"github.com/kcheck-dev/kcheck/internal/parallel"
+	"github.com/kcheck-dev/kcheck/reference/parallel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -15,7 +15,7 @@ import (
 // the file shrinks while it is checked (re-capturing into the same path:
 // safetensors' save_file opens it with truncation, then writes), reading
 // a page past its new end raises SIGBUS. With panic-on-fault on (Run, the
-// workers of internal/parallel, Guard) the runtime panics instead of
+// workers of reference/parallel, Guard) the runtime panics instead of
 // ending the process, with a value whose Addr is the faulting address;
 // if that address lies in one of the capture's tensors, the file shrank.
 

@@ -18,7 +18,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
-	"github.com/kcheck-dev/kcheck/internal/parallel"
+	"github.com/kcheck-dev/kcheck/reference/parallel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -740,6 +740,16 @@ func (o Options) interrupted() error {
 		return fmt.Errorf("interrupted: %w", context.Canceled)
 	}
 	return fmt.Errorf("%w (the per-file time limit; raise it with --timeout)", ErrTimeout)
+}
+
+// stopped turns the error of a reference or comparison that stopped because
+// RunContext's context is done into interrupted's (timed out, or
+// interrupted); any other error is returned as it is.
+func (o Options) stopped(err error) error {
+	if err != nil && o.ctx != nil && o.ctx.Err() != nil && errors.Is(err, o.ctx.Err()) {
+		return o.interrupted()
+	}
+	return err
 }
 
 // RunContext is Run under ctx: when ctx is done (a deadline, an interrupt)

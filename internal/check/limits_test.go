@@ -197,7 +197,7 @@ func withOutputs(t *testing.T, c Capture) Capture {
 		return c
 	}
 	prec, _ := kernel.PrecisionFrom(p)
-	outs, err := kernel.Produce(k, kernel.Inputs{Tensors: c.Tensors, Params: p}, prec, nil)
+	outs, err := kernel.Produce(context.Background(), k, kernel.Inputs{Tensors: c.Tensors, Params: p}, prec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package check
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -243,7 +244,7 @@ func writeCacheCapture(b *testing.B, path, kname string, faulty bool, nb, tokens
 			p[key] = v
 		}
 	}
-	produced, err := kernel.Produce(k, kernel.Inputs{Tensors: ts, Params: p}, kernel.DefaultPrecision(), map[string]tensor.DType{out: tensor.BF16})
+	produced, err := kernel.Produce(context.Background(), k, kernel.Inputs{Tensors: ts, Params: p}, kernel.DefaultPrecision(), map[string]tensor.DType{out: tensor.BF16})
 	if err != nil {
 		b.Fatal(err)
 	}

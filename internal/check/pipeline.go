@@ -255,7 +255,8 @@ func runPipeline(c Capture, meta map[string]string, opts Options) Result {
 				dtypes[name] = t.DType
 			}
 			var produced map[string]*tensor.Tensor
-			produced, err = kernel.Produce(st.k, kernel.Inputs{Tensors: prop, Params: st.params}, st.prec, dtypes)
+			produced, err = kernel.Produce(opts.context(), st.k, kernel.Inputs{Tensors: prop, Params: st.params}, st.prec, dtypes)
+			err = opts.stopped(err)
 			for name, t := range produced {
 				chain[st.prefix+"."+name] = t
 			}

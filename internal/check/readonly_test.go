@@ -1,6 +1,7 @@
 package check
 
 import (
+	"context"
 	"crypto/sha256"
 	"io"
 	"os"
@@ -79,7 +80,7 @@ func TestInputsNeverWritten(t *testing.T) {
 				if !fault.Affects(kname) {
 					continue // the plain reference: the check below runs it
 				}
-				outs, err := fault.Run(k, in)
+				outs, err := fault.Run(context.Background(), k, in)
 				if err != nil {
 					continue // a fault that cannot apply to these inputs says so
 				}

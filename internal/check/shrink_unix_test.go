@@ -4,6 +4,7 @@ package check
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -133,7 +134,7 @@ func splitkInputs(t *testing.T, prefix string, n, s, l int, seed uint64) map[str
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs, err := kernel.Produce(k, kernel.Inputs{Tensors: in, Params: kernel.Params{}}, kernel.DefaultPrecision(),
+	outs, err := kernel.Produce(context.Background(), k, kernel.Inputs{Tensors: in, Params: kernel.Params{}}, kernel.DefaultPrecision(),
 		map[string]tensor.DType{"out": tensor.F32, "lse": tensor.F32})
 	if err != nil {
 		t.Fatal(err)

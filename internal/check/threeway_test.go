@@ -1,6 +1,7 @@
 package check
 
 import (
+	"context"
 	"testing"
 
 	"github.com/kcheck-dev/kcheck/cases"
@@ -44,7 +45,7 @@ func produce(t *testing.T, c cases.Case, prec kernel.Precision, params map[strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := kernel.Produce(k, in, prec, nil)
+	out, err := kernel.Produce(context.Background(), k, in, prec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func TestThreeWayOnAttention(t *testing.T) {
 		comb, _ := kernel.Lookup("splitk_combine")
 		po, pl := parts["partial_out"], parts["partial_lse"]
 		n := po.Shape[0] * po.Shape[1] * po.Shape[2]
-		merged, err := kernel.Produce(comb, kernel.Inputs{Params: kernel.Params{}, Tensors: map[string]*tensor.Tensor{
+		merged, err := kernel.Produce(context.Background(), comb, kernel.Inputs{Params: kernel.Params{}, Tensors: map[string]*tensor.Tensor{
 			"partial_out": {DType: po.DType, Shape: []int{n, 8, po.Shape[4]}, Data: po.Data},
 			"partial_lse": {DType: pl.DType, Shape: []int{n, 8}, Data: pl.Data},
 		}}, def, map[string]tensor.DType{"out": tensor.BF16})
@@ -121,7 +122,7 @@ func TestThreeWayOnCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	k, _ := kernel.Lookup("nvfp4_quantize")
-	refs, err := k.Reference(in, kernel.DefaultPrecision(), nil)
+	refs, err := k.Reference(context.Background(), in, kernel.DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

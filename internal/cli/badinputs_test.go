@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -94,7 +95,7 @@ func reproduce(meta map[string]string, ts map[string]*tensor.Tensor) {
 	for key, v := range meta {
 		p[key] = v
 	}
-	outs, err := kernel.Produce(k, kernel.Inputs{Tensors: ts, Params: p}, kernel.DefaultPrecision(), nil)
+	outs, err := kernel.Produce(context.Background(), k, kernel.Inputs{Tensors: ts, Params: p}, kernel.DefaultPrecision(), nil)
 	if err != nil {
 		panic(err)
 	}
@@ -145,7 +146,7 @@ func samePagesFile(t *testing.T, path, kname string, b, seq, heads int) string {
 		for k, v := range meta {
 			p[k] = v
 		}
-		outs, err := kernel.Produce(k, kernel.Inputs{Tensors: ts, Params: p}, kernel.DefaultPrecision(), nil)
+		outs, err := kernel.Produce(context.Background(), k, kernel.Inputs{Tensors: ts, Params: p}, kernel.DefaultPrecision(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

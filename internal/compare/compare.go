@@ -20,6 +20,7 @@ package compare
 
 import (
 	"container/heap"
+	"context"
 	"fmt"
 	"math"
 	"runtime"
@@ -27,8 +28,8 @@ import (
 	"unsafe"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
-	"github.com/kcheck-dev/kcheck/internal/parallel"
 	"github.com/kcheck-dev/kcheck/internal/signature"
+	"github.com/kcheck-dev/kcheck/reference/parallel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -126,6 +127,11 @@ func (e Element) Where() string {
 type Options struct {
 	// WorstK is how many worst elements to report (default 5; negative: none).
 	WorstK int
+	// Context, when set, stops the comparison between chunks of elements
+	// once it is done (a check past its deadline), and Compare returns its
+	// error: an output computed on demand (a whole KV cache) is where a
+	// check spends its time.
+	Context context.Context
 }
 
 // Compare judges actual against the reference side o with policy pol (the
@@ -204,6 +210,9 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		}
 	}
 	j := newJudge(&o, actual, b)
+	if opts.Context != nil {
+		j.ctx = opts.Context
+	}
 	fold := func(i int, e *element) {
 		av, ev, xv := e.av, e.ev, e.xv
 		switch e.special {
@@ -258,7 +267,9 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		sumAR += av * ref
 		sumA2 += av * av
 	}
-	j.each(N, fold)
+	if err := j.each(N, fold); err != nil {
+		return Check{}, err
+	}
 	if m.NaNMismatch+m.InfMismatch > 0 {
 		maxExc = math.Inf(1)
 	}
@@ -324,6 +335,9 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		// judged again on each read, never stored, since an output may be
 		// a whole KV cache.
 		c.Signature = signature.Analyze(o, newExcessValues(N, j), signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At})
+		if err := j.ctx.Err(); err != nil { // the excess read as 0 from then on: no signature
+			return Check{}, err
+		}
 	}
 	return c, nil
 }
@@ -349,10 +363,11 @@ type judge struct {
 	// win: the window the parallel passes share (see window)
 	win     *window
 	winMade bool
+	ctx     context.Context // checked between chunks of elements
 }
 
 func newJudge(o *kernel.Output, actual *tensor.Tensor, b Bounds) *judge {
-	return &judge{o: o, actual: actual, b: b, ulp: ulpDistanceOf(actual.DType)}
+	return &judge{o: o, actual: actual, b: b, ulp: ulpDistanceOf(actual.DType), ctx: context.Background()}
 }
 
 // element is one element judged: its actual, expected and exact values,
@@ -482,7 +497,7 @@ type window struct {
 func (w *window) fill(lo, n int) {
 	w.lo, w.hi = lo, min(n, lo+len(w.buf))
 	// A fork's panic (a fault reading a capture that shrank) is raised
-	// again by Wait, on the comparison's goroutine (internal/parallel).
+	// again by Wait, on the comparison's goroutine (reference/parallel).
 	var forks parallel.Group
 	for k, f := range w.forks {
 		a := lo + k*parallelChunk
@@ -506,18 +521,26 @@ func (w *window) fill(lo, n int) {
 // order: the results are the same bits as one goroutine's, whatever
 // GOMAXPROCS is, while the per-element work (reading on-demand values, the
 // bounds, ULP distances) runs on every core.
-func (j *judge) each(n int, fold func(int, *element)) {
+//
+// It stops between chunks once j.ctx is done and returns its error.
+func (j *judge) each(n int, fold func(int, *element)) error {
 	w := j.window(n)
 	if w == nil {
 		e := new(element) // one, reused: a pointer to a local would escape through fold
 		for i := 0; i < n; i++ {
+			if i%parallelChunk == 0 && j.ctx.Err() != nil {
+				return j.ctx.Err()
+			}
 			*e = j.raw(i)
 			j.excuse(i, e)
 			fold(i, e)
 		}
-		return
+		return nil
 	}
 	for lo := 0; lo < n; lo = w.hi {
+		if err := j.ctx.Err(); err != nil {
+			return err
+		}
 		w.fill(lo, n)
 		for i := w.lo; i < w.hi; i++ {
 			e := &w.buf[i-w.lo]
@@ -525,6 +548,7 @@ func (j *judge) each(n int, fold func(int, *element)) {
 			fold(i, e)
 		}
 	}
+	return nil
 }
 
 // excess is the element's err/tol as the signature reads it: +Inf for a
@@ -544,11 +568,14 @@ func (e element) excess() float64 {
 // element). The signature reads them in passes from the first element to
 // the last, so a read of element 0, or of the element after the window,
 // judges the next window on every core (as each does); any other read
-// judges one element.
+// judges one element. Once the judge's context is done every element
+// reads as 0 without being judged, so the signature's passes end at once
+// (Compare then returns the context's error).
 type excessValues struct {
-	n int
-	j *judge
-	w *window // nil: one goroutine
+	n       int
+	j       *judge
+	w       *window // nil: one goroutine
+	stopped bool
 }
 
 func newExcessValues(n int, j *judge) *excessValues {
@@ -558,6 +585,10 @@ func newExcessValues(n int, j *judge) *excessValues {
 func (x *excessValues) Len() int { return x.n }
 
 func (x *excessValues) At(i int) float64 {
+	if x.stopped || (i%parallelChunk == 0 && x.j.ctx.Err() != nil) {
+		x.stopped = true
+		return 0
+	}
 	if w := x.w; w != nil {
 		if (i == 0 || i == w.hi) && i < x.n && !(i >= w.lo && i < w.hi) {
 			w.fill(i, x.n)

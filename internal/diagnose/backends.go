@@ -27,7 +27,7 @@ type Exact struct{}
 func (Exact) Name() string { return "exact" }
 
 // Run implements backend.Backend.
-func (Exact) Run(_ context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
+func (Exact) Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
 	k, err := kernel.Lookup(name)
 	if err != nil {
 		return nil, err
@@ -36,7 +36,7 @@ func (Exact) Run(_ context.Context, name string, in kernel.Inputs) (map[string]*
 	if err != nil {
 		return nil, err
 	}
-	outs, err := k.Reference(in, prec, nil)
+	outs, err := k.Reference(ctx, in, prec, nil)
 	if err != nil {
 		return nil, err
 	}

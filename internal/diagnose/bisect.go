@@ -140,7 +140,7 @@ func BisectContext(ctx context.Context, c cases.Case, be backend.Backend, opts c
 	longest := 0
 	seq := c.SeqLens
 	if len(seq) == 0 {
-		in, err := c.Inputs()
+		in, err := c.InputsContext(ctx)
 		if err != nil {
 			return nil, err
 		}

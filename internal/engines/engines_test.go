@@ -2,6 +2,7 @@ package engines
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -39,7 +40,7 @@ func capture(t *testing.T, c cases.Case, extra map[string]string, corrupt string
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs, err := kernel.Produce(k, in, prec, nil)
+	outs, err := kernel.Produce(context.Background(), k, in, prec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

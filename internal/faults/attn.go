@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"context"
 	"fmt"
 	"math"
 
@@ -161,7 +162,7 @@ func init() {
 		Name: "heads_swapped", Stage: kernel.StageAttn, Kernels: decodeKernels,
 		BugClass: "head index slip in the output addressing: two heads' outputs exchanged (a head-group tiling that writes head pairs crossed)",
 		Doc:      "Heads 0 and 1 write each other's outputs (out, lse and split-K partials): every value is plausible, two heads are wrong.",
-		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
 			for name, ax := range headAxis {
 				t, ok := out[name]
 				if !ok || len(t.Shape) <= ax || t.Shape[ax] < 2 {
@@ -179,7 +180,7 @@ func init() {
 
 // topLeftOutputs recomputes a causal multi-query decode with the top-left
 // mask: query i sees tokens [0, i+1), one query position at a time.
-func topLeftOutputs(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+func topLeftOutputs(ctx context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
 	causal, err := in.Params.Bool("causal", false)
 	if err != nil || !causal {
 		return err
@@ -217,7 +218,7 @@ func topLeftOutputs(in kernel.Inputs, out map[string]*tensor.Tensor) error {
 			li[b] = min(n, int64(i+1))
 		}
 		ts["seq_lens"] = tensor.FromInt64s(sl.DType, sl.Shape, li)
-		res, err := kernel.Produce(k, kernel.Inputs{Tensors: ts, Params: params}, prec, dtypes)
+		res, err := kernel.Produce(ctx, k, kernel.Inputs{Tensors: ts, Params: params}, prec, dtypes)
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -98,7 +99,7 @@ func init() {
 			withSlots(in, slots)
 			return in, nil
 		},
-		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
 			g, ok := out["gathered"]
 			if !ok {
 				return nil
@@ -158,7 +159,7 @@ func init() {
 			"so its slot keeps stale content (an offset that wraps back inside would clobber another entry). Real caches reach " +
 			"2^31 bytes at block 29127 (bf16, P = 64); the parameter kcheck.fault.int32_limit lowers the threshold so a small " +
 			"cache shows it.",
-		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
 			limit, ok, err := in.Params.Float(int32LimitParam)
 			if err != nil {
 				return err
@@ -266,7 +267,7 @@ func init() {
 		BugClass: "fp8_ds_mla tile-scale convention mixed up: values quantized with vLLM's amax/448 scale, the scale stored in FlashMLA's power-of-two convention (or the reverse)",
 		Doc: "The writer divides each 128-value tile by the scale of the declared ds_mla_scale convention but stores the other " +
 			"convention's scale, so a reader (which multiplies by the stored F32) gets the tile back off by up to 2x.",
-		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
 			if in.Params.String("kv_cache_dtype", "bf16") != string(kvcache.FP8DSMLA) {
 				return nil
 			}

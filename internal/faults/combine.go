@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"context"
 	"math"
 
 	"github.com/kcheck-dev/kcheck/cases"
@@ -49,7 +50,7 @@ func init() {
 		BugClass: "empty split turned into NaN: exp(-inf - (-inf)) where a split that saw no token is rescaled by its own running max",
 		Doc: "A row with an empty split (lse -inf: context shorter than the split layout, or a causal row) comes out NaN, out " +
 			"and lse, instead of being weighted 0.",
-		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
 			_, pl, n, s, l, ok := partials(in)
 			if !ok {
 				return nil
@@ -77,7 +78,7 @@ func init() {
 		Name: "unweighted_average", Stage: kernel.StageCombine, Kernels: combineKernel,
 		BugClass: "split partials averaged with equal weights, ignoring their LSEs",
 		Doc:      "out = mean of the non-empty splits' partial outputs instead of their softmax-weighted sum; the LSE is right, the output is not.",
-		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
 			po, pl, n, s, l, ok := partials(in)
 			if !ok {
 				return nil

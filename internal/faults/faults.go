@@ -37,7 +37,7 @@ type Fault struct {
 	Inputs    func(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*tensor.Tensor, error) `json:"-"`
 	Params    func(p kernel.Params) kernel.Params                                                    `json:"-"`
 	Precision func(p kernel.Precision) kernel.Precision                                              `json:"-"`
-	Outputs   func(in kernel.Inputs, out map[string]*tensor.Tensor) error                            `json:"-"`
+	Outputs   func(ctx context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error       `json:"-"`
 
 	// Trigger is a small case on which the fault changes its kernel's
 	// outputs; the catalog's table test runs every fault's trigger.
@@ -124,14 +124,14 @@ func (f *Fault) Affects(name string) bool {
 }
 
 // Run produces kernel k's outputs with the fault planted (the plain
-// reference when the fault does not live in k).
-func (f *Fault) Run(k *kernel.Kernel, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
+// reference when the fault does not live in k); it stops when ctx is done.
+func (f *Fault) Run(ctx context.Context, k *kernel.Kernel, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
 	prec, err := kernel.PrecisionFrom(in.Params)
 	if err != nil {
 		return nil, err
 	}
 	if !f.Affects(k.Name) {
-		return kernel.Produce(k, in, prec, nil)
+		return kernel.Produce(ctx, k, in, prec, nil)
 	}
 	run := kernel.Inputs{Tensors: in.Tensors, Params: in.Params}
 	if f.Params != nil {
@@ -149,12 +149,12 @@ func (f *Fault) Run(k *kernel.Kernel, in kernel.Inputs) (map[string]*tensor.Tens
 	if f.Precision != nil {
 		prec = f.Precision(prec)
 	}
-	out, err := kernel.Produce(k, run, prec, nil)
+	out, err := kernel.Produce(ctx, k, run, prec, nil)
 	if err != nil {
 		return nil, err
 	}
 	if f.Outputs != nil {
-		if err := f.Outputs(in, out); err != nil {
+		if err := f.Outputs(ctx, in, out); err != nil {
 			return nil, err
 		}
 	}
@@ -176,12 +176,12 @@ type Backend struct{ Fault *Fault }
 func (b Backend) Name() string { return "faulty:" + b.Fault.Name }
 
 // Run implements backend.Backend.
-func (b Backend) Run(_ context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
+func (b Backend) Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
 	k, err := kernel.Lookup(name)
 	if err != nil {
 		return nil, err
 	}
-	return b.Fault.Run(k, in)
+	return b.Fault.Run(ctx, k, in)
 }
 
 func init() {

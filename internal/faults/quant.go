@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"context"
 	"fmt"
 	"math"
 
@@ -74,7 +75,7 @@ func init() {
 			}
 			return in, nil
 		},
-		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
 			if t, ok := out["packed"]; ok { // the quantizer writes them swapped
 				out["packed"] = swapNibbles(t)
 			}
@@ -155,7 +156,7 @@ func init() {
 		},
 		// The quantizer stores the flushed scale and, as s = 0 demands,
 		// zero codes for the block.
-		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
 			sc, ok1 := out["block_scale"]
 			pk, ok2 := out["packed"]
 			if !ok1 || !ok2 {
@@ -203,7 +204,7 @@ func init() {
 		Doc: "The second half of the N output columns is dequantized with the first half's global scale. The planted factor is the " +
 			"ratio the two shards' own globals would have (amax of the first half of B over amax of the second), which is what a " +
 			"ModelOpt checkpoint calibrated per shard and an engine keeping one scale produce.",
-		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
 			o, ok := out["out"]
 			if !ok || len(o.Shape) != 2 {
 				return nil
@@ -244,7 +245,7 @@ func init() {
 		Doc: "A 16-element block whose amax is 0 gets the E4M3 NaN (0x7F) as its block scale instead of 0, so every element " +
 			"dequantized from it, and every GEMM output that reads it, is NaN. Zero blocks are common: dead or padded hidden " +
 			"channels, padded batch rows.",
-		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
 			x, ok1 := in.Tensors["x"]
 			sc, ok2 := out["block_scale"]
 			if !ok1 || !ok2 || len(x.Shape) != 2 {
@@ -288,7 +289,7 @@ func init() {
 			"or recycled buffer holds; spec 5 says padding is zero). The GEMM's last K tile reads the padded scale columns " +
 			"(K/16 not a multiple of 4) and multiplies them by its zero-filled out-of-range data: 0 x NaN poisons every " +
 			"output of a row whose padding is NaN.",
-		Outputs: func(in kernel.Inputs, out map[string]*tensor.Tensor) error {
+		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
 			if in.Params.String("scale_layout", "linear") != "swizzled_128x4" {
 				return nil
 			}

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/kcheck-dev/kcheck/reference/dsa"
@@ -43,7 +44,7 @@ func outWidth(in Inputs, param, output string, def int) (int, error) {
 	return def, nil
 }
 
-func dsaIndexer(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
 	q := in.Tensors["q"]
 	kc := in.Tensors["k_cache"]
 	w := in.Tensors["weights"]
@@ -74,7 +75,7 @@ func dsaIndexer(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([
 	if topk <= 0 {
 		return nil, fmt.Errorf("parameter topk is missing or not positive (%d), and no topk_indices tensor gives it", topk)
 	}
-	s, err := dsa.Compute(dsa.Input{Q: q, KCache: kc, Weights: w, Pages: pages}, maxSeq)
+	s, err := dsa.Compute(ctx, dsa.Input{Q: q, KCache: kc, Weights: w, Pages: pages}, maxSeq)
 	if err != nil {
 		return nil, err
 	}

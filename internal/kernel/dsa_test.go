@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"context"
 	"math"
 	"strings"
 	"testing"
@@ -28,7 +29,7 @@ func TestDSAIndexer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs, err := k.Reference(dsaInputs(), DefaultPrecision(), nil)
+	outs, err := k.Reference(context.Background(), dsaInputs(), DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestDSAIndexer(t *testing.T) {
 	in.Params = Params{}
 	in.Tensors["scores"] = tensor.New(tensor.F32, 1, 5)
 	in.Tensors["topk_indices"] = tensor.New(tensor.I32, 1, 3)
-	outs, err = k.Reference(in, DefaultPrecision(), nil)
+	outs, err = k.Reference(context.Background(), in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,12 +72,12 @@ func TestDSAIndexer(t *testing.T) {
 		t.Errorf("shapes %v %v, want [1 5] [1 3]", outs[0].Shape, outs[1].Shape)
 	}
 	delete(in.Tensors, "topk_indices")
-	if _, err := k.Reference(in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "parameter topk is missing") {
+	if _, err := k.Reference(context.Background(), in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "parameter topk is missing") {
 		t.Errorf("no topk: %v", err)
 	}
 	in = dsaInputs()
 	in.Tensors["block_table"] = tensor.FromInt64s(tensor.I32, []int{1, 3}, []int64{1, 7, -1})
-	if _, err := k.Reference(in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "block_table[0,1] = 7 is outside the cache (NB = 2)") {
+	if _, err := k.Reference(context.Background(), in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "block_table[0,1] = 7 is outside the cache (NB = 2)") {
 		t.Errorf("block outside: %v", err)
 	}
 }

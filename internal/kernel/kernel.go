@@ -9,6 +9,7 @@
 package kernel
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sort"
@@ -274,15 +275,19 @@ type Kernel struct {
 	// stored it (from the capture); an output it does not name gets the
 	// contract's default dtype. Expected is rounded to that dtype, so
 	// Produce can store it without a second rounding.
-	Reference func(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error)
+	//
+	// A reference stops soon after ctx is done (between units of work:
+	// rows, heads, tiles, blocks of tokens) and returns ctx.Err(), so a
+	// check past its deadline frees its memory instead of running on.
+	Reference func(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error)
 }
 
 // Produce runs k's reference at precision prec and stores each output's
 // Expected values in its dtype: what a correct kernel of that precision
 // writes. It is the reference backend and the fixture generator. An output
 // computed on demand is written straight into its tensor (Materialize).
-func Produce(k *Kernel, in Inputs, prec Precision, outDTypes map[string]tensor.DType) (map[string]*tensor.Tensor, error) {
-	outs, err := k.Reference(in, prec, outDTypes)
+func Produce(ctx context.Context, k *Kernel, in Inputs, prec Precision, outDTypes map[string]tensor.DType) (map[string]*tensor.Tensor, error) {
+	outs, err := k.Reference(ctx, in, prec, outDTypes)
 	if err != nil {
 		return nil, err
 	}
@@ -306,11 +311,14 @@ func Register(k *Kernel) {
 		panic("kernel: " + k.Name + " registered twice")
 	}
 	ref := k.Reference
-	k.Reference = func(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+	k.Reference = func(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
 		if err := checkInputs(k.Inputs, in); err != nil {
 			return nil, err
 		}
-		return ref(in, prec, outDTypes)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		return ref(ctx, in, prec, outDTypes)
 	}
 	registry[k.Name] = k
 }

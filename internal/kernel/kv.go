@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/kcheck-dev/kcheck/reference/formats"
@@ -104,7 +105,7 @@ func asDType(name string, t *tensor.Tensor, d tensor.DType, lay kvcache.Layout) 
 	return nil, fmt.Errorf("tensor %s has dtype %s but the cache it is written over is %s (kv_cache_dtype %s)", name, d, t.DType, lay.Kind)
 }
 
-func kvCacheWrite(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
 	kvc := in.Tensors["kv_c"]
 	kpe := in.Tensors["k_pe"]
 	sm := in.Tensors["slot_mapping"]
@@ -198,7 +199,7 @@ func (c *cacheAfter) At(i int) float64 {
 	return c.entry.Float64At(i - c.slot*c.e)
 }
 
-func kvCacheGather(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
 	ct := in.Tensors["cache"]
 	bt := in.Tensors["block_table"]
 	sl := in.Tensors["seq_lens"]

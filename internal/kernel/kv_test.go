@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -56,7 +57,7 @@ func TestKVCacheWriteDSMLA(t *testing.T) {
 	}
 	before := tensor.New(tensor.U8, 3, 2, 656)
 	in := writeInputs("fp8_ds_mla", "amax", before, kv, 512, []int64{3, -1}, 0)
-	outs, err := k.Reference(in, DefaultPrecision(), nil)
+	outs, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestKVCacheWriteDSMLA(t *testing.T) {
 
 	// the same write in the pow2 convention, checked as amax: a fault
 	inP := writeInputs("fp8_ds_mla", "pow2", before, kv, 512, []int64{3, -1}, 0)
-	po, err := k.Reference(inP, DefaultPrecision(), nil)
+	po, err := k.Reference(context.Background(), inP, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestKVCacheWriteDTypes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		outs, err := k.Reference(in, prec, map[string]tensor.DType{"cache_after": c.out})
+		outs, err := k.Reference(context.Background(), in, prec, map[string]tensor.DType{"cache_after": c.out})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +161,7 @@ func TestKVCacheInputErrors(t *testing.T) {
 		if c.edit != nil {
 			c.edit(c.in)
 		}
-		_, err := c.k.Reference(c.in, DefaultPrecision(), nil)
+		_, err := c.k.Reference(context.Background(), c.in, DefaultPrecision(), nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error containing %q", c.name, err, c.want)
 		}
@@ -183,7 +184,7 @@ func TestKVCacheGather(t *testing.T) {
 		"seq_lens":    tensor.FromInt64s(tensor.I32, []int{2}, []int64{1, 3}),
 		"k_scale":     tensor.FromFloat64s(tensor.F32, []int{1}, []float64{0.1}),
 	}, Params: Params{"kv_cache_dtype": "fp8_e4m3", "page_size": "2"}}
-	outs, err := g.Reference(in, DefaultPrecision(), nil)
+	outs, err := g.Reference(context.Background(), in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +249,7 @@ func TestCacheValuesOnDemand(t *testing.T) {
 			t.Fatal(err)
 		}
 		k, _ := Lookup("kv_cache_write")
-		outs, err := k.Reference(in, DefaultPrecision(), nil)
+		outs, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,7 +280,7 @@ func TestCacheValuesOnDemand(t *testing.T) {
 			"seq_lens":    tensor.FromInt64s(tensor.I32, []int{2}, lens),
 			"k_scale":     tensor.FromFloat64s(tensor.F32, []int{}, []float64{0.03}),
 		}, Params: Params{"kv_cache_dtype": kind}}
-		gouts, err := g.Reference(gin, DefaultPrecision(), nil)
+		gouts, err := g.Reference(context.Background(), gin, DefaultPrecision(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

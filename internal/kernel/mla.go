@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"context"
 	"fmt"
 	"math"
 
@@ -172,7 +173,7 @@ func readMLACommon(in Inputs, prec Precision, outDTypes map[string]tensor.DType)
 		cfg: mla.Config{SoftmaxScale: scale, Causal: causal, LSE: splitk.Convention{Base: base, Empty: empty}}}, nil
 }
 
-func mlaDecode(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
 	c, err := readMLACommon(in, prec, outDTypes)
 	if err != nil {
 		return nil, err
@@ -191,7 +192,7 @@ func mlaDecode(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]
 		return nil, err
 	}
 	p := &mla.Dense{Q: c.q, Cache: c.cache, Pages: pages}
-	ex, xp, err := mla.Decode(p, c.cfg, c.prec)
+	ex, xp, err := mla.Decode(ctx, p, c.cfg, c.prec)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +230,7 @@ func mlaDecode(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]
 		}
 		return outs, nil
 	}
-	pex, pxp, err := mla.DecodePartials(p, c.cfg, c.prec, s, bounds)
+	pex, pxp, err := mla.DecodePartials(ctx, p, c.cfg, c.prec, s, bounds)
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +299,7 @@ func splitSpec(in Inputs, seqLens []int) (int, []int, error) {
 	return s, bounds, mla.CheckBounds(bounds, seqLens, s)
 }
 
-func mlaDecodeSparse(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
 	c, err := readMLACommon(in, prec, outDTypes)
 	if err != nil {
 		return nil, err
@@ -318,20 +319,20 @@ func mlaDecodeSparse(in Inputs, prec Precision, outDTypes map[string]tensor.DTyp
 		idx[i] = it.Int64At(i)
 	}
 	sp := &mla.Sparse{Q: c.q, Cache: c.cache, TopK: topk, Indices: idx}
-	ex, xp, err := mla.DecodeSparse(sp, c.cfg, c.prec)
+	ex, xp, err := mla.DecodeSparse(ctx, sp, c.cfg, c.prec)
 	if err != nil {
 		return nil, err
 	}
 	B, SQ, H, L := c.q.B, c.q.SQ, c.q.H, c.lay.L
 	// attended slots per (request, query): the context of a sparse row
-	ctx := make([]int, B*SQ)
+	attended := make([]int, B*SQ)
 	for b := 0; b < B; b++ {
 		for i := 0; i < SQ; i++ {
-			ctx[b*SQ+i] = len(sp.ValidSlots(b, i))
+			attended[b*SQ+i] = len(sp.ValidSlots(b, i))
 		}
 	}
 	rowCoords := func(b, i, h int) []Coord {
-		return []Coord{{"context_len", ctx[b*SQ+i]}, {"head_tile", (i*H + h) / headTileRows}}
+		return []Coord{{"context_len", attended[b*SQ+i]}, {"head_tile", (i*H + h) / headTileRows}}
 	}
 	red := max(1, topk)
 	return []Output{

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -76,7 +77,7 @@ func TestMLADecodeContractPartialsCombine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs, err := k.Reference(in, DefaultPrecision(), nil)
+	outs, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestMLADecodeContractPartialsCombine(t *testing.T) {
 	}
 	n := 3 * 1 * 3
 	comb, _ := Lookup("splitk_combine")
-	couts, err := comb.Reference(Inputs{
+	couts, err := comb.Reference(context.Background(), Inputs{
 		Tensors: map[string]*tensor.Tensor{
 			"partial_out": Materialize(tensor.F32, []int{n, 4, 12}, po.Exact),
 			"partial_lse": Materialize(tensor.F32, []int{n, 4}, pl.Exact),
@@ -141,14 +142,14 @@ func TestMLADecodeProduceAndNoise(t *testing.T) {
 	in := mlaInputs(rng, []int{40}, 2, 2, 12, 4, 10)
 	in.Params["causal"] = "true"
 	k, _ := Lookup("mla_decode")
-	res, err := Produce(k, in, DefaultPrecision(), nil)
+	res, err := Produce(context.Background(), k, in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res["out"].DType != tensor.BF16 || len(res["out"].Shape) != 4 || res["lse"].Shape[2] != 2 {
 		t.Fatalf("produced out %s %v lse %v", res["out"].DType, res["out"].Shape, res["lse"].Shape)
 	}
-	outs, _ := k.Reference(in, DefaultPrecision(), nil)
+	outs, _ := k.Reference(context.Background(), in, DefaultPrecision(), nil)
 	o := outputNamed(t, outs, "out")
 	vmax := 0.0 // largest |value| in the cache
 	for _, v := range in.Tensors["kv_cache"].Float64s() {
@@ -167,7 +168,7 @@ func TestMLADecodeProduceAndNoise(t *testing.T) {
 func TestMLADecodeInputErrors(t *testing.T) {
 	k, _ := Lookup("mla_decode")
 	in := mlaInputs(rand.New(rand.NewPCG(9, 9)), []int{5, 0}, 1, 2, 12, 4, 6)
-	if _, err := k.Reference(in, DefaultPrecision(), map[string]tensor.DType{"partial_out": tensor.F32}); err == nil ||
+	if _, err := k.Reference(context.Background(), in, DefaultPrecision(), map[string]tensor.DType{"partial_out": tensor.F32}); err == nil ||
 		!strings.Contains(err.Error(), "tensor partial_out is present but neither") {
 		t.Errorf("partials without S: error %v", err)
 	}
@@ -202,7 +203,7 @@ func TestMLADecodeInputErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := mlaInputs(rand.New(rand.NewPCG(9, 9)), []int{5, 0}, 1, 2, 12, 4, 6)
 			tc.mod(in)
-			_, err := k.Reference(in, DefaultPrecision(), nil)
+			_, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
@@ -214,7 +215,7 @@ func TestMLADecodeSparseContract(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	in := mlaInputs(rng, []int{8}, 1, 2, 12, 4, 4)
 	dense, _ := Lookup("mla_decode")
-	douts, err := dense.Reference(in, DefaultPrecision(), nil)
+	douts, err := dense.Reference(context.Background(), in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +233,7 @@ func TestMLADecodeSparseContract(t *testing.T) {
 		"indices": tensor.FromInt64s(tensor.I32, []int{1, 1, len(idx)}, idx),
 	}, Params: in.Params}
 	sparse, _ := Lookup("mla_decode_sparse")
-	souts, err := sparse.Reference(sin, DefaultPrecision(), nil)
+	souts, err := sparse.Reference(context.Background(), sin, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +249,7 @@ func TestMLADecodeSparseContract(t *testing.T) {
 		t.Errorf("sparse coords %v: context_len should count the 8 attended slots", c)
 	}
 	sin.Params["topk"] = "7"
-	if _, err := sparse.Reference(sin, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "topk = 7") {
+	if _, err := sparse.Reference(context.Background(), sin, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "topk = 7") {
 		t.Errorf("topk mismatch: error %v", err)
 	}
 }
@@ -265,7 +266,7 @@ func TestSplitKCombineContract(t *testing.T) {
 		"partial_out": tensor.FromFloat64s(tensor.F32, []int{2, 2, 2}, []float64{1, 0, 0, 1, 0, 0, 0, 0}),
 		"partial_lse": tensor.FromFloat64s(tensor.F32, []int{2, 2}, []float64{0, math.Log(3), ninf, ninf}),
 	}, Params: Params{"lse_empty": "+inf"}}
-	outs, err := k.Reference(in, DefaultPrecision(), nil)
+	outs, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +301,7 @@ func TestSplitKCombineContract(t *testing.T) {
 				"partial_lse": tensor.New(tensor.F32, 2, 2),
 			}, Params: Params{}}
 			tc.mod(in)
-			_, err := k.Reference(in, DefaultPrecision(), nil)
+			_, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}

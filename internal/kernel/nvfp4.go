@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/kcheck-dev/kcheck/reference/formats"
@@ -175,7 +176,7 @@ func fp4ElementCoords(rowAxis, colAxis string) Coords {
 	}}
 }
 
-func nvfp4Quantize(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func nvfp4Quantize(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
 	x := in.Tensors["x"]
 	if err := x.Check(); err != nil {
 		return nil, fmt.Errorf("tensor x: %v", err)
@@ -203,11 +204,11 @@ func nvfp4Quantize(in Inputs, prec Precision, outDTypes map[string]tensor.DType)
 		return nil, err
 	}
 	xs := x.Float64s()
-	exact, err := nvfp4.Quantize(xs, m, k, gs)
+	exact, err := nvfp4.Quantize(ctx, xs, m, k, gs)
 	if err != nil {
 		return nil, err
 	}
-	expected, err := nvfp4.QuantizeExpected(xs, m, k, gs)
+	expected, err := nvfp4.QuantizeExpected(ctx, xs, m, k, gs)
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +364,7 @@ func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.L
 	}, nil
 }
 
-func nvfp4Dequantize(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func nvfp4Dequantize(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
 	lay, err := fp4Layout(in.Params)
 	if err != nil {
 		return nil, err
@@ -380,11 +381,11 @@ func nvfp4Dequantize(in Inputs, prec Precision, outDTypes map[string]tensor.DTyp
 	if err != nil {
 		return nil, err
 	}
-	exact, err := nvfp4.Dequantize(a)
+	exact, err := nvfp4.Dequantize(ctx, a)
 	if err != nil {
 		return nil, err
 	}
-	expected, err := nvfp4.DequantizeExpected(a, od)
+	expected, err := nvfp4.DequantizeExpected(ctx, a, od)
 	if err != nil {
 		return nil, err
 	}
@@ -394,7 +395,7 @@ func nvfp4Dequantize(in Inputs, prec Precision, outDTypes map[string]tensor.DTyp
 	}}, nil
 }
 
-func nvfp4GEMM(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func nvfp4GEMM(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
 	lay, err := fp4Layout(in.Params)
 	if err != nil {
 		return nil, err
@@ -422,7 +423,7 @@ func nvfp4GEMM(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]
 	if a.K != b.K {
 		return nil, fmt.Errorf("tensor a_packed has K = %d but b_packed has K = %d", a.K, b.K)
 	}
-	exact, expected, err := nvfp4.GEMM(a, b, od)
+	exact, expected, err := nvfp4.GEMM(ctx, a, b, od)
 	if err != nil {
 		return nil, err
 	}

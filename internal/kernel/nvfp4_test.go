@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -31,7 +32,7 @@ func fp4Quantized(t *testing.T, m, k int, layout string) (Inputs, map[string]*te
 	in := Inputs{Tensors: map[string]*tensor.Tensor{"x": x, "global_scale": fp4Scalar(gs)},
 		Params: Params{"scale_layout": layout}}
 	k4, _ := Lookup("nvfp4_quantize")
-	out, err := Produce(k4, in, DefaultPrecision(), nil)
+	out, err := Produce(context.Background(), k4, in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func TestNVFP4AdapterErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = k.Reference(tc.in, DefaultPrecision(), tc.dtypes)
+		_, err = k.Reference(context.Background(), tc.in, DefaultPrecision(), tc.dtypes)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to contain %q", tc.kernel, err, tc.want)
 		}
@@ -142,7 +143,7 @@ func TestNVFP4QuantizeNaNInput(t *testing.T) {
 	in := Inputs{Tensors: map[string]*tensor.Tensor{
 		"x": tensor.FromFloat64s(tensor.BF16, []int{1, 32}, vals), "global_scale": fp4Scalar(1)}}
 	k, _ := Lookup("nvfp4_quantize")
-	outs, err := k.Reference(in, DefaultPrecision(), nil)
+	outs, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatalf("NaN input rejected: %v", err)
 	}
@@ -172,7 +173,7 @@ func TestNVFP4QuantizeEquivalence(t *testing.T) {
 				"x": tensor.FromFloat64s(tensor.BF16, []int{1, 32}, vals), "global_scale": fp4Scalar(1)},
 				Params: Params{"scale_layout": layout}}
 			k, _ := Lookup("nvfp4_quantize")
-			outs, err := k.Reference(in, DefaultPrecision(), map[string]tensor.DType{"block_scale": sd})
+			outs, err := k.Reference(context.Background(), in, DefaultPrecision(), map[string]tensor.DType{"block_scale": sd})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -252,7 +253,7 @@ func TestNVFP4ProduceChain(t *testing.T) {
 		dk, _ := Lookup("nvfp4_dequantize")
 		din := Inputs{Tensors: map[string]*tensor.Tensor{"packed": q["packed"], "block_scale": q["block_scale"], "global_scale": gs},
 			Params: Params{"scale_layout": layout, "global_scale_kind": "quant"}}
-		d, err := Produce(dk, din, DefaultPrecision(), map[string]tensor.DType{"out": tensor.F32})
+		d, err := Produce(context.Background(), dk, din, DefaultPrecision(), map[string]tensor.DType{"out": tensor.F32})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +275,7 @@ func TestNVFP4ProduceChain(t *testing.T) {
 			"a_packed": q["packed"], "a_scale": q["block_scale"], "a_global": gs,
 			"b_packed": q["packed"], "b_scale": q["block_scale"], "b_global": gs},
 			Params: Params{"scale_layout": layout, "a_global_kind": "quant", "b_global_kind": "quant"}}
-		outs, err := gk.Reference(gin, DefaultPrecision(), nil)
+		outs, err := gk.Reference(context.Background(), gin, DefaultPrecision(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +309,7 @@ func TestNVFP4QuantizeExactIsEquivalent(t *testing.T) {
 	differ := map[string]int{}
 	for _, shape := range [][2]int{{64, 256}, {128, 512}, {96, 1024}} {
 		in, _ := fp4Quantized(t, shape[0], shape[1], "swizzled_128x4")
-		outs, err := k.Reference(in, DefaultPrecision(), nil)
+		outs, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,7 +339,7 @@ func TestNVFP4DequantizeByHand(t *testing.T) {
 	scale.Data[0] = 0x3C
 	in := Inputs{Tensors: map[string]*tensor.Tensor{"packed": packed, "block_scale": scale, "global_scale": fp4Scalar(2)}}
 	k, _ := Lookup("nvfp4_dequantize")
-	outs, err := k.Reference(in, DefaultPrecision(), nil)
+	outs, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

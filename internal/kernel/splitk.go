@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"context"
 	"fmt"
 	"math"
 
@@ -31,7 +32,7 @@ func init() {
 	})
 }
 
-func splitkCombine(in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func splitkCombine(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
 	po := in.Tensors["partial_out"]
 	pl := in.Tensors["partial_lse"]
 	if err := CheckShape("partial_out", po, -1, -1, -1); err != nil {
@@ -63,7 +64,7 @@ func splitkCombine(in Inputs, prec Precision, outDTypes map[string]tensor.DType)
 	lse := pl.Float64s()
 	// the partials are read as fp32, in place (a mapped capture's tensor
 	// is not widened to float64: 268 MB more at 64 splits of 1024 rows)
-	ex, xp, err := splitk.Combine(po.Float32s(), lse, n, s, l, splitk.Convention{Base: base, Empty: empty}, outDT, lseDT)
+	ex, xp, err := splitk.Combine(ctx, po.Float32s(), lse, n, s, l, splitk.Convention{Base: base, Empty: empty}, outDT, lseDT)
 	if err != nil {
 		return nil, err
 	}

@@ -110,7 +110,7 @@ func Size(c check.Capture) int64 {
 // capture (inputs and outputs) with the case's metadata, the backend and
 // the case itself (as JSON) for reproduction.
 func Run(ctx context.Context, c cases.Case, be backend.Backend) (check.Capture, error) {
-	in, err := c.Inputs()
+	in, err := c.InputsContext(ctx)
 	if err != nil {
 		return check.Capture{}, err
 	}

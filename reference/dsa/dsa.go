@@ -11,14 +11,13 @@
 package dsa
 
 import (
+	"context"
 	"fmt"
 	"math"
-	"runtime"
 	"sort"
-	"sync/atomic"
 
-	"github.com/kcheck-dev/kcheck/internal/parallel"
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
+	"github.com/kcheck-dev/kcheck/reference/parallel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -51,7 +50,7 @@ type Scores struct {
 
 // Compute returns the scores of in over MaxSeq = maxSeq columns (every
 // seq_len must fit; 0 means max(seq_lens)). Errors name the tensor.
-func Compute(in Input, maxSeq int) (*Scores, error) {
+func Compute(ctx context.Context, in Input, maxSeq int) (*Scores, error) {
 	q, w, p := in.Q, in.Weights, in.Pages
 	if err := q.Check(); err != nil {
 		return nil, fmt.Errorf("tensor q: %v", err)
@@ -99,26 +98,18 @@ func Compute(in Input, maxSeq int) (*Scores, error) {
 	// not depend on how many run.
 	const run = 512
 	per := (maxSeq + run - 1) / run
-	// A worker's panic (a fault reading a capture that shrank) is raised
-	// again by Wait (internal/parallel).
-	var next atomic.Int64
-	var workers parallel.Group
-	for g := 0; g < min(runtime.GOMAXPROCS(0), b*per); g++ {
-		workers.Go(func() {
-			kv := make([]float64, dk)
-			for !workers.Failed() {
-				u := int(next.Add(1) - 1)
-				if u >= b*per {
-					return
-				}
-				r, t0 := u/per, (u%per)*run
-				for t := t0; t < min(t0+run, maxSeq); t++ {
-					s.score(kc, p, r, t, qv[r*hi*dk:(r+1)*hi*dk], wv[r*hi:(r+1)*hi], kv, gamma)
-				}
+	err = parallel.Run(ctx, b*per, 0, func() func(int) {
+		kv := make([]float64, dk)
+		return func(u int) {
+			r, t0 := u/per, (u%per)*run
+			for t := t0; t < min(t0+run, maxSeq); t++ {
+				s.score(kc, p, r, t, qv[r*hi*dk:(r+1)*hi*dk], wv[r*hi:(r+1)*hi], kv, gamma)
 			}
-		})
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
-	workers.Wait()
 	return s, nil
 }
 

@@ -1,6 +1,7 @@
 package dsa
 
 import (
+	"context"
 	"math"
 	"math/rand"
 	"strings"
@@ -37,7 +38,7 @@ func TestTwoHeadsByHand(t *testing.T) {
 		Weights: tensor.FromFloat64s(tensor.F32, []int{1, 2}, []float64{0.5, 2}),
 		Pages:   pages(t, []int64{1, 0}, 2, []int64{3}, 2, 2),
 	}
-	s, err := Compute(in, 4)
+	s, err := Compute(context.Background(), in, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestAgainstNaiveLoop(t *testing.T) {
 		wv[i] = rng.Float64() - 0.3
 	}
 	w := tensor.FromFloat64s(tensor.F32, []int{b, hi}, wv)
-	s, err := Compute(Input{Q: q, KCache: kc, Weights: w, Pages: pages(t, table, 3, lens, p, nb)}, 0)
+	s, err := Compute(context.Background(), Input{Q: q, KCache: kc, Weights: w, Pages: pages(t, table, 3, lens, p, nb)}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +205,7 @@ func TestInputErrors(t *testing.T) {
 		{"k_cache dtype", Input{q, tensor.New(tensor.U8, 2, 2, 4), w, pg}, 0, "tensor k_cache has dtype U8"},
 		{"batch", Input{tensor.New(tensor.BF16, 2, 2, 4), kc, tensor.New(tensor.F32, 2, 2), pg}, 0, "tensor seq_lens has 1 entries but q has 2 requests"},
 	} {
-		if _, err := Compute(c.in, c.maxSeq); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := Compute(context.Background(), c.in, c.maxSeq); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error containing %q", c.name, err, c.want)
 		}
 	}

@@ -1,6 +1,8 @@
 package dsa
 
 import (
+	"context"
+	"errors"
 	"math"
 	"math/rand"
 	"runtime"
@@ -56,7 +58,7 @@ func TestDeterministicAcrossGOMAXPROCS(t *testing.T) {
 	for _, p := range []int{1, 2, 8} {
 		runtime.GOMAXPROCS(p)
 		for r := 0; r < 2; r++ {
-			s, err := Compute(in, 0)
+			s, err := Compute(context.Background(), in, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,8 +82,18 @@ func TestDeterministicAcrossGOMAXPROCS(t *testing.T) {
 func BenchmarkCompute(b *testing.B) {
 	in := indexerInput(b, 4, 64, 8192)
 	for b.Loop() {
-		if _, err := Compute(in, 0); err != nil {
+		if _, err := Compute(context.Background(), in, 0); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// The indexer stops between its units once its context is done.
+func TestComputeStops(t *testing.T) {
+	in := indexerInput(t, 2, 8, 1500)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Compute(ctx, in, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 }

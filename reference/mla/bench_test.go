@@ -1,6 +1,7 @@
 package mla
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -102,7 +103,7 @@ func BenchmarkDecode(b *testing.B) {
 			flops := float64(4*c.h*c.n) * 2 * (576 + 512)
 			b.ResetTimer()
 			for b.Loop() {
-				if _, _, err := Decode(p, benchCfg(), DefaultPrecision()); err != nil {
+				if _, _, err := Decode(context.Background(), p, benchCfg(), DefaultPrecision()); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -114,7 +115,7 @@ func BenchmarkDecode(b *testing.B) {
 func BenchmarkDecodePartials(b *testing.B) {
 	p := benchDense(b, kvcache.BF16, 4, 64, 2048)
 	for b.Loop() {
-		if _, _, err := DecodePartials(p, benchCfg(), DefaultPrecision(), 8, nil); err != nil {
+		if _, _, err := DecodePartials(context.Background(), p, benchCfg(), DefaultPrecision(), 8, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -203,7 +204,7 @@ func BenchmarkDecodeMemory(b *testing.B) {
 	inputs := float64(p.Cache.NB*p.Cache.Layout.PageSize*p.Cache.D()*2 + 8*len(p.Q.Data))
 	before := peakRSS()
 	for b.Loop() {
-		if _, _, err := Decode(p, benchCfg(), DefaultPrecision()); err != nil {
+		if _, _, err := Decode(context.Background(), p, benchCfg(), DefaultPrecision()); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,6 +1,7 @@
 package mla
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -24,7 +25,7 @@ func TestSoftmaxBlock(t *testing.T) {
 	decode := func(block int) (*Outputs, *Outputs) {
 		prec := DefaultPrecision()
 		prec.SoftmaxBlock = block
-		ex, xp, err := Decode(&Dense{Q: q, Cache: pc, Pages: pp}, cfg, prec)
+		ex, xp, err := Decode(context.Background(), &Dense{Q: q, Cache: pc, Pages: pp}, cfg, prec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +63,7 @@ func TestSoftmaxBlock(t *testing.T) {
 	for _, bad := range []int{-1, MaxSoftmaxBlock + 1} {
 		prec := DefaultPrecision()
 		prec.SoftmaxBlock = bad
-		if _, _, err := Decode(&Dense{Q: q, Cache: pc, Pages: pp}, cfg, prec); err == nil {
+		if _, _, err := Decode(context.Background(), &Dense{Q: q, Cache: pc, Pages: pp}, cfg, prec); err == nil {
 			t.Errorf("softmax block %d accepted", bad)
 		}
 	}

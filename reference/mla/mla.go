@@ -44,14 +44,14 @@
 package mla
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"runtime"
-	"sync/atomic"
 
-	"github.com/kcheck-dev/kcheck/internal/parallel"
 	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
+	"github.com/kcheck-dev/kcheck/reference/parallel"
 	"github.com/kcheck-dev/kcheck/reference/splitk"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -295,7 +295,7 @@ func checkPages(p *kvcache.Pages, c *kvcache.Cache, b int) error {
 }
 
 // Decode runs dense paged decode and returns the exact and expected outputs.
-func Decode(p *Dense, cfg Config, prec Precision) (exact, expected *Outputs, err error) {
+func Decode(ctx context.Context, p *Dense, cfg Config, prec Precision) (exact, expected *Outputs, err error) {
 	q := &p.Q
 	if err := q.check(p.Cache, &cfg, &prec); err != nil {
 		return nil, nil, err
@@ -303,7 +303,7 @@ func Decode(p *Dense, cfg Config, prec Precision) (exact, expected *Outputs, err
 	if err := checkPages(p.Pages, p.Cache, q.B); err != nil {
 		return nil, nil, err
 	}
-	e := newEngine(p.Cache, q, cfg, prec, cfg.LSE.Empty, prec.Out, prec.LSE, q.B*q.SQ*q.H)
+	e := newEngine(ctx, p.Cache, q, cfg, prec, cfg.LSE.Empty, prec.Out, prec.LSE, q.B*q.SQ*q.H)
 	L := p.Cache.Layout.L
 	g := headGroup(q.H, q.B, e.workers)
 	for b := 0; b < q.B; b++ {
@@ -322,7 +322,9 @@ func Decode(p *Dense, cfg Config, prec Precision) (exact, expected *Outputs, err
 			e.units = append(e.units, u)
 		}
 	}
-	e.run()
+	if err := e.run(); err != nil {
+		return nil, nil, err
+	}
 	return &Outputs{Out: e.ex.out, LSE: e.ex.lse}, &Outputs{Out: e.xp.out, LSE: e.xp.lse}, nil
 }
 
@@ -330,7 +332,7 @@ func Decode(p *Dense, cfg Config, prec Precision) (exact, expected *Outputs, err
 // splits; bounds [B, S+1] gives each split's token range (nil: DefaultBounds).
 // Query i sees the part of split k below its causal limit; a split it sees
 // nothing of is empty (out 0, lse -inf).
-func DecodePartials(p *Dense, cfg Config, prec Precision, s int, bounds []int) (exact, expected *Partials, err error) {
+func DecodePartials(ctx context.Context, p *Dense, cfg Config, prec Precision, s int, bounds []int) (exact, expected *Partials, err error) {
 	q := &p.Q
 	if err := q.check(p.Cache, &cfg, &prec); err != nil {
 		return nil, nil, err
@@ -347,7 +349,7 @@ func DecodePartials(p *Dense, cfg Config, prec Precision, s int, bounds []int) (
 	if err := CheckBounds(bounds, p.Pages.SeqLens, s); err != nil {
 		return nil, nil, err
 	}
-	e := newEngine(p.Cache, q, cfg, prec, math.Inf(-1), prec.PartialOut, prec.PartialLSE, q.B*q.SQ*q.H*s)
+	e := newEngine(ctx, p.Cache, q, cfg, prec, math.Inf(-1), prec.PartialOut, prec.PartialLSE, q.B*q.SQ*q.H*s)
 	L := p.Cache.Layout.L
 	g := headGroup(q.H, q.B*s, e.workers)
 	for b := 0; b < q.B; b++ {
@@ -368,7 +370,9 @@ func DecodePartials(p *Dense, cfg Config, prec Precision, s int, bounds []int) (
 			}
 		}
 	}
-	e.run()
+	if err := e.run(); err != nil {
+		return nil, nil, err
+	}
 	bc := append([]int(nil), bounds...)
 	return &Partials{S: s, Bounds: bc, Out: e.ex.out, LSE: e.ex.lse},
 		&Partials{S: s, Bounds: bc, Out: e.xp.out, LSE: e.xp.lse}, nil
@@ -389,7 +393,7 @@ func (p *Sparse) ValidSlots(b, i int) []int {
 }
 
 // DecodeSparse runs the DSA sparse decode (spec 3.7).
-func DecodeSparse(p *Sparse, cfg Config, prec Precision) (exact, expected *Outputs, err error) {
+func DecodeSparse(ctx context.Context, p *Sparse, cfg Config, prec Precision) (exact, expected *Outputs, err error) {
 	q := &p.Q
 	if err := q.check(p.Cache, &cfg, &prec); err != nil {
 		return nil, nil, err
@@ -397,7 +401,7 @@ func DecodeSparse(p *Sparse, cfg Config, prec Precision) (exact, expected *Outpu
 	if p.TopK < 0 || len(p.Indices) != q.B*q.SQ*p.TopK {
 		return nil, nil, fmt.Errorf("tensor indices has %d entries; [B=%d, s_q=%d, topk=%d] needs %d", len(p.Indices), q.B, q.SQ, p.TopK, q.B*q.SQ*p.TopK)
 	}
-	e := newEngine(p.Cache, q, cfg, prec, cfg.LSE.Empty, prec.Out, prec.LSE, q.B*q.SQ*q.H)
+	e := newEngine(ctx, p.Cache, q, cfg, prec, cfg.LSE.Empty, prec.Out, prec.LSE, q.B*q.SQ*q.H)
 	L, P := p.Cache.Layout.L, p.Cache.Layout.PageSize
 	g := headGroup(q.H, q.B*q.SQ, e.workers)
 	for b := 0; b < q.B; b++ {
@@ -414,7 +418,9 @@ func DecodeSparse(p *Sparse, cfg Config, prec Precision) (exact, expected *Outpu
 			}
 		}
 	}
-	e.run()
+	if err := e.run(); err != nil {
+		return nil, nil, err
+	}
 	return &Outputs{Out: e.ex.out, LSE: e.ex.lse}, &Outputs{Out: e.xp.out, LSE: e.xp.lse}, nil
 }
 
@@ -452,6 +458,7 @@ type unit struct {
 type sink struct{ out, lse []float64 }
 
 type engine struct {
+	ctx     context.Context // checked between units and between blocks of tokens
 	cache   *kvcache.Cache
 	q       *Query
 	cfg     Config
@@ -478,7 +485,7 @@ type engine struct {
 	scale32, scaleLog2 float64
 }
 
-func newEngine(c *kvcache.Cache, q *Query, cfg Config, prec Precision, empty float64, outDT, lseDT tensor.DType, rows int) *engine {
+func newEngine(ctx context.Context, c *kvcache.Cache, q *Query, cfg Config, prec Precision, empty float64, outDT, lseDT tensor.DType, rows int) *engine {
 	acc, _ := modeOf("", prec.Acc)
 	pm, _ := modeOf("", prec.P)
 	L := c.Layout.L
@@ -491,7 +498,7 @@ func newEngine(c *kvcache.Cache, q *Query, cfg Config, prec Precision, empty flo
 		w = runtime.GOMAXPROCS(0)
 	}
 	return &engine{
-		cache: c, q: q, cfg: cfg, prec: prec, acc: acc, pm: pm,
+		ctx: ctx, cache: c, q: q, cfg: cfg, prec: prec, acc: acc, pm: pm,
 		deqSame:       c.Layout.Kind == kvcache.BF16 || prec.KVDequant == tensor.F64,
 		pv32:          acc == r32 && pm == rBF16 && (c.Layout.Kind == kvcache.BF16 || prec.KVDequant == tensor.BF16),
 		exactProducts: allFloat32(q.Data),
@@ -517,25 +524,14 @@ func allFloat32(x []float64) bool {
 	return true
 }
 
-func (e *engine) run() {
-	w := min(e.workers, len(e.units))
-	// A worker's panic (a fault reading a capture that shrank) is raised
-	// again by Wait (internal/parallel).
-	var next atomic.Int64
-	var workers parallel.Group
-	for k := 0; k < w; k++ {
-		workers.Go(func() {
-			wk := &worker{e: e}
-			for !workers.Failed() {
-				u := int(next.Add(1) - 1)
-				if u >= len(e.units) {
-					return
-				}
-				wk.do(&e.units[u])
-			}
-		})
-	}
-	workers.Wait()
+// run computes every unit; it stops when e.ctx is done and returns its
+// error. A worker's panic (a fault reading a capture that shrank) is raised
+// again here (reference/parallel).
+func (e *engine) run() error {
+	return parallel.Run(e.ctx, len(e.units), e.workers, func() func(int) {
+		wk := &worker{e: e}
+		return func(u int) { wk.do(&e.units[u]) }
+	})
 }
 
 // state is one row's online softmax: running max m (of scaled scores for
@@ -606,6 +602,9 @@ func (w *worker) do(u *unit) {
 		maxLim = max(maxLim, u.rows[r].limit)
 	}
 	for c0 := 0; c0 < maxLim; c0 += w.e.block {
+		if w.e.ctx.Err() != nil {
+			return // one unit can be a whole context: stop between its blocks (run reports why)
+		}
 		c1 := min(c0+w.e.block, maxLim)
 		nj := c1 - c0
 		for t := c0; t < c1; t++ {

@@ -1,13 +1,16 @@
 package mla
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
@@ -103,7 +106,7 @@ func TestDecodeHandCases(t *testing.T) {
 			cfg := Config{SoftmaxScale: tc.Scale, Causal: tc.Causal, LSE: splitk.Convention{Base: base, Empty: empty}}
 			prec := DefaultPrecision()
 			prec.Out = tensor.F32
-			ex, xp, err := Decode(p, cfg, prec)
+			ex, xp, err := Decode(context.Background(), p, cfg, prec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -234,11 +237,11 @@ func TestPagedEqualsContiguous(t *testing.T) {
 			q := Query{B: len(seqLens), SQ: 2, H: 3, D: 16}
 			q.Data = randomBF16(rng, q.B*q.SQ*q.H*q.D, 1)
 			cfg := Config{SoftmaxScale: 0.25, Causal: causal, LSE: splitk.DefaultConvention()}
-			ex1, xp1, err := Decode(&Dense{Q: q, Cache: pc, Pages: pp}, cfg, DefaultPrecision())
+			ex1, xp1, err := Decode(context.Background(), &Dense{Q: q, Cache: pc, Pages: pp}, cfg, DefaultPrecision())
 			if err != nil {
 				t.Fatal(err)
 			}
-			ex2, xp2, err := Decode(&Dense{Q: q, Cache: cc, Pages: cp}, cfg, DefaultPrecision())
+			ex2, xp2, err := Decode(context.Background(), &Dense{Q: q, Cache: cc, Pages: cp}, cfg, DefaultPrecision())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -262,7 +265,7 @@ func TestDeterministicAcrossWorkers(t *testing.T) {
 	var ref *Outputs
 	for _, w := range []int{1, 2, 3, 7, 64} {
 		cfg := Config{SoftmaxScale: 0.3, Causal: true, LSE: splitk.DefaultConvention(), Workers: w}
-		ex, xp, err := Decode(&Dense{Q: q, Cache: pc, Pages: pp}, cfg, DefaultPrecision())
+		ex, xp, err := Decode(context.Background(), &Dense{Q: q, Cache: pc, Pages: pp}, cfg, DefaultPrecision())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,16 +312,16 @@ func TestPartialsCombineToUnsplit(t *testing.T) {
 			}{{1, nil}, {3, nil}, {7, nil}, {300, nil}, {6, custom(6)}} {
 				cfg := Config{SoftmaxScale: 0.2, Causal: causal, LSE: splitk.Convention{Base: base, Empty: math.Inf(1)}}
 				p := &Dense{Q: q, Cache: pc, Pages: pp}
-				ex, _, err := Decode(p, cfg, DefaultPrecision())
+				ex, _, err := Decode(context.Background(), p, cfg, DefaultPrecision())
 				if err != nil {
 					t.Fatal(err)
 				}
-				pex, _, err := DecodePartials(p, cfg, DefaultPrecision(), tc.s, tc.bounds)
+				pex, _, err := DecodePartials(context.Background(), p, cfg, DefaultPrecision(), tc.s, tc.bounds)
 				if err != nil {
 					t.Fatal(err)
 				}
 				n := q.B * q.SQ * q.H
-				cx, _, err := splitk.Combine(pex.Out, pex.LSE, n, tc.s, L, cfg.LSE, tensor.F32, tensor.F32)
+				cx, _, err := splitk.Combine(context.Background(), pex.Out, pex.LSE, n, tc.s, L, cfg.LSE, tensor.F32, tensor.F32)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -441,7 +444,7 @@ func TestAbsorbedEqualsUnabsorbed(t *testing.T) {
 		}
 		q.Data = append(q.Data, qp[h]...)
 	}
-	ex, _, err := Decode(&Dense{Q: q, Cache: cache, Pages: pagesOf(t, [][]int{table}, []int{T}, P, nb)},
+	ex, _, err := Decode(context.Background(), &Dense{Q: q, Cache: cache, Pages: pagesOf(t, [][]int{table}, []int{T}, P, nb)},
 		Config{SoftmaxScale: scale, LSE: splitk.DefaultConvention()}, DefaultPrecision())
 	if err != nil {
 		t.Fatal(err)
@@ -501,7 +504,7 @@ func TestExpectedNoiseAndBF16Accumulation(t *testing.T) {
 		for _, out := range []tensor.DType{tensor.F32, tensor.BF16} {
 			prec := DefaultPrecision()
 			prec.Acc, prec.Out = acc, out
-			ex, xp, err := Decode(p, cfg, prec)
+			ex, xp, err := Decode(context.Background(), p, cfg, prec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -530,7 +533,7 @@ func TestSparseMatchesDense(t *testing.T) {
 	const H, SQ = 2, 2
 	q := Query{B: 2, SQ: SQ, H: H, D: 16, Data: randomBF16(rng, 2*SQ*H*16, 1)}
 	cfg := Config{SoftmaxScale: 0.25, LSE: splitk.DefaultConvention()}
-	exD, xpD, err := Decode(&Dense{Q: q, Cache: pc, Pages: pp}, cfg, DefaultPrecision())
+	exD, xpD, err := Decode(context.Background(), &Dense{Q: q, Cache: pc, Pages: pp}, cfg, DefaultPrecision())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -558,7 +561,7 @@ func TestSparseMatchesDense(t *testing.T) {
 			idx = append(idx, row[:topk]...)
 		}
 	}
-	exS, xpS, err := DecodeSparse(&Sparse{Q: q, Cache: pc, TopK: topk, Indices: idx}, cfg, DefaultPrecision())
+	exS, xpS, err := DecodeSparse(context.Background(), &Sparse{Q: q, Cache: pc, TopK: topk, Indices: idx}, cfg, DefaultPrecision())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -572,7 +575,7 @@ func TestSparseMatchesDense(t *testing.T) {
 		idx[i] = -1
 	}
 	cfg.LSE.Empty = math.Inf(1)
-	exS, _, err = DecodeSparse(&Sparse{Q: q, Cache: pc, TopK: topk, Indices: idx}, cfg, DefaultPrecision())
+	exS, _, err = DecodeSparse(context.Background(), &Sparse{Q: q, Cache: pc, TopK: topk, Indices: idx}, cfg, DefaultPrecision())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -633,11 +636,11 @@ func TestFP8CachesMatchBF16OfSameValues(t *testing.T) {
 		table := [][]int{{0, 1, 2}}
 		q := Query{B: 1, SQ: 1, H: 2, D: d, Data: randomBF16(rng, 2*d, 0.2)}
 		cfg := Config{SoftmaxScale: 0.1, LSE: splitk.DefaultConvention()}
-		ex1, xp1, err := Decode(&Dense{Q: q, Cache: fc, Pages: pagesOf(t, table, []int{T}, P, nb)}, cfg, DefaultPrecision())
+		ex1, xp1, err := Decode(context.Background(), &Dense{Q: q, Cache: fc, Pages: pagesOf(t, table, []int{T}, P, nb)}, cfg, DefaultPrecision())
 		if err != nil {
 			t.Fatal(err)
 		}
-		ex2, xp2, err := Decode(&Dense{Q: q, Cache: bc, Pages: pagesOf(t, table, []int{T}, P, nb)}, cfg, DefaultPrecision())
+		ex2, xp2, err := Decode(context.Background(), &Dense{Q: q, Cache: bc, Pages: pagesOf(t, table, []int{T}, P, nb)}, cfg, DefaultPrecision())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -667,7 +670,7 @@ func TestInputErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p, cf := good(), cfg
 			tc.mod(p, &cf)
-			_, _, err := Decode(p, cf, DefaultPrecision())
+			_, _, err := Decode(context.Background(), p, cf, DefaultPrecision())
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
@@ -685,7 +688,7 @@ func TestInputErrors(t *testing.T) {
 		{"wrong S", 3, []int{0, 3, 6}, "split_bounds has 3 entries"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := DecodePartials(good(), cfg, DefaultPrecision(), tc.s, tc.bounds)
+			_, _, err := DecodePartials(context.Background(), good(), cfg, DefaultPrecision(), tc.s, tc.bounds)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
@@ -701,6 +704,50 @@ func TestDefaultBounds(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("DefaultBounds = %v, want %v", got, want)
+		}
+	}
+}
+
+// A decode stops soon after its context is done, even inside one unit of
+// work: one request and one worker make the whole context one unit
+// (2^20 tokens on the same page, seconds of work), which stops between
+// its blocks of tokens.
+func TestDecodeStopsAtTheDeadline(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	const p, l, r, T = 16, 64, 16, 1 << 20
+	cache := bf16Cache(t, 1, p, l, r, randomBF16(rng, p*(l+r), 1))
+	q := Query{B: 1, SQ: 1, H: 16, D: l + r}
+	q.Data = randomBF16(rng, q.H*q.D, 1)
+	pages := pagesOf(t, [][]int{make([]int, T/p)}, []int{T}, p, 1)
+	cfg := Config{SoftmaxScale: 0.3, LSE: splitk.DefaultConvention(), Workers: 1}
+	for _, run := range []struct {
+		name string
+		do   func(ctx context.Context) error
+	}{
+		{"Decode", func(ctx context.Context) error {
+			_, _, err := Decode(ctx, &Dense{Q: q, Cache: cache, Pages: pages}, cfg, DefaultPrecision())
+			return err
+		}},
+		{"DecodePartials", func(ctx context.Context) error {
+			_, _, err := DecodePartials(ctx, &Dense{Q: q, Cache: cache, Pages: pages}, cfg, DefaultPrecision(), 1, nil)
+			return err
+		}},
+		{"DecodeSparse", func(ctx context.Context) error {
+			idx := make([]int64, T)
+			_, _, err := DecodeSparse(ctx, &Sparse{Q: q, Cache: cache, TopK: T, Indices: idx}, cfg, DefaultPrecision())
+			return err
+		}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		start := time.Now()
+		err := run.do(ctx)
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: err = %v, want the deadline", run.name, err)
+		}
+		if took > time.Second {
+			t.Errorf("%s: returned after %v, want soon after the 20ms deadline", run.name, took)
 		}
 	}
 }

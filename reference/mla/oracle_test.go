@@ -1,6 +1,7 @@
 package mla
 
 import (
+	"context"
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
@@ -286,7 +287,7 @@ func TestEngineMatchesRowOracle(t *testing.T) {
 			D, L := q.D, l
 			qv := func(b, i, h int) []float64 { o := ((b*q.SQ+i)*q.H + h) * D; return q.Data[o : o+D] }
 
-			ex, xp, err := Decode(&Dense{Q: q, Cache: c, Pages: pg}, cfg, oc.prec)
+			ex, xp, err := Decode(context.Background(), &Dense{Q: q, Cache: c, Pages: pg}, cfg, oc.prec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -309,7 +310,7 @@ func TestEngineMatchesRowOracle(t *testing.T) {
 			}
 
 			const S = 3
-			pex, pxp, err := DecodePartials(&Dense{Q: q, Cache: c, Pages: pg}, cfg, oc.prec, S, nil)
+			pex, pxp, err := DecodePartials(context.Background(), &Dense{Q: q, Cache: c, Pages: pg}, cfg, oc.prec, S, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -339,7 +340,7 @@ func TestEngineMatchesRowOracle(t *testing.T) {
 			for i := range sp.Indices {
 				sp.Indices[i] = int64(rng.IntN(c.Slots()+20)) - 10 // some -k and some past the cache
 			}
-			sex, sxp, err := DecodeSparse(sp, cfg, oc.prec)
+			sex, sxp, err := DecodeSparse(context.Background(), sp, cfg, oc.prec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -387,7 +388,7 @@ func TestExpectedPVUnderflowFallsBack(t *testing.T) {
 	}
 	prec := DefaultPrecision()
 	prec.Out = tensor.F32
-	_, xp, err := Decode(&Dense{Q: q, Cache: c, Pages: pg}, cfg, prec)
+	_, xp, err := Decode(context.Background(), &Dense{Q: q, Cache: c, Pages: pg}, cfg, prec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,15 +425,15 @@ func TestDeterministicAcrossGOMAXPROCS(t *testing.T) {
 		sp.Indices[i] = int64(rng.IntN(pc.Slots()))
 	}
 	run := func() [][]float64 {
-		ex, xp, err := Decode(&Dense{Q: q, Cache: pc, Pages: pp}, cfg, DefaultPrecision())
+		ex, xp, err := Decode(context.Background(), &Dense{Q: q, Cache: pc, Pages: pp}, cfg, DefaultPrecision())
 		if err != nil {
 			t.Fatal(err)
 		}
-		pex, pxp, err := DecodePartials(&Dense{Q: q, Cache: pc, Pages: pp}, cfg, DefaultPrecision(), 5, nil)
+		pex, pxp, err := DecodePartials(context.Background(), &Dense{Q: q, Cache: pc, Pages: pp}, cfg, DefaultPrecision(), 5, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sex, sxp, err := DecodeSparse(sp, cfg, DefaultPrecision())
+		sex, sxp, err := DecodeSparse(context.Background(), sp, cfg, DefaultPrecision())
 		if err != nil {
 			t.Fatal(err)
 		}

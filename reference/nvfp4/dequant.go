@@ -1,6 +1,9 @@
 package nvfp4
 
 import (
+	"context"
+
+	"github.com/kcheck-dev/kcheck/reference/parallel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -8,13 +11,13 @@ import (
 // [Rows*K] row-major: e2m1(code) * e4m3(scale) * g for the dequant kind and
 // e2m1(code) * e4m3(scale) / g for the quant kind, each with a single
 // float64 rounding (the code-scale product is exact). A NaN scale gives NaN.
-func Dequantize(a *Matrix) ([]float64, error) {
+func Dequantize(ctx context.Context, a *Matrix) ([]float64, error) {
 	if err := a.Check("matrix"); err != nil {
 		return nil, err
 	}
 	out := make([]float64, a.Rows*a.K)
 	g := a.Global
-	a.eachBlock(func(b int, vals *[BlockSize]float64) {
+	err := a.eachBlock(ctx, func(b int, vals *[BlockSize]float64) {
 		o := out[b*BlockSize : (b+1)*BlockSize]
 		for j, v := range vals {
 			if a.Kind == Quant {
@@ -24,6 +27,9 @@ func Dequantize(a *Matrix) ([]float64, error) {
 			}
 		}
 	})
+	if err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -32,7 +38,7 @@ func Dequantize(a *Matrix) ([]float64, error) {
 // times the fp32 global scale for the dequant kind or divided by it for the
 // quant kind (as vLLM's and FlashInfer's reference dequantizers do it,
 // `x * sf / global_scale` in torch fp32), then rounded to out.
-func DequantizeExpected(a *Matrix, out tensor.DType) ([]float64, error) {
+func DequantizeExpected(ctx context.Context, a *Matrix, out tensor.DType) ([]float64, error) {
 	if err := a.Check("matrix"); err != nil {
 		return nil, err
 	}
@@ -41,7 +47,7 @@ func DequantizeExpected(a *Matrix, out tensor.DType) ([]float64, error) {
 	}
 	g := float32(a.Global)
 	res := make([]float64, a.Rows*a.K)
-	a.eachBlock(func(b int, vals *[BlockSize]float64) {
+	err := a.eachBlock(ctx, func(b int, vals *[BlockSize]float64) {
 		o := res[b*BlockSize : (b+1)*BlockSize]
 		for j, v := range vals {
 			bv := float32(v) // exact: see blockValues
@@ -54,6 +60,9 @@ func DequantizeExpected(a *Matrix, out tensor.DType) ([]float64, error) {
 			o[j] = RoundTo(out, float64(f))
 		}
 	})
+	if err != nil {
+		return nil, err
+	}
 	return res, nil
 }
 
@@ -61,14 +70,15 @@ func DequantizeExpected(a *Matrix, out tensor.DType) ([]float64, error) {
 // matrix) with the block's values e2m1(code)*e4m3(scale), exact in float64,
 // the blocks shared out to GOMAXPROCS goroutines in runs of rows. fn writes
 // only block b's outputs, so the result does not depend on the sharing.
-func (a *Matrix) eachBlock(fn func(b int, vals *[BlockSize]float64)) {
+// It stops between runs of rows once ctx is done, returning its error.
+func (a *Matrix) eachBlock(ctx context.Context, fn func(b int, vals *[BlockSize]float64)) error {
 	kb := a.K / BlockSize
 	if kb == 0 || a.Rows == 0 {
-		return
+		return ctx.Err()
 	}
 	rowsPer := max(1, (1<<16)/a.K)
 	units := (a.Rows + rowsPer - 1) / rowsPer
-	onEveryCore(units, func(u int) {
+	return parallel.Each(ctx, units, func(u int) {
 		var vals [BlockSize]float64
 		for r := u * rowsPer; r < min((u+1)*rowsPer, a.Rows); r++ {
 			for b := r * kb; b < (r+1)*kb; b++ {

@@ -1,6 +1,7 @@
 package nvfp4
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -42,11 +43,11 @@ func TestDequantizeByHand(t *testing.T) {
 	}
 	for _, tc := range tests {
 		a := &Matrix{Rows: 1, K: 16, Packed: packed, Scales: []uint8{tc.scale}, Global: tc.global, Kind: tc.kind}
-		ex, err := Dequantize(a)
+		ex, err := Dequantize(context.Background(), a)
 		if err != nil {
 			t.Fatal(err)
 		}
-		exp, err := DequantizeExpected(a, tc.out)
+		exp, err := DequantizeExpected(context.Background(), a, tc.out)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,12 +72,12 @@ func TestFaultVariantsDiffer(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	rows, k := 130, 80 // 130 rows and 5 scale columns: both paddings in play
 	x, gs := randomActivations(r, rows, k)
-	q, err := Quantize(x, rows, k, gs)
+	q, err := Quantize(context.Background(), x, rows, k, gs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	good := q.Matrix(gs)
-	ref, err := Dequantize(good)
+	ref, err := Dequantize(context.Background(), good)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestFaultVariantsDiffer(t *testing.T) {
 		name string
 		m    *Matrix
 	}{{"swapped nibbles", &swapped}, {"inverted global", &inverted}, {"swizzled read as linear", &misread}} {
-		got, err := Dequantize(f.m)
+		got, err := Dequantize(context.Background(), f.m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,11 +122,11 @@ func TestFaultVariantsDiffer(t *testing.T) {
 
 func TestDequantizeRejects(t *testing.T) {
 	a := &Matrix{Rows: 2, K: 40, Packed: make([]uint8, 40), Scales: make([]uint8, 5)}
-	if _, err := Dequantize(a); err == nil || err.Error() != "matrix has K = 40, not a multiple of 16" {
+	if _, err := Dequantize(context.Background(), a); err == nil || err.Error() != "matrix has K = 40, not a multiple of 16" {
 		t.Errorf("K = 40: %v", err)
 	}
 	b := &Matrix{Rows: 1, K: 16, Packed: make([]uint8, 8), Scales: make([]uint8, 1)}
-	if _, err := DequantizeExpected(b, tensor.I32); err == nil {
+	if _, err := DequantizeExpected(context.Background(), b, tensor.I32); err == nil {
 		t.Error("I32 output accepted")
 	}
 }

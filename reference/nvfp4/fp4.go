@@ -1,9 +1,11 @@
 package nvfp4
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/parallel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -131,7 +133,8 @@ func (a *Matrix) Scale(r, c int) uint8 { return a.Scales[r*(a.K/BlockSize)+c/Blo
 // global scale, as float32: the product of a 2-bit and a 4-bit significand
 // is exact in either float type, and these are the values a block-scaled
 // MMA multiplies. The rows are shared out to GOMAXPROCS goroutines; each
-// value is written by one.
+// value is written by one. It is not stopped by a context: its work is one
+// pass over a matrix the capture holds, where a GEMM's is a product.
 func (a *Matrix) blockValues() []float32 {
 	v := make([]float32, a.Rows*a.K)
 	if a.K == 0 {
@@ -139,7 +142,7 @@ func (a *Matrix) blockValues() []float32 {
 	}
 	kb := a.K / BlockSize
 	rowsPer := max(1, (1<<16)/a.K)
-	onEveryCore((a.Rows+rowsPer-1)/rowsPer, func(u int) {
+	parallel.Each(context.Background(), (a.Rows+rowsPer-1)/rowsPer, func(u int) {
 		for b := u * rowsPer * kb; b < min((u+1)*rowsPer, a.Rows)*kb; b++ {
 			s := e4m3Values32[a.Scales[b]]
 			dst := v[b*BlockSize : (b+1)*BlockSize]

@@ -1,10 +1,10 @@
 package nvfp4
 
 import (
+	"context"
 	"fmt"
-	"runtime"
 
-	"github.com/kcheck-dev/kcheck/internal/parallel"
+	"github.com/kcheck-dev/kcheck/reference/parallel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -33,7 +33,7 @@ import (
 // accumulator (tcgen05 consumes K = 64 per instruction); that is another
 // valid order, and the checker's tolerance comes from |expected - exact|
 // and the gamma_K bound, not from bit equality with this order.
-func GEMM(a, b *Matrix, out tensor.DType) (exact, expected []float64, err error) {
+func GEMM(ctx context.Context, a, b *Matrix, out tensor.DType) (exact, expected []float64, err error) {
 	if err := a.Check("a"); err != nil {
 		return nil, nil, err
 	}
@@ -46,14 +46,16 @@ func GEMM(a, b *Matrix, out tensor.DType) (exact, expected []float64, err error)
 	if err := checkOutDType(out); err != nil {
 		return nil, nil, err
 	}
-	g := newGemmJob(a, b, out)
-	g.run(b)
+	g := newGemmJob(ctx, a, b, out)
+	if err := g.run(b); err != nil {
+		return nil, nil, err
+	}
 	return g.exact, g.expected, nil
 }
 
 // newGemmJob prepares the GEMM of checked operands: a's block values, the
-// epilogue's multipliers and the output buffers.
-func newGemmJob(a, b *Matrix, out tensor.DType) *gemmJob {
+// epilogue's multipliers and the output buffers; it stops when ctx is done.
+func newGemmJob(ctx context.Context, a, b *Matrix, out tensor.DType) *gemmJob {
 	num, den := 1.0, 1.0
 	num32, den32 := float32(1), float32(1)
 	for _, x := range []*Matrix{a, b} {
@@ -66,7 +68,7 @@ func newGemmJob(a, b *Matrix, out tensor.DType) *gemmJob {
 		}
 	}
 	m, n := a.Rows, b.Rows
-	return &gemmJob{m: m, n: n, k: a.K, num: num, den: den, alpha32: float32(num32 / den32), out: out,
+	return &gemmJob{ctx: ctx, m: m, n: n, k: a.K, num: num, den: den, alpha32: float32(num32 / den32), out: out,
 		av: a.blockValues(), exact: make([]float64, m*n), expected: make([]float64, m*n)}
 }
 
@@ -74,6 +76,7 @@ func newGemmJob(a, b *Matrix, out tensor.DType) *gemmJob {
 // output is computed by exactly one worker, with the block partials added
 // in K order, so the result does not depend on the number of workers.
 type gemmJob struct {
+	ctx             context.Context // checked between output tiles
 	m, n, k         int
 	num, den        float64
 	alpha32         float32
@@ -88,11 +91,6 @@ func (g *gemmJob) store(i, j int, acc32 float32, acc64 float64) {
 	g.expected[i*g.n+j] = RoundTo(g.out, float64(float32(g.alpha32*acc32)))
 }
 
-// onEveryCore calls fn(u) for u in [0, units) on GOMAXPROCS goroutines; a
-// worker's panic (a fault reading a capture that shrank) is raised again
-// here (internal/parallel).
-func onEveryCore(units int, fn func(u int)) { parallel.For(runtime.GOMAXPROCS(0), units, fn) }
-
 // Output tiles of the plain-Go GEMM: gemmTI rows by gemmTJ columns, K in
 // slices of gemmTK elements so that both operands' slices stay in cache.
 const gemmTI, gemmTJ, gemmTK = 8, 32, 512
@@ -101,11 +99,11 @@ const gemmTI, gemmTJ, gemmTK = 8, 32, 512
 // gemm_amd64.s is tested against bit for bit: per output tile and K slice,
 // each output takes its block partials with blockSum and adds them in K
 // order to its two accumulators.
-func (g *gemmJob) runGeneric(b *Matrix) {
+func (g *gemmJob) runGeneric(b *Matrix) error {
 	bv := b.blockValues()
 	m, n, k := g.m, g.n, g.k
 	ti, tj := (m+gemmTI-1)/gemmTI, (n+gemmTJ-1)/gemmTJ
-	onEveryCore(ti*tj, func(u int) {
+	return parallel.Each(g.ctx, ti*tj, func(u int) {
 		i0, j0 := (u/tj)*gemmTI, (u%tj)*gemmTJ
 		i1, j1 := min(i0+gemmTI, m), min(j0+gemmTJ, n)
 		var acc32 [gemmTI * gemmTJ]float32

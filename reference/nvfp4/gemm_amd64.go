@@ -5,6 +5,7 @@ package nvfp4
 import (
 	"runtime"
 
+	"github.com/kcheck-dev/kcheck/reference/parallel"
 	"golang.org/x/sys/cpu"
 )
 
@@ -31,12 +32,11 @@ func gemmTileAVX512(a *float32, lda int, b *float32, nblk int, acc32 *float32, a
 // tile, stay in L2 too).
 const asmTI, asmTJ, asmTK, asmMaxTiles = 8, 32, 512, 64
 
-func (g *gemmJob) run(b *Matrix) {
+func (g *gemmJob) run(b *Matrix) error {
 	if !useAVX512 || g.m == 0 || g.n == 0 || g.k == 0 {
-		g.runGeneric(b)
-		return
+		return g.runGeneric(b)
 	}
-	g.runAVX512(b)
+	return g.runAVX512(b)
 }
 
 // runAVX512 shares the GEMM out in units of one 32-column panel of b by a
@@ -45,7 +45,7 @@ func (g *gemmJob) run(b *Matrix) {
 // takes as many row tiles as it can (each unit expands its panel again)
 // while leaving enough units to keep every thread busy. Which units there
 // are does not change any output's arithmetic.
-func (g *gemmJob) runAVX512(b *Matrix) {
+func (g *gemmJob) runAVX512(b *Matrix) error {
 	m, n, k := g.m, g.n, g.k
 	tiles, panels := (m+asmTI-1)/asmTI, (n+asmTJ-1)/asmTJ
 	runs := max((tiles+asmMaxTiles-1)/asmMaxTiles, min(tiles, (4*runtime.GOMAXPROCS(0)+panels-1)/panels))
@@ -58,7 +58,7 @@ func (g *gemmJob) runAVX512(b *Matrix) {
 		tail = make([]float32, asmTI*k)
 		copy(tail, g.av[(tiles-1)*asmTI*k:])
 	}
-	onEveryCore(panels*runs, func(u int) {
+	return parallel.Each(g.ctx, panels*runs, func(u int) {
 		j0 := (u % panels) * asmTJ
 		t0 := (u / panels) * per
 		t1 := min(t0+per, tiles)

@@ -1,6 +1,7 @@
 package nvfp4
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -56,9 +57,13 @@ func TestGEMMMatchesGeneric(t *testing.T) {
 			for _, procs := range []int{1, 3} {
 				runtime.GOMAXPROCS(procs)
 				what := fmt.Sprintf("[%d,%d,%d] %s GOMAXPROCS %d", m, n, k, od, procs)
-				got, want := newGemmJob(a, b, od), newGemmJob(a, b, od)
-				got.run(b)
-				want.runGeneric(b)
+				got, want := newGemmJob(context.Background(), a, b, od), newGemmJob(context.Background(), a, b, od)
+				if err := got.run(b); err != nil {
+					t.Fatal(err)
+				}
+				if err := want.runGeneric(b); err != nil {
+					t.Fatal(err)
+				}
 				sameBits(t, what+" exact", got.exact, want.exact)
 				sameBits(t, what+" expected", got.expected, want.expected)
 				nans, live := 0, 0

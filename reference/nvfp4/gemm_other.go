@@ -8,4 +8,4 @@ package nvfp4
 // kernelsName names the inner loop this build runs (for tests and benchmarks).
 const kernelsName = "generic"
 
-func (g *gemmJob) run(b *Matrix) { g.runGeneric(b) }
+func (g *gemmJob) run(b *Matrix) error { return g.runGeneric(b) }

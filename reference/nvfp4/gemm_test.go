@@ -1,9 +1,12 @@
 package nvfp4
 
 import (
+	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -35,7 +38,7 @@ func TestGEMMAgainstNaiveLoop(t *testing.T) {
 		m, n, k := sh[0], sh[1], sh[2]
 		a := randomMatrix(r, m, k, float64(float32(0.0123)), Dequant, nil)
 		b := randomMatrix(r, n, k, float64(float32(2688/3.7)), Quant, nil)
-		exact, _, err := GEMM(a, b, tensor.BF16)
+		exact, _, err := GEMM(context.Background(), a, b, tensor.BF16)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +86,7 @@ func TestGEMMBitExactOnIntegers(t *testing.T) {
 	m, n, k := 6, 5, 128
 	a := randomMatrix(r, m, k, 0.25, Dequant, pow2)
 	b := randomMatrix(r, n, k, 2, Quant, pow2)
-	exact, expected, err := GEMM(a, b, tensor.BF16)
+	exact, expected, err := GEMM(context.Background(), a, b, tensor.BF16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +122,7 @@ func TestGEMMExpectedWithinAccumulationBound(t *testing.T) {
 	m, n, k := 8, 8, 2048
 	a := randomMatrix(r, m, k, float64(float32(1.0/2688)), Dequant, nil)
 	b := randomMatrix(r, n, k, float64(float32(1.0/1000)), Dequant, nil)
-	exact, expected, err := GEMM(a, b, tensor.BF16)
+	exact, expected, err := GEMM(context.Background(), a, b, tensor.BF16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,15 +154,15 @@ func TestGEMMRejects(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 1))
 	a := randomMatrix(r, 2, 32, 1, Dequant, nil)
 	b := randomMatrix(r, 2, 48, 1, Dequant, nil)
-	if _, _, err := GEMM(a, b, tensor.BF16); err == nil || err.Error() != "a has K = 32 but b has K = 48" {
+	if _, _, err := GEMM(context.Background(), a, b, tensor.BF16); err == nil || err.Error() != "a has K = 32 but b has K = 48" {
 		t.Errorf("K mismatch: %v", err)
 	}
-	if _, _, err := GEMM(a, a, tensor.U8); err == nil {
+	if _, _, err := GEMM(context.Background(), a, a, tensor.U8); err == nil {
 		t.Error("U8 output accepted")
 	}
 	bad := *a
 	bad.Scales = bad.Scales[:1]
-	if _, _, err := GEMM(&bad, a, tensor.BF16); err == nil {
+	if _, _, err := GEMM(context.Background(), &bad, a, tensor.BF16); err == nil {
 		t.Error("short scales accepted")
 	}
 }
@@ -169,7 +172,7 @@ func TestGEMMPropagatesNaN(t *testing.T) {
 	a := randomMatrix(r, 2, 32, 1, Dequant, nil)
 	b := randomMatrix(r, 3, 32, 1, Dequant, nil)
 	a.Scales[1*2+1] = 0x7F // row 1, second block: NaN scale
-	exact, expected, err := GEMM(a, b, tensor.BF16)
+	exact, expected, err := GEMM(context.Background(), a, b, tensor.BF16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,9 +193,38 @@ func BenchmarkGEMMDeepSeek(b *testing.B) {
 	x := randomMatrix(r, 256, 7168, 1e-3, Dequant, nil)
 	w := randomMatrix(r, 2048, 7168, 1e-3, Dequant, nil)
 	for b.Loop() {
-		if _, _, err := GEMM(x, w, tensor.BF16); err != nil {
+		if _, _, err := GEMM(context.Background(), x, w, tensor.BF16); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(2*256*2048*7168*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// The references stop soon after their context is done: a GEMM of about
+// 1.7e10 multiply-adds between output tiles, the (de)quantizers between
+// runs of blocks (here canceled before they start).
+func TestReferencesStop(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	a := randomMatrix(r, 2048, 4096, 1, Dequant, nil)
+	b := randomMatrix(r, 2048, 4096, 1, Dequant, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, _, err := GEMM(ctx, a, b, tensor.BF16)
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
+		t.Errorf("GEMM: err = %v after %v, want the deadline soon after 20ms", err, took)
+	}
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	x := make([]float64, 64*1024)
+	for name, run := range map[string]func() error{
+		"Quantize":           func() error { _, err := Quantize(canceled, x, 64, 1024, 1); return err },
+		"QuantizeExpected":   func() error { _, err := QuantizeExpected(canceled, x, 64, 1024, 1); return err },
+		"Dequantize":         func() error { _, err := Dequantize(canceled, a); return err },
+		"DequantizeExpected": func() error { _, err := DequantizeExpected(canceled, a, tensor.F32); return err },
+	} {
+		if err := run(); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: err = %v, want context.Canceled", name, err)
+		}
+	}
 }

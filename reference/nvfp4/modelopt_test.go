@@ -1,6 +1,7 @@
 package nvfp4
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -40,7 +41,7 @@ func TestLoadModelOptLayer(t *testing.T) {
 		if w.N != 2 || w.K != 32 || w.Global != 0.25 || !w.HasInputScale || w.InputScale != 0.5 {
 			t.Fatalf("scalar shape %v: got N %d K %d global %g input %g (%v)", shape, w.N, w.K, w.Global, w.InputScale, w.HasInputScale)
 		}
-		deq, err := Dequantize(w.Matrix())
+		deq, err := Dequantize(context.Background(), w.Matrix())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package nvfp4
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -73,7 +74,7 @@ func TestGEMMMatchesOracle(t *testing.T) {
 			if m*n > 100 {
 				a.Scales[len(a.Scales)/2] = 0xFF // NaN
 			}
-			ex, xp, err := GEMM(a, b, od)
+			ex, xp, err := GEMM(context.Background(), a, b, od)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,7 +96,7 @@ func TestGEMMDeterministicAcrossGOMAXPROCS(t *testing.T) {
 	for _, p := range []int{1, 2, 8} {
 		runtime.GOMAXPROCS(p)
 		for run := 0; run < 2; run++ {
-			ex, xp, err := GEMM(a, b, tensor.BF16)
+			ex, xp, err := GEMM(context.Background(), a, b, tensor.BF16)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,11 +134,11 @@ func TestDequantizeMatchesElementLoop(t *testing.T) {
 			}
 			for _, p := range []int{1, 2, 8} {
 				runtime.GOMAXPROCS(p)
-				ex, err := Dequantize(a)
+				ex, err := Dequantize(context.Background(), a)
 				if err != nil {
 					t.Fatal(err)
 				}
-				xp, err := DequantizeExpected(a, od)
+				xp, err := DequantizeExpected(context.Background(), a, od)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -152,10 +153,10 @@ func BenchmarkDequantize(b *testing.B) {
 	r := rand.New(rand.NewPCG(3, 3))
 	w := randomMatrix(r, 2048, 7168, 1e-3, Dequant, nil)
 	for b.Loop() {
-		if _, err := Dequantize(w); err != nil {
+		if _, err := Dequantize(context.Background(), w); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := DequantizeExpected(w, tensor.BF16); err != nil {
+		if _, err := DequantizeExpected(context.Background(), w, tensor.BF16); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -168,10 +169,10 @@ func BenchmarkQuantize(b *testing.B) {
 		x[i] = r.NormFloat64()
 	}
 	for b.Loop() {
-		if _, err := Quantize(x, 256, 7168, 2688/4.5); err != nil {
+		if _, err := Quantize(context.Background(), x, 256, 7168, 2688/4.5); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := QuantizeExpected(x, 256, 7168, 2688/4.5); err != nil {
+		if _, err := QuantizeExpected(context.Background(), x, 256, 7168, 2688/4.5); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -190,8 +191,8 @@ func TestQuantizeDeterministicAcrossGOMAXPROCS(t *testing.T) {
 	var ref [2]*Quantized
 	for _, p := range []int{1, 2, 8} {
 		runtime.GOMAXPROCS(p)
-		for i, f := range []func([]float64, int, int, float64) (*Quantized, error){Quantize, QuantizeExpected} {
-			q, err := f(x, rows, k, 2688/40.0)
+		for i, f := range []func(context.Context, []float64, int, int, float64) (*Quantized, error){Quantize, QuantizeExpected} {
+			q, err := f(context.Background(), x, rows, k, 2688/40.0)
 			if err != nil {
 				t.Fatal(err)
 			}

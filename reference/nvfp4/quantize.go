@@ -1,11 +1,13 @@
 package nvfp4
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/big"
 
 	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/parallel"
 )
 
 // TieTol is how close (relative to the value) to a rounding midpoint a
@@ -88,12 +90,12 @@ func blockAmax(x []float64) (amax float64, hasNaN bool) {
 // Both roundings are decided on the exact quotient (ties to even), even
 // where float64 division would round onto a midpoint; gs is the global
 // scale in the quant direction (2688/amax(x)).
-func Quantize(x []float64, rows, k int, gs float64) (*Quantized, error) {
+func Quantize(ctx context.Context, x []float64, rows, k int, gs float64) (*Quantized, error) {
 	if err := checkQuantizeArgs(x, rows, k); err != nil {
 		return nil, err
 	}
 	q := newQuantized(rows, k)
-	eachBlockRun(len(q.Scales), func(b int) {
+	err := eachBlockRun(ctx, len(q.Scales), func(b int) {
 		blk := x[b*BlockSize : (b+1)*BlockSize]
 		amax, hasNaN := blockAmax(blk)
 		q.BlockNaN[b] = hasNaN
@@ -101,6 +103,9 @@ func Quantize(x []float64, rows, k int, gs float64) (*Quantized, error) {
 		q.Scales[b], q.ScaleIn[b] = roundQuotient(formats.E4M3FN, hi, lo, 6)
 		QuantizeBlock(blk, gs, q.Scales[b], q.Codes[b*BlockSize:(b+1)*BlockSize], q.CodeIn[b*BlockSize:(b+1)*BlockSize])
 	})
+	if err != nil {
+		return nil, err
+	}
 	return q, nil
 }
 
@@ -195,7 +200,7 @@ func roundQuotient(f *formats.Minifloat, hi, lo, den float64) (uint8, float64) {
 // E4M3's least subnormal) the scale is 0 and so is every dequantized value,
 // so CodeEquivalent accepts any code there and this emulation writes 0.
 // gs is rounded to float32 first, as the contract stores it.
-func QuantizeExpected(x []float64, rows, k int, gs float64) (*Quantized, error) {
+func QuantizeExpected(ctx context.Context, x []float64, rows, k int, gs float64) (*Quantized, error) {
 	if err := checkQuantizeArgs(x, rows, k); err != nil {
 		return nil, err
 	}
@@ -203,7 +208,7 @@ func QuantizeExpected(x []float64, rows, k int, gs float64) (*Quantized, error) 
 	gs32 := float32(gs)
 	rcp6 := float32(1) / float32(6)
 	rcpGs := float32(1) / gs32
-	eachBlockRun(len(q.Scales), func(b int) {
+	err := eachBlockRun(ctx, len(q.Scales), func(b int) {
 		blk := x[b*BlockSize : (b+1)*BlockSize]
 		amax, hasNaN := blockAmax(blk)
 		q.BlockNaN[b] = hasNaN
@@ -225,15 +230,19 @@ func QuantizeExpected(x []float64, rows, k int, gs float64) (*Quantized, error) 
 			q.Codes[i], _ = formats.E2M1.Encode(float64(y), formats.Saturate)
 		}
 	})
+	if err != nil {
+		return nil, err
+	}
 	return q, nil
 }
 
 // eachBlockRun calls fn(b) for every block b < n, runs of blocks shared out
 // to GOMAXPROCS goroutines; fn writes only block b's entries, so the result
-// does not depend on the sharing.
-func eachBlockRun(n int, fn func(b int)) {
+// does not depend on the sharing. It stops between runs once ctx is done,
+// returning its error.
+func eachBlockRun(ctx context.Context, n int, fn func(b int)) error {
 	const run = 1024
-	onEveryCore((n+run-1)/run, func(u int) {
+	return parallel.Each(ctx, (n+run-1)/run, func(u int) {
 		for b := u * run; b < min((u+1)*run, n); b++ {
 			fn(b)
 		}

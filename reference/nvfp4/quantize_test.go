@@ -1,6 +1,7 @@
 package nvfp4
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -52,9 +53,9 @@ func TestQuantizeByHand(t *testing.T) {
 	for _, tc := range tests {
 		for _, variant := range []struct {
 			name string
-			f    func([]float64, int, int, float64) (*Quantized, error)
+			f    func(context.Context, []float64, int, int, float64) (*Quantized, error)
 		}{{"exact", Quantize}, {"expected", QuantizeExpected}} {
-			q, err := variant.f(tc.x, 1, BlockSize, tc.gs)
+			q, err := variant.f(context.Background(), tc.x, 1, BlockSize, tc.gs)
 			if err != nil {
 				t.Fatalf("%s %s: %v", variant.name, tc.name, err)
 			}
@@ -75,7 +76,7 @@ func TestQuantizeByHand(t *testing.T) {
 // The scale tie above: both 0x38 and 0x39 are correct, 0x3A is not; the
 // E2M1 tie 1.25 accepts 1.0 and 1.5 but not 2.0.
 func TestEquivalentAtTies(t *testing.T) {
-	q, err := Quantize(block16(6.375, 1.25, 1.3, 0.25), 1, BlockSize, 1)
+	q, err := Quantize(context.Background(), block16(6.375, 1.25, 1.3, 0.25), 1, BlockSize, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func TestEquivalentAtTies(t *testing.T) {
 // Zero and NaN scales: any code dequantizes the same (0) or is undefined.
 func TestEquivalentDegenerateBlocks(t *testing.T) {
 	x := append(block16(1e-5, 2e-5), block16(1, math.NaN(), 3)...)
-	q, err := Quantize(x, 1, 2*BlockSize, 1)
+	q, err := Quantize(context.Background(), x, 1, 2*BlockSize, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,11 +190,11 @@ func TestExpectedDiffersOnlyAtTies(t *testing.T) {
 		if trial%2 == 1 {
 			gs = float64(float32(gs * 3)) // a gs whose reciprocal is inexact
 		}
-		ex, err := Quantize(x, rows, k, gs)
+		ex, err := Quantize(context.Background(), x, rows, k, gs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fp, err := QuantizeExpected(x, rows, k, gs)
+		fp, err := QuantizeExpected(context.Background(), x, rows, k, gs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,11 +231,11 @@ func TestDequantizeQuantizeErrorBound(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	rows, k := 32, 512
 	x, gs := randomActivations(r, rows, k)
-	q, err := Quantize(x, rows, k, gs)
+	q, err := Quantize(context.Background(), x, rows, k, gs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	deq, err := Dequantize(q.Matrix(gs))
+	deq, err := Dequantize(context.Background(), q.Matrix(gs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,10 +275,10 @@ func TestDequantizeQuantizeErrorBound(t *testing.T) {
 }
 
 func TestQuantizeRejectsBadShapes(t *testing.T) {
-	if _, err := Quantize(make([]float64, 40), 1, 40, 1); err == nil || err.Error() != "x has K = 40, not a multiple of 16" {
+	if _, err := Quantize(context.Background(), make([]float64, 40), 1, 40, 1); err == nil || err.Error() != "x has K = 40, not a multiple of 16" {
 		t.Errorf("K = 40: err = %v", err)
 	}
-	if _, err := QuantizeExpected(make([]float64, 10), 1, 16, 1); err == nil {
+	if _, err := QuantizeExpected(context.Background(), make([]float64, 10), 1, 16, 1); err == nil {
 		t.Error("short x accepted")
 	}
 }

@@ -1,6 +1,8 @@
 package splitk
 
 import (
+	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -52,11 +54,11 @@ func TestCombineEqualsRowFunctions(t *testing.T) {
 	}
 	for _, c := range []Convention{DefaultConvention(), {Base: Base2, Empty: math.Inf(1)}} {
 		for _, od := range []tensor.DType{tensor.BF16, tensor.F32} {
-			ex, xp, err := Combine(o, lse, n, s, l, c, od, tensor.F32)
+			ex, xp, err := Combine(context.Background(), o, lse, n, s, l, c, od, tensor.F32)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ex32, xp32, err := Combine(o32, lse, n, s, l, c, od, tensor.F32)
+			ex32, xp32, err := Combine(context.Background(), o32, lse, n, s, l, c, od, tensor.F32)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +91,7 @@ func TestCombineFirstBadLSE(t *testing.T) {
 	lse[40*s+2] = math.NaN()
 	lse[9*s+3] = math.Inf(1)
 	for i := 0; i < 5; i++ {
-		_, _, err := Combine(o, lse, n, s, l, DefaultConvention(), tensor.F32, tensor.F32)
+		_, _, err := Combine(context.Background(), o, lse, n, s, l, DefaultConvention(), tensor.F32, tensor.F32)
 		if err == nil || err.Error() != "partial_lse[9,3] = +Inf: a partial lse must be finite, or -inf for an empty split" {
 			t.Fatalf("error %v: want partial_lse[9,3]", err)
 		}
@@ -108,7 +110,7 @@ func TestCombineDeterministicAcrossGOMAXPROCS(t *testing.T) {
 	for _, p := range []int{1, 2, 8} {
 		runtime.GOMAXPROCS(p)
 		for run := 0; run < 2; run++ {
-			ex, xp, err := Combine(o, lse, n, s, l, DefaultConvention(), tensor.BF16, tensor.F32)
+			ex, xp, err := Combine(context.Background(), o, lse, n, s, l, DefaultConvention(), tensor.BF16, tensor.F32)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -131,9 +133,19 @@ func BenchmarkCombine(b *testing.B) {
 	o, lse := randomPartials(rng, n, s, l)
 	b.ResetTimer()
 	for b.Loop() {
-		if _, _, err := Combine(o, lse, n, s, l, DefaultConvention(), tensor.BF16, tensor.F32); err != nil {
+		if _, _, err := Combine(context.Background(), o, lse, n, s, l, DefaultConvention(), tensor.BF16, tensor.F32); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(n*s*l*8)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
+
+// Combine stops between its units of rows once its context is done.
+func TestCombineStops(t *testing.T) {
+	o, lse := randomPartials(rand.New(rand.NewPCG(1, 2)), 64, 4, 32)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := Combine(ctx, o, lse, 64, 4, 32, DefaultConvention(), tensor.BF16, tensor.F32); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
 }

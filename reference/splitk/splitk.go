@@ -18,13 +18,12 @@
 package splitk
 
 import (
+	"context"
 	"fmt"
 	"math"
-	"runtime"
-	"sync/atomic"
 
-	"github.com/kcheck-dev/kcheck/internal/parallel"
 	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/parallel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -273,7 +272,7 @@ type Result struct {
 // split order), with the rows shared out to GOMAXPROCS goroutines: every
 // row is computed by one goroutine, so the result does not depend on how
 // many run.
-func Combine[T float32 | float64](partialOut []T, partialLSE []float64, n, s, l int, c Convention, outDType, lseDType tensor.DType) (exact, expected Result, err error) {
+func Combine[T float32 | float64](ctx context.Context, partialOut []T, partialLSE []float64, n, s, l int, c Convention, outDType, lseDType tensor.DType) (exact, expected Result, err error) {
 	if len(partialLSE) != n*s {
 		return exact, expected, fmt.Errorf("partial_lse has %d values; [N=%d, S=%d] needs %d", len(partialLSE), n, s, n*s)
 	}
@@ -290,26 +289,18 @@ func Combine[T float32 | float64](partialOut []T, partialLSE []float64, n, s, l 
 	// Units of rows: enough of them to balance, each long enough to amortize.
 	per := max(1, min(n, (1<<16)/max(1, s*l)))
 	units := (n + per - 1) / per
-	// A worker's panic (a fault reading a capture's partials, read in
-	// place, when its file shrank) is raised again by Wait.
-	var next atomic.Int64
-	var workers parallel.Group
-	for w := 0; w < min(runtime.GOMAXPROCS(0), units); w++ {
-		workers.Go(func() {
-			ws, idx := make([]float64, 2*s), make([]int, s)
-			for !workers.Failed() {
-				u := int(next.Add(1) - 1)
-				if u >= units {
-					return
-				}
-				for r := u * per; r < min((u+1)*per, n); r++ {
-					exact.LSE[r], expected.LSE[r] = combineRowBoth(partialOut[r*s*l:(r+1)*s*l], partialLSE[r*s:(r+1)*s], l, c,
-						outDType, lseDType, exact.Out[r*l:(r+1)*l], expected.Out[r*l:(r+1)*l], ws, idx)
-				}
+	err = parallel.Run(ctx, units, 0, func() func(int) {
+		ws, idx := make([]float64, 2*s), make([]int, s)
+		return func(u int) {
+			for r := u * per; r < min((u+1)*per, n); r++ {
+				exact.LSE[r], expected.LSE[r] = combineRowBoth(partialOut[r*s*l:(r+1)*s*l], partialLSE[r*s:(r+1)*s], l, c,
+					outDType, lseDType, exact.Out[r*l:(r+1)*l], expected.Out[r*l:(r+1)*l], ws, idx)
 			}
-		})
+		}
+	})
+	if err != nil {
+		return Result{}, Result{}, err
 	}
-	workers.Wait()
 	return exact, expected, nil
 }
 

@@ -1,6 +1,7 @@
 package splitk
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
@@ -86,7 +87,7 @@ func TestCombineHandCases(t *testing.T) {
 			}
 			lse := parseAll(t, tc.LSE)
 			wantOut, wantLSE := parseAll(t, tc.Out), parse(t, tc.OutLSE)
-			ex, exp, err := Combine(o, lse, 1, len(lse), tc.L, c, tensor.F32, tensor.F32)
+			ex, exp, err := Combine(context.Background(), o, lse, 1, len(lse), tc.L, c, tensor.F32, tensor.F32)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +110,7 @@ func TestCombineHandCases(t *testing.T) {
 	for _, tc := range f.Errors {
 		t.Run(tc.Name, func(t *testing.T) {
 			lse := parseAll(t, tc.LSE)
-			_, _, err := Combine(make([]float64, len(lse)), lse, 1, len(lse), 1, DefaultConvention(), tensor.F32, tensor.F32)
+			_, _, err := Combine(context.Background(), make([]float64, len(lse)), lse, 1, len(lse), 1, DefaultConvention(), tensor.F32, tensor.F32)
 			if err == nil || !strings.Contains(err.Error(), tc.Want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.Want)
 			}
@@ -184,7 +185,7 @@ func TestCombineMatchesUnsplitSoftmax(t *testing.T) {
 				po = append(po, o...)
 				plse = append(plse, lse)
 			}
-			ex, _, err := Combine(po, plse, 1, s, l, Convention{Base: base, Empty: math.Inf(-1)}, tensor.F32, tensor.F32)
+			ex, _, err := Combine(context.Background(), po, plse, 1, s, l, Convention{Base: base, Empty: math.Inf(-1)}, tensor.F32, tensor.F32)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -240,7 +241,7 @@ func TestExpectedNearExact(t *testing.T) {
 		dt  tensor.DType
 		rel float64
 	}{{tensor.F32, 64 * 0x1p-24}, {tensor.BF16, 0x1p-8 + 64*0x1p-24}} {
-		ex, exp, err := Combine(po, plse, n, s, l, DefaultConvention(), d.dt, tensor.F32)
+		ex, exp, err := Combine(context.Background(), po, plse, n, s, l, DefaultConvention(), d.dt, tensor.F32)
 		if err != nil {
 			t.Fatal(err)
 		}

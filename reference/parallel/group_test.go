@@ -1,6 +1,7 @@
 package parallel
 
 import (
+	"context"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,10 +12,12 @@ import (
 func TestWorkerPanicReachesWait(t *testing.T) {
 	var ran atomic.Int64
 	p := catch(func() {
-		For(4, 1000, func(u int) {
-			ran.Add(1)
-			if u == 3 {
-				panic("unit 3 broke")
+		Run(context.Background(), 1000, 4, func() func(int) {
+			return func(u int) {
+				ran.Add(1)
+				if u == 3 {
+					panic("unit 3 broke")
+				}
 			}
 		})
 	})
@@ -29,24 +32,11 @@ func TestWorkerPanicReachesWait(t *testing.T) {
 	}
 }
 
-func TestForRunsEveryUnitOnce(t *testing.T) {
-	for _, workers := range []int{1, 3, 64} {
-		seen := make([]atomic.Int32, 500)
-		For(workers, len(seen), func(u int) { seen[u].Add(1) })
-		for u := range seen {
-			if n := seen[u].Load(); n != 1 {
-				t.Fatalf("%d workers: unit %d ran %d times", workers, u, n)
-			}
-		}
-	}
-	For(4, 0, func(int) { t.Fatal("a unit of none ran") })
-}
-
 // A group inside a worker: the inner panic comes out as it was raised.
 func TestNestedGroups(t *testing.T) {
 	p := catch(func() {
 		var outer Group
-		outer.Go(func() { For(2, 2, func(u int) { panic(u) }) })
+		outer.Go(func() { _ = Each(context.Background(), 2, func(u int) { panic(u) }) })
 		outer.Wait()
 	})
 	if p == nil || !strings.Contains(p.Site, "TestNestedGroups") {

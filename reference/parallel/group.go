@@ -1,19 +1,16 @@
-// Package parallel runs the worker goroutines of the references and the
-// comparison so that a panic in one of them comes back to the goroutine
-// that waits for them, instead of ending the process.
-//
-// Two things panic in a worker: a kcheck bug, and a memory fault. A
-// capture is read through a read-only mapping of its file (zero-copy), and
-// when the file shrinks while it is checked (a re-capture into the same
-// path: safetensors' save_file truncates it first) the pages past its new
-// end raise SIGBUS, which Go turns into "fatal error: fault" and the end of
-// the whole run unless the goroutine asked for a panic instead
-// (debug.SetPanicOnFault). A panic is recovered only on its own goroutine,
-// so every goroutine that may read a mapping asks for that panic and
-// recovers it: Group does both, and Wait raises the first panic again on
-// the caller's goroutine, where the check turns it into verdict error for
-// that file (internal/check), and the run goes on.
 package parallel
+
+// Why Group exists: two things panic in a worker, a kcheck bug and a memory
+// fault. A capture is read through a read-only mapping of its file
+// (zero-copy), and when the file shrinks while it is checked (a re-capture
+// into the same path: safetensors' save_file truncates it first) the pages
+// past its new end raise SIGBUS, which Go turns into "fatal error: fault"
+// and the end of the whole run unless the goroutine asked for a panic
+// instead (debug.SetPanicOnFault). A panic is recovered only on its own
+// goroutine, so every goroutine that may read a mapping asks for that panic
+// and recovers it: Group does both, and Wait raises the first panic again
+// on the caller's goroutine, where the check turns it into verdict error
+// for that file (internal/check), and the run goes on.
 
 import (
 	"fmt"
@@ -77,26 +74,6 @@ func (g *Group) Wait() {
 	if g.first != nil {
 		panic(g.first)
 	}
-}
-
-// For calls fn(u) for every u in [0, units) on up to workers goroutines of
-// a group, each taking the next unit until none is left (or a worker has
-// panicked), and waits (panicking as Wait does).
-func For(workers, units int, fn func(u int)) {
-	var g Group
-	var next atomic.Int64
-	for w := 0; w < min(workers, units); w++ {
-		g.Go(func() {
-			for !g.Failed() {
-				u := int(next.Add(1) - 1)
-				if u >= units {
-					return
-				}
-				fn(u)
-			}
-		})
-	}
-	g.Wait()
 }
 
 // Site names the first function outside the runtime on the stack of a
