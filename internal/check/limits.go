@@ -753,11 +753,11 @@ func (o Options) stopped(err error) error {
 }
 
 // RunContext is Run under ctx: when ctx is done (a deadline, an interrupt)
-// the result is verdict error at once, saying so. The references cannot be
-// stopped from outside, so a reference still running is left to finish in
-// the background (its memory was bounded before it started) and its result
-// is dropped; pipelines and multi-output checks stop at the next stage or
-// output.
+// the result is verdict error, saying so. The references and the
+// comparison stop soon after ctx is done and are waited for; the check's
+// estimated working set is charged against the memory bound while it runs
+// and, should it not stop within a grace period, until it does
+// (inflight.go), so timed-out checks cannot pile up in memory.
 func RunContext(ctx context.Context, c Capture, opts Options) Result {
 	return runContext(ctx, c, opts, func() {})
 }
@@ -765,7 +765,7 @@ func RunContext(ctx context.Context, c Capture, opts Options) Result {
 // FileContext is File under ctx (see RunContext), loading included: a file
 // that cannot be opened or read before ctx is done (a named pipe with no
 // writer) gets verdict error at the deadline. The file stays mapped until
-// an abandoned reference has finished reading it.
+// the check has returned, waited for or not.
 func FileContext(ctx context.Context, path string, extraMeta map[string]string, opts Options) Result {
 	c, closeFn, err := LoadContext(ctx, path, extraMeta, opts.MaxMemory)
 	if err != nil {
@@ -788,9 +788,8 @@ func RunLoaded(ctx context.Context, c Capture, closeFn func(), opts Options) Res
 // runContext runs c under ctx and calls release once Run has returned,
 // whether or not its result was waited for.
 func runContext(ctx context.Context, c Capture, opts Options, release func()) Result {
-	if ctx == nil || ctx.Done() == nil {
-		defer release()
-		return Run(c, opts)
+	if ctx == nil {
+		ctx = context.Background()
 	}
 	started := time.Now()
 	kname := c.Metadata["kcheck.kernel"]
@@ -799,7 +798,7 @@ func runContext(ctx context.Context, c Capture, opts Options, release func()) Re
 		return errorResult(c.Name, kname, deadlineError(ctx, started, "not started"))
 	}
 	opts.ctx = ctx
-	// An abandoned check must not report to the caller's observer (a
+	// A check past its deadline must not report to the caller's observer (a
 	// report's recorder) while the caller has moved on to the next file.
 	var mu sync.Mutex
 	abandoned := false
@@ -813,35 +812,63 @@ func runContext(ctx context.Context, c Capture, opts Options, release func()) Re
 		}
 	}
 	// What a timeout would report is worked out before the check starts:
-	// an abandoned check releases the file (unmapping its tensors) when it
-	// finishes, so nothing here may read c.Tensors once it is running.
+	// a check left running releases the file (unmapping its tensors) when
+	// it finishes, so nothing here may read c.Tensors once it is running.
 	what := "the check"
 	if kname != "" {
 		what = "the " + kname + " check"
 	}
 	var e Estimate // it reads seq_lens: guarded, as Run is, against the file shrinking
-	if err := Guard(c, func() { e = EstimateKernel(kname, c.Tensors, params(c.Metadata)) }); err != nil {
+	if err := Guard(c, func() { e = estimateCapture(c) }); err != nil {
 		release()
 		return errorResult(c.Name, kname, err)
 	}
 	if e.Ops > 1e6 {
 		what += fmt.Sprintf(" (about %.1e multiply-adds)", float64(e.Ops))
 	}
-	done := make(chan Result, 1)
-	go func() {
-		r := Run(c, opts)
+	r, finished, err := Charged(ctx, e.Bytes, opts.MaxMemory, func() Result {
+		defer release()
+		return Run(c, opts)
+	})
+	switch {
+	case err != nil:
 		release()
-		done <- r
-	}()
-	select {
-	case r := <-done:
-		return r
-	case <-ctx.Done():
+		return errorResult(c.Name, kname, fmt.Errorf("%s: %w", deadlineError(ctx, started, "not started"), err))
+	case ctx.Err() != nil || !finished:
 		mu.Lock()
 		abandoned = true
 		mu.Unlock()
 		return errorResult(c.Name, kname, deadlineError(ctx, started, what))
 	}
+	return r
+}
+
+// estimateCapture estimates a check of c: its kernel's reference, or a
+// pipeline's largest stage (the stages run one after another).
+func estimateCapture(c Capture) Estimate {
+	kname := c.Metadata["kcheck.kernel"]
+	if kname != "pipeline" {
+		return EstimateKernel(kname, c.Tensors, params(c.Metadata))
+	}
+	var largest Estimate
+	var ops int64
+	stages, err := parseStages(c.Metadata)
+	if err != nil {
+		return EstimateKernel(kname, nil, nil) // refused by the check itself
+	}
+	for _, st := range stages {
+		in, err := stageInputs(st, c.Tensors, c.Tensors)
+		if err != nil {
+			continue
+		}
+		e := EstimateKernel(st.k.Name, in, st.params)
+		if e.Bytes > largest.Bytes {
+			largest = e
+		}
+		ops = add(ops, e.Ops)
+	}
+	largest.Ops = ops
+	return largest
 }
 
 // panicSite names the function and line that panicked, for the report of

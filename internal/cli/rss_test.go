@@ -4,6 +4,8 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -104,4 +106,32 @@ func TestSimulationEstimateBoundsRSS(t *testing.T) {
 		}
 		t.Logf("%v: peak RSS %.1f MiB, estimate %.1f MiB", settings, float64(rss)/(1<<20), mib)
 	}
+}
+
+// Timed-out checks do not pile up (issue 11 item 9): eight copies of a
+// file whose check (about 3.9e10 multiply-adds) is estimated at 345 MiB,
+// each past a 200ms --timeout, stay under --max-memory 400M as a process,
+// one check's memory at a time. (The in-process measure of what checks
+// past their deadline keep is check.TestTimedOutChecksHoldNothing.)
+func TestTimedOutChecksStayUnderTheBound(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("measures a process's memory (see raceEnabled)")
+	}
+	dir := t.TempDir()
+	first := samePagesFile(t, filepath.Join(dir, "c0.safetensors"), "mla_decode", 64, 4096, 128)
+	b, err := os.ReadFile(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 8; i++ {
+		writeFile(t, filepath.Join(dir, fmt.Sprintf("c%d.safetensors", i)), b)
+	}
+	code, out, rss := runRSS(t, "check", "--quiet", "--max-memory", "400M", "--timeout", "200ms", dir)
+	if code != ExitUsage || strings.Count(out, "ERROR") != 8 {
+		t.Fatalf("exit %d, output %.1000s: want 8 timed-out checks", code, out)
+	}
+	if rss > 400<<20 {
+		t.Errorf("peak RSS %d MiB over --max-memory 400M", rss>>20)
+	}
+	t.Logf("8 timed-out checks: peak RSS %d MiB", rss>>20)
 }

@@ -271,8 +271,10 @@ func removeStaleTemps(s *IO, dir string) {
 // capture is written to outDir when it is set.
 //
 // The case is refused before anything is built when its estimated memory
-// exceeds opts.MaxMemory; the reference check after the backend gets the
-// same timeout as the backend.
+// exceeds opts.MaxMemory, and its estimate is charged against that bound
+// while its inputs are built and the backend runs (check.Charged), as the
+// check's own is while the reference check after the backend runs, with
+// the same timeout as the backend.
 func RunCase(ctx context.Context, c cases.Case, be backend.Backend, opts check.Options, timeout time.Duration, outDir string, force bool) check.Result {
 	errResult := func(err error) check.Result {
 		msg := err.Error()
@@ -281,10 +283,29 @@ func RunCase(ctx context.Context, c cases.Case, be backend.Backend, opts check.O
 	if err := check.CheckCaseMemory(c, opts.MaxMemory); err != nil {
 		return errResult(err)
 	}
-	capture, err := Capture(ctx, c, be, timeout)
+	type captured struct {
+		c   check.Capture
+		err error
+	}
+	started := time.Now()
+	gctx, cancel := fileContext(ctx, timeout)
+	r, finished, err := check.Charged(gctx, check.EstimateCase(c).Bytes, opts.MaxMemory, func() captured {
+		capt, err := Capture(gctx, c, be, 0)
+		return captured{capt, err}
+	})
+	if err == nil && !finished {
+		err = stoppedError(gctx, started)
+	} else if err != nil {
+		err = fmt.Errorf("not started: %v", err)
+	}
+	cancel()
+	if err == nil {
+		err = r.err
+	}
 	if err != nil {
 		return errResult(err)
 	}
+	capture := r.c
 	if outDir != "" {
 		file := captureFile(outDir, c.Name)
 		writeMu.Lock() // an interrupt waits for this write (signals.go)
@@ -307,7 +328,16 @@ func RunCase(ctx context.Context, c cases.Case, be backend.Backend, opts check.O
 // Capture builds c's inputs, runs be on them, and returns inputs and outputs
 // together as an evidence capture.
 func Capture(ctx context.Context, c cases.Case, be backend.Backend, timeout time.Duration) (check.Capture, error) {
-	in, err := c.Inputs()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	started := time.Now()
+	in, err := c.InputsContext(ctx)
+	if ctx.Err() != nil {
+		err = stoppedError(ctx, started)
+	}
 	if err != nil {
 		return check.Capture{}, err
 	}
@@ -316,12 +346,10 @@ func Capture(ctx context.Context, c cases.Case, be backend.Backend, timeout time
 		return check.Capture{}, err
 	}
 	meta["kcheck.backend"] = be.Name()
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
+	outs, bmeta, err := runWithMeta(ctx, be, c.Kernel, in)
+	if ctx.Err() != nil { // whatever the backend made of it
+		err = stoppedError(ctx, started)
 	}
-	outs, bmeta, err := runBackendMeta(ctx, be, c.Kernel, in)
 	if err != nil {
 		return check.Capture{}, fmt.Errorf("backend %s: %v", be.Name(), err)
 	}

@@ -25,8 +25,8 @@ import (
 // cases (check, run).
 //
 // SIGINT or SIGTERM cancels the command's context: the command stops before
-// the next file or case (a reference still running in-process is
-// abandoned; opening and reading a file give up), prints on stderr what
+// the next file or case (a reference running in-process stops between its
+// units of work; opening and reading a file give up), prints on stderr what
 // finished, writes no report, and exits 130 (128 + SIGINT, what a shell
 // reports for an interrupted command). A capture being written when the
 // signal arrives is finished first (files are written to a temporary name
@@ -121,8 +121,8 @@ func (p *progressLog) interrupted(s *IO, note string) error {
 }
 
 // interruptible runs fn and returns its result, or ok = false as soon as
-// ctx is canceled (fn is then left to finish in the background: the
-// in-process references cannot be stopped from outside).
+// ctx is canceled: the command's loop answers an interrupt at once, while
+// what fn runs stops on its own (every reference watches ctx).
 func interruptible[T any](ctx context.Context, fn func() T) (res T, ok bool) {
 	if ctx.Done() == nil {
 		return fn(), true
@@ -143,36 +143,23 @@ func interruptible[T any](ctx context.Context, fn func() T) (res T, ok bool) {
 	}
 }
 
-// runBackend is be.Run bounded by ctx: the reference and faulty backends
-// run in-process and do not watch a context themselves.
-func runBackend(ctx context.Context, be backend.Backend, kname string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
-	outs, _, err := runBackendMeta(ctx, be, kname, in)
-	return outs, err
+// stoppedError says why work started at started under ctx, a case's,
+// stopped: the per-case time limit, or an interrupt.
+func stoppedError(ctx context.Context, started time.Time) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w after %v (the per-case time limit; raise it with --timeout)", check.ErrTimeout, time.Since(started).Round(time.Millisecond))
+	}
+	return fmt.Errorf("interrupted: %w", ctx.Err())
 }
 
-// runBackendMeta is runBackend plus the metadata of a backend.MetaRunner.
-func runBackendMeta(ctx context.Context, be backend.Backend, kname string, in kernel.Inputs) (map[string]*tensor.Tensor, map[string]string, error) {
-	type result struct {
-		outs map[string]*tensor.Tensor
-		meta map[string]string
-		err  error
+// runWithMeta is be.Run plus the metadata of a backend.MetaRunner (the
+// cuda and cuda-emu workers' declared precision and provenance).
+func runWithMeta(ctx context.Context, be backend.Backend, kname string, in kernel.Inputs) (map[string]*tensor.Tensor, map[string]string, error) {
+	if mr, ok := be.(backend.MetaRunner); ok {
+		return mr.RunWithMeta(ctx, kname, in)
 	}
-	started := time.Now()
-	r, ok := interruptible(ctx, func() result {
-		if mr, ok := be.(backend.MetaRunner); ok {
-			outs, meta, err := mr.RunWithMeta(ctx, kname, in)
-			return result{outs, meta, err}
-		}
-		outs, err := be.Run(ctx, kname, in)
-		return result{outs, nil, err}
-	})
-	if !ok {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, nil, fmt.Errorf("%w after %v (the per-case time limit; raise it with --timeout)", check.ErrTimeout, time.Since(started).Round(time.Millisecond))
-		}
-		return nil, nil, fmt.Errorf("interrupted: %w", ctx.Err())
-	}
-	return r.outs, r.meta, r.err
+	outs, err := be.Run(ctx, kname, in)
+	return outs, nil, err
 }
 
 // bounds holds --max-memory.
