@@ -58,6 +58,7 @@ func TestRefusalsAllocateNothing(t *testing.T) {
 		{"case batch 10^8", []string{"run", "--cases", caseFile("b8.json", `{"cases":[{"name":"x","kernel":"mla_decode","batch":100000000}]}`)}, "case x needs"},
 		{"case batch 2^40", []string{"run", "--cases", caseFile("b40.json", `{"cases":[{"name":"x","kernel":"kv_cache_gather","batch":1099511627776}]}`)}, "case x needs more than 2^61 B"},
 		{"bisect a case of batch 10^8", []string{"bisect", "--case", "x", "--cases", filepath.Join(dir, "b8.json")}, "case x needs"},
+		{"shrink a case of batch 10^8", []string{"shrink", "--case", "x", "--cases", filepath.Join(dir, "b8.json"), "--backend", "reference", "--out", filepath.Join(dir, "x.safetensors")}, "case x needs"},
 	}
 	for _, flag := range []string{"hidden", "prefill", "page-size", "batch", "splits", "s-q", "steps"} {
 		tests = append(tests, struct {

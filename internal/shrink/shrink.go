@@ -140,6 +140,10 @@ func Case(ctx context.Context, c cases.Case, be backend.Backend, opts Options) (
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	// Refused before anything is built, as kcheck run refuses it.
+	if err := check.CheckCaseMemory(c, opts.Check.MaxMemory); err != nil {
+		return nil, err
+	}
 	c = materialize(c)
 	cap0, err := Run(ctx, c, be)
 	if err != nil {
