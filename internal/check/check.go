@@ -131,6 +131,9 @@ type Capture struct {
 	Name     string
 	Metadata map[string]string
 	Tensors  map[string]*tensor.Tensor
+	// Notes are what reading it decided (the dtype of a numpy array of
+	// bits); the result carries them.
+	Notes []string
 }
 
 func errorResult(file, kern string, err error) Result {
@@ -172,7 +175,7 @@ func Run(c Capture, opts Options) (res Result) {
 	} else {
 		res = runSingle(c, kname, meta, opts)
 	}
-	res.Notes = append(adaptNotes, res.Notes...)
+	res.Notes = append(append(append([]string(nil), c.Notes...), adaptNotes...), res.Notes...)
 	if e := meta["kcheck.emulation"]; e != "" {
 		// An emulated run is never a GPU result: every report says so first.
 		res.Notes = append([]string{e}, res.Notes...)

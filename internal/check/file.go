@@ -7,12 +7,15 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/kcheck-dev/kcheck/internal/bounded"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/npy"
 	"github.com/kcheck-dev/kcheck/internal/safetensors"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
 // File checks one evidence file (.safetensors, or .npy/.npz with the
@@ -47,6 +50,12 @@ func LoadContext(ctx context.Context, path string, extraMeta map[string]string, 
 		if err != nil {
 			return c, closeFn, err
 		}
+		for k, v := range extraMeta {
+			c.Metadata[k] = v
+		}
+		if c.Notes, err = numpyDTypes(c.Metadata, ts); err != nil {
+			return c, closeFn, fmt.Errorf("%s: %w", path, err)
+		}
 		c.Tensors = ts
 	default:
 		f, err := safetensors.OpenContext(ctx, path, bounded.Memory(limit))
@@ -63,6 +72,116 @@ func LoadContext(ctx context.Context, path string, extraMeta map[string]string, 
 		c.Metadata[k] = v
 	}
 	return c, closeFn, nil
+}
+
+// DTypeKey prefixes the metadata key that declares the dtype of a numpy
+// array of bits: kcheck.dtype.q = BF16 (--set kcheck.dtype.q=BF16).
+const DTypeKey = "kcheck.dtype."
+
+// numpyDTypes gives the arrays of a numpy file that hold bits, which is how
+// numpy saves bfloat16 and float8 (internal/npy: U16 and U8), the dtype
+// they hold: the one declared with kcheck.dtype.NAME, else, when the
+// contract of the tensor does not take the bits' own dtype, the one dtype
+// of that width it takes that numpy has no dtype for (q: BF16, as F16
+// would be saved as '<f2'). It says what it decided, in notes.
+func numpyDTypes(meta map[string]string, ts map[string]*tensor.Tensor) ([]string, error) {
+	var notes []string
+	var declared []string
+	for key := range meta {
+		if strings.HasPrefix(key, DTypeKey) {
+			declared = append(declared, key)
+		}
+	}
+	sort.Strings(declared)
+	for _, key := range declared {
+		name, v := strings.TrimPrefix(key, DTypeKey), meta[key]
+		t, ok := ts[name]
+		if !ok {
+			return nil, fmt.Errorf("metadata %s = %s: the file holds no array %s", key, v, name)
+		}
+		d, err := tensor.ParseDType(v)
+		if err != nil {
+			return nil, fmt.Errorf("metadata %s: %v", key, err)
+		}
+		if t.DType != tensor.U16 && t.DType != tensor.U8 {
+			return nil, fmt.Errorf("metadata %s = %s: array %s holds %s numbers, not bits (a dtype is declared for uint16 or uint8 arrays and ml_dtypes' raw records)", key, v, name, t.DType)
+		}
+		if d.Size() != t.DType.Size() {
+			return nil, fmt.Errorf("metadata %s = %s: array %s holds %d-byte values, %s is %d bytes", key, v, name, t.DType.Size(), d, d.Size())
+		}
+		ts[name] = &tensor.Tensor{DType: d, Shape: t.Shape, Data: t.Data}
+	}
+	names := make([]string, 0, len(ts))
+	for name := range ts {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		t := ts[name]
+		if _, ok := meta[DTypeKey+name]; ok || (t.DType != tensor.U16 && t.DType != tensor.U8) {
+			continue
+		}
+		spec, ok := contractSpec(meta, name)
+		if !ok || slices.Contains(spec.DTypes, t.DType) {
+			continue // not a contract tensor, or it takes the bits as they are
+		}
+		// Bits stand for a dtype numpy lacks: a float16 array is saved
+		// as '<f2', never as bits.
+		var fits []tensor.DType
+		for _, d := range spec.DTypes {
+			if d.Size() == t.DType.Size() && !numpyHas[d] {
+				fits = append(fits, d)
+			}
+		}
+		switch len(fits) {
+		case 0:
+			continue // the contract's dtype check says what it wants
+		case 1:
+			ts[name] = &tensor.Tensor{DType: fits[0], Shape: t.Shape, Data: t.Data}
+			notes = append(notes, fmt.Sprintf("numpy array %s holds %d-byte bits (uint%d, or ml_dtypes' raw records): read as %s, the contract's %d-byte dtype for it (declare another with --set %s%s=DTYPE)",
+				name, t.DType.Size(), 8*t.DType.Size(), fits[0], t.DType.Size(), DTypeKey, name))
+		default:
+			return nil, fmt.Errorf("numpy array %s holds %d-byte bits (uint%d, or ml_dtypes' raw records), which the contract takes as %s: say which with --set %s%s=%s",
+				name, t.DType.Size(), 8*t.DType.Size(), joinDTypes(fits), DTypeKey, name, fits[0])
+		}
+	}
+	return notes, nil
+}
+
+// numpyHas are the contract dtypes numpy has a dtype of its own for.
+var numpyHas = map[tensor.DType]bool{tensor.F64: true, tensor.F32: true, tensor.F16: true,
+	tensor.I64: true, tensor.I32: true, tensor.I16: true, tensor.I8: true,
+	tensor.U64: true, tensor.U32: true, tensor.U16: true, tensor.U8: true, tensor.Bool: true}
+
+// contractSpec is the contract's spec of tensor name in a capture of the
+// kernel meta names (a pipeline's "<stage>.<tensor>" by its stage's).
+func contractSpec(meta map[string]string, name string) (kernel.TensorSpec, bool) {
+	kname := meta["kcheck.kernel"]
+	if kname == "pipeline" {
+		prefix, rest, ok := strings.Cut(name, ".")
+		if !ok {
+			return kernel.TensorSpec{}, false
+		}
+		kname, name = meta["kcheck."+prefix+".kernel"], rest
+	}
+	k, err := kernel.Lookup(kname)
+	if err != nil {
+		return kernel.TensorSpec{}, false
+	}
+	for _, s := range append(append([]kernel.TensorSpec(nil), k.Inputs...), k.Outputs...) {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return kernel.TensorSpec{}, false
+}
+
+func joinDTypes(ds []tensor.DType) string {
+	s := make([]string, len(ds))
+	for i, d := range ds {
+		s[i] = string(d)
+	}
+	return strings.Join(s, " or ")
 }
 
 // Expand turns the command line's FILE|DIR arguments into evidence files:

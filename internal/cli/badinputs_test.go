@@ -163,6 +163,57 @@ func samePagesFile(t *testing.T, path, kname string, b, seq, heads int) string {
 // platformBadInputs are rows that need what only some systems have (named
 // pipes, /proc): build-tagged files add them.
 var platformBadInputs []func() []badInput
+// npzOf writes a golden capture's tensors as a .npz archive the way numpy
+// saves them, bf16 and fp8 as ml_dtypes does ('<V2', '<V1': raw records;
+// internal/npy/testdata/ml_dtypes holds files ml_dtypes wrote), or, with
+// asUint, as their bits viewed as uint16 and uint8. It returns the
+// --set arguments that carry the capture's metadata.
+func npzOf(t *testing.T, path, golden string, asUint bool) []string {
+	t.Helper()
+	meta, ts := goldenCapture(t, golden)
+	descr := map[tensor.DType]string{tensor.F32: "<f4", tensor.F64: "<f8", tensor.I32: "<i4", tensor.I64: "<i8", tensor.U8: "|u1",
+		tensor.BF16: "<V2", tensor.F8E4M3: "<V1"}
+	if asUint {
+		descr[tensor.BF16], descr[tensor.F8E4M3] = "<u2", "|u1"
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw := zip.NewWriter(f)
+	for name, x := range ts {
+		d, ok := descr[x.DType]
+		if !ok {
+			t.Fatalf("no numpy dtype for %s", x.DType)
+		}
+		dims := make([]string, len(x.Shape))
+		for i, v := range x.Shape {
+			dims[i] = fmt.Sprint(v)
+		}
+		shape := "(" + strings.Join(dims, ", ") + ")"
+		if len(dims) == 1 {
+			shape = "(" + dims[0] + ",)"
+		}
+		h := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': %s, }", d, shape)
+		h += strings.Repeat(" ", (64-(10+len(h)+1)%64)%64) + "\n"
+		w, err := zw.Create(name + ".npy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(append([]byte("\x93NUMPY\x01\x00"), byte(len(h)), byte(len(h)>>8)))
+		w.Write([]byte(h))
+		w.Write(x.Data)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var set []string
+	for k, v := range meta {
+		set = append(set, "--set", k+"="+v)
+	}
+	return set
+}
 
 func badInputs() []badInput {
 	rows := commonBadInputs()
@@ -246,6 +297,27 @@ func commonBadInputs() []badInput {
 			f.Close()
 			return []string{"check", "--json", "--max-memory", "16M", "--set", "kcheck.kernel=splitk_combine", path}
 		}, code: ExitUsage, want: []string{"needs 67108864 bytes", "--max-memory"}},
+		// numpy arrays of bf16 and fp8 (issue 11 item 15).
+		{name: ".npz of ml_dtypes bfloat16 arrays ('<V2'): read as the contract's BF16", setup: func(t *testing.T, dir string) []string {
+			path := filepath.Join(dir, "mla.npz")
+			return append(append([]string{"check", "--json"}, npzOf(t, path, "mla_decode.safetensors", false)...), path)
+		}, code: ExitPass, want: []string{`"verdict":"pass"`, "numpy array q holds 2-byte bits", "read as BF16"}},
+		{name: ".npz of bf16 and fp8 saved as uint16 and uint8 bits", setup: func(t *testing.T, dir string) []string {
+			path := filepath.Join(dir, "quant.npz")
+			return append(append([]string{"check", "--json"}, npzOf(t, path, "nvfp4_quantize.safetensors", true)...), path)
+		}, code: ExitPass, want: []string{`"verdict":"pass"`, "numpy array x holds 2-byte bits"}},
+		{name: ".npz of bf16 bits with a declared dtype of the wrong width", setup: func(t *testing.T, dir string) []string {
+			path := filepath.Join(dir, "gather.npz")
+			return append(append([]string{"check", "--json", "--set", "kcheck.dtype.gathered=F8_E4M3"}, npzOf(t, path, "kv_cache_gather.safetensors", false)...), path)
+		}, code: ExitUsage, want: []string{"metadata kcheck.dtype.gathered = F8_E4M3: array gathered holds 2-byte values, F8_E4M3 is 1 bytes"}},
+		{name: ".npz with a dtype declared for an array of numbers, not bits", setup: func(t *testing.T, dir string) []string {
+			path := filepath.Join(dir, "mla.npz")
+			return append(append([]string{"check", "--json", "--set", "kcheck.dtype.lse=BF16"}, npzOf(t, path, "mla_decode.safetensors", false)...), path)
+		}, code: ExitUsage, want: []string{"metadata kcheck.dtype.lse = BF16: array lse holds F32 numbers, not bits"}},
+		{name: ".npz with a dtype declared for an array it does not hold", setup: func(t *testing.T, dir string) []string {
+			path := filepath.Join(dir, "gather.npz")
+			return append(append([]string{"check", "--json", "--set", "kcheck.dtype.gatherd=BF16"}, npzOf(t, path, "kv_cache_gather.safetensors", false)...), path)
+		}, code: ExitUsage, want: []string{"metadata kcheck.dtype.gatherd = BF16: the file holds no array gatherd"}},
 		{name: "an endless stream (/dev/zero) given as a capture, --max-memory 16M", setup: func(t *testing.T, dir string) []string {
 			return []string{"check", "--json", "--max-memory", "16M", "/dev/zero"}
 		}, code: ExitUsage, want: []string{"a stream of more than 16.0 MiB"}},

@@ -54,7 +54,7 @@ first stage whose local error leaves its budget is named.`,
 	f.BoolVar(&o.json, "json", false, "print one JSON object per file on stdout")
 	f.BoolVar(&o.bisect, "bisect", false, "exit 125 (git bisect skip) for inconclusive results and unusable input")
 	f.IntVar(&o.worstK, "worst", 5, "how many worst elements to list per output")
-	f.StringArrayVar(&o.set, "set", nil, "add or override a metadata key (KEY=VALUE); needed for .npy/.npz files")
+	f.StringArrayVar(&o.set, "set", nil, "add or override a metadata key (KEY=VALUE); needed for .npy/.npz files, which carry none (kcheck.kernel=NAME and the kernel's parameters; kcheck.dtype.ARRAY=BF16 says what an array of bf16 or fp8 bits holds where its contract does not)")
 	f.StringVar(&o.from, "from", "", "apply an engine's conventions: vllm, sglang, flashinfer or flashmla")
 	f.StringVar(&o.policy, "policy", "three-way", "tolerance policy: three-way or unit-roundoff")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print only the verdict line of each file")

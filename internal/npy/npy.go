@@ -17,12 +17,15 @@
 // '<u8'/'<u4'/'<u2'/'|u1' U64..U8, '|b1' BOOL. Big-endian arrays are
 // byte-swapped; Fortran-order arrays are reordered to C order.
 //
-// numpy has no bfloat16 or FP8 dtype. Save such arrays as their bits,
-// x.view(np.uint16) for bf16 and x.view(np.uint8) for FP8, which arrive here
-// as U16 and U8. This package does not guess: reinterpreting them as BF16 or
-// F8_* is the caller's decision, by contract. Raw-record arrays ('<V2', '|V1',
-// which ml_dtypes' bfloat16/float8 arrays can turn into) are rejected with
-// that advice.
+// numpy has no bfloat16 or FP8 dtype. ml_dtypes' arrays are saved as raw
+// records that say only their width (ml_dtypes 0.7.0 with numpy 2.4.6:
+// bfloat16 as '<V2', float8_e4m3fn, float8_e8m0fnu and float4_e2m1fn as
+// '<V1', float8_e5m2 as '<f1'), and arrays saved as their bits,
+// x.view(np.uint16) or x.view(np.uint8), say even less. All of them arrive
+// here as their bits, U16 or U8: this package does not guess what they
+// were. Which dtype they hold is the caller's decision, by the contract of
+// the tensor they are (internal/check: the one dtype of that width the
+// contract accepts, or a declared one).
 package npy
 
 import (
@@ -338,13 +341,16 @@ func parseDescr(s string) (tensor.DType, bool, error) {
 		"i8": tensor.I64, "i4": tensor.I32, "i2": tensor.I16, "i1": tensor.I8,
 		"u8": tensor.U64, "u4": tensor.U32, "u2": tensor.U16, "u1": tensor.U8,
 		"b1": tensor.Bool, "?": tensor.Bool,
+		// raw bits: ml_dtypes' bfloat16 ('<V2'), its one-byte formats
+		// ('<V1'), its float8_e5m2 ('<f1', a numpy float code of no numpy
+		// dtype)
+		"V2": tensor.U16, "V1": tensor.U8, "f1": tensor.U8,
 	}[code]
 	if !ok {
 		hint := ""
 		switch {
 		case strings.HasPrefix(code, "V"):
-			hint = ": raw records, which is how numpy saves ml_dtypes' bfloat16 and float8 arrays;" +
-				" save their bits instead (x.view(np.uint16) for bf16, x.view(np.uint8) for fp8), or use safetensors"
+			hint = ": raw records of other than 1 or 2 bytes; save the array as a numeric dtype, or use safetensors"
 		case strings.HasPrefix(code, "c"):
 			hint = ": complex arrays are not supported"
 		case strings.HasPrefix(code, "O"):

@@ -302,7 +302,7 @@ func TestReadBad(t *testing.T) {
 		{"negative dim", npyFile(f4("(2, -1)"), zeros(4)), []string{"shape[1] = -1 is negative"}},
 		{"dim overflows int64", npyFile(f4("(99999999999999999999,)"), zeros(4)), []string{"bad integer"}},
 		{"duplicate key", npyFile("{'descr': '<f4', 'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", zeros(4)), []string{"'descr'", "twice"}},
-		{"bfloat16 record", npyFile("{'descr': '<V2', 'fortran_order': False, 'shape': (1,), }", zeros(2)), []string{`unsupported dtype "<V2"`, "np.uint16"}},
+		{"raw record of 3 bytes", npyFile("{'descr': '<V3', 'fortran_order': False, 'shape': (1,), }", zeros(3)), []string{`unsupported dtype "<V3"`, "raw records"}},
 		{"complex", npyFile("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", zeros(8)), []string{`"<c8"`, "complex"}},
 		{"object", npyFile("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", zeros(8)), []string{`"|O"`, "object"}},
 		{"string", npyFile("{'descr': '<U3', 'fortran_order': False, 'shape': (1,), }", zeros(12)), []string{`"<U3"`, "string"}},
@@ -386,7 +386,7 @@ func TestReadZipBad(t *testing.T) {
 	}{
 		{"member not npy", build([2]string{"notes.txt", "hello, these are notes"}), []string{`member "notes.txt"`, "not a .npy array"}},
 		{"duplicate array", build([2]string{"x.npy", string(good)}, [2]string{"x", string(good)}), []string{`"x" twice`}},
-		{"bad member", build([2]string{"w.npy", string(npyFile("{'descr': '<V2', 'fortran_order': False, 'shape': (1,), }", zeros(2)))}), []string{`member "w.npy"`, "<V2"}},
+		{"bad member", build([2]string{"w.npy", string(npyFile("{'descr': '<V3', 'fortran_order': False, 'shape': (1,), }", zeros(3)))}), []string{`member "w.npy"`, "<V3"}},
 		{"checksum", corrupt, []string{`member "a.npy"`, "checksum"}},
 		{"cut archive", build([2]string{"a.npy", string(good)})[:40], []string{"zip"}},
 	}
@@ -441,4 +441,43 @@ func FuzzRead(f *testing.F) {
 			t.Fatalf("accepted an inconsistent tensor: %v", err)
 		}
 	})
+}
+
+// Arrays saved by ml_dtypes (testdata/ml_dtypes/make.py: numpy 2.4.6,
+// ml_dtypes 0.7.0) arrive as their bits, U16 for bfloat16 ('<V2') and U8
+// for the float8 formats ('<V1', '<f1'), and those bits are the values
+// saved, [1, -2.5, 0.5, 448], in the dtype they were saved in.
+func TestMLDtypesFiles(t *testing.T) {
+	want := []float64{1, -2.5, 0.5, 448}
+	for _, tc := range []struct {
+		file   string
+		bits   tensor.DType
+		actual tensor.DType
+	}{
+		{"bfloat16.npy", tensor.U16, tensor.BF16},
+		{"float8_e4m3fn.npy", tensor.U8, tensor.F8E4M3},
+		{"float8_e5m2.npy", tensor.U8, tensor.F8E5M2},
+	} {
+		ts, err := ReadFile(filepath.Join("testdata", "ml_dtypes", tc.file))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.file, err)
+		}
+		x := ts[strings.TrimSuffix(tc.file, ".npy")]
+		if x == nil || x.DType != tc.bits || len(x.Shape) != 1 || x.Shape[0] != 4 {
+			t.Fatalf("%s: %v, want %s [4]", tc.file, x, tc.bits)
+		}
+		typed := &tensor.Tensor{DType: tc.actual, Shape: x.Shape, Data: x.Data}
+		for i, w := range want {
+			if got := typed.Float64At(i); got != w {
+				t.Errorf("%s[%d] as %s = %v, want %v", tc.file, i, tc.actual, got, w)
+			}
+		}
+	}
+	ts, err := ReadFile(filepath.Join("testdata", "ml_dtypes", "bf16_and_fp8.npz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts["x"].DType != tensor.U16 || ts["s"].DType != tensor.U8 {
+		t.Errorf("npz members x %s, s %s: want U16 and U8", ts["x"].DType, ts["s"].DType)
+	}
 }
