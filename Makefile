@@ -9,8 +9,16 @@ FUZZTIME ?=
 
 all: build
 
+# The revision kcheck --version and reports name, passed in as well, since
+# the toolchain stamps none in a git worktree or under -buildvcs=false.
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+MODIFIED ?= $(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo true)
+REVISION_TIME ?= $(shell git log -1 --format=%cI 2>/dev/null)
+VERSION_PKG := github.com/kcheck-dev/kcheck/internal/version
+LDFLAGS ?= -X $(VERSION_PKG).revision=$(REVISION) -X $(VERSION_PKG).modified=$(MODIFIED) -X $(VERSION_PKG).revisionTime=$(REVISION_TIME)
+
 build:
-	$(GO) build -o bin/kcheck ./cmd/kcheck
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/kcheck ./cmd/kcheck
 
 # The test command: vet, then every test under the race detector.
 test:
@@ -21,7 +29,7 @@ test:
 # faults, so kcheck exits 1 by design), then lay out the evidence for one
 # faulty decode step.
 demo:
-	@$(GO) build -o bin/kcheck ./cmd/kcheck
+	@$(GO) build -ldflags "$(LDFLAGS)" -o bin/kcheck ./cmd/kcheck
 	@echo '$$ kcheck check --quiet fixtures/examples'
 	@bin/kcheck check --quiet fixtures/examples; \
 	  echo "(exit $$?: 0 all pass, 1 a fault was found, as planted here)"; echo

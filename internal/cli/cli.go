@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kcheck-dev/kcheck/internal/printable"
+	"github.com/kcheck-dev/kcheck/internal/version"
 )
 
 // ExitCode is the process status, as spec section 7 fixes it.
@@ -138,7 +139,11 @@ Exit status: 0 all pass, 1 any fail, 2 unusable input or usage, 3 inconclusive;
 with --bisect, inconclusive and unusable input exit 125 (git bisect's skip).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version: the module version and VCS revision (internal/version),
+		// the ones a report's environment carries.
+		Version: version.Current().String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newCheckCmd(s))
 	for _, extra := range extraCommands {
 		root.AddCommand(extra(s))

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"runtime/debug"
 
 	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/compare"
+	"github.com/kcheck-dev/kcheck/internal/version"
 )
 
 // Format is the version of report.json.
@@ -104,26 +104,12 @@ type Environment struct {
 }
 
 // CurrentEnvironment describes this process: kcheck's version and VCS
-// revision from the build information, the Go version, OS, architecture
-// and CPU count.
+// revision (internal/version: what `kcheck --version` prints), the Go
+// version, OS, architecture and CPU count.
 func CurrentEnvironment() Environment {
-	e := Environment{Kcheck: "(devel)", Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			e.Kcheck = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				e.Revision = s.Value
-			case "vcs.modified":
-				e.Modified = s.Value == "true"
-			case "vcs.time":
-				e.Built = s.Value
-			}
-		}
-	}
-	return e
+	v := version.Current()
+	return Environment{Kcheck: v.Version, Revision: v.Revision, Modified: v.Modified, Built: v.Time,
+		Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()}
 }
 
 // HashFiles returns the size and SHA-256 of each file.
