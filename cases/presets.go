@@ -10,6 +10,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/kcheck-dev/kcheck/internal/suggest"
 )
 
 // Preset is a model's attention geometry (spec section 6).
@@ -51,7 +53,7 @@ func PresetNames() []string {
 func LookupPreset(name string) (Preset, error) {
 	p, ok := Presets[name]
 	if !ok {
-		return Preset{}, fmt.Errorf("unknown preset %q (known: %s)", name, strings.Join(PresetNames(), ", "))
+		return Preset{}, fmt.Errorf("unknown preset %q%s (known: %s)", name, suggest.DidYouMean(name, PresetNames()), strings.Join(PresetNames(), ", "))
 	}
 	return p, nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/suggest"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -80,7 +81,7 @@ func Parse(spec string) (Backend, error) {
 			kinds = append(kinds, k)
 		}
 		sort.Strings(kinds)
-		return nil, fmt.Errorf("unknown backend %q (known: %s)", spec, strings.Join(kinds, ", "))
+		return nil, fmt.Errorf("unknown backend %q%s (known: %s)", spec, suggest.DidYouMean(kind, kinds), strings.Join(kinds, ", "))
 	}
 	return f(arg)
 }

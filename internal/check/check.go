@@ -91,6 +91,11 @@ type Options struct {
 	// from an engine's conventions to the contract's and returns notes
 	// saying what it did (internal/engines: --from).
 	Adapt func(meta map[string]string, tensors map[string]*tensor.Tensor) ([]string, error)
+	// Hint, when set and Adapt is not, says what a check that went wrong
+	// (verdict error, or tensors the contract ignores) might have needed
+	// instead, from the capture's metadata and tensor names: the engine
+	// whose names they are (engines.Hint: "try --from flashmla").
+	Hint func(meta map[string]string, tensorNames []string) string
 	// Observe, when set, sees every output comparison (reports build error
 	// profiles from it).
 	Observe func(Observation)
@@ -158,6 +163,7 @@ func Run(c Capture, opts Options) (res Result) {
 			res = errorResult(c.Name, c.Metadata["kcheck.kernel"], panicError(p, mapped, panicSite()))
 		}
 	}()
+	defer func() { res.Notes = append(res.Notes, hint(c, res, opts)...) }()
 	c, adaptNotes, err := prepare(c, opts)
 	if err != nil {
 		return errorResult(c.Name, c.Metadata["kcheck.kernel"], err)
@@ -190,6 +196,34 @@ func Run(c Capture, opts Options) (res Result) {
 		}
 	}
 	return res
+}
+
+// hint is opts.Hint's note on a check of c that went wrong (verdict
+// error, or tensors the contract ignores), none when it went right or
+// an engine's conventions were applied.
+func hint(c Capture, res Result, opts Options) []string {
+	if opts.Hint == nil || opts.Adapt != nil || (res.Verdict != Error && !ignoredTensors(res.Notes)) {
+		return nil
+	}
+	names := make([]string, 0, len(c.Tensors))
+	for n := range c.Tensors {
+		names = append(names, n)
+	}
+	if h := opts.Hint(c.Metadata, names); h != "" {
+		return []string{h}
+	}
+	return nil
+}
+
+// ignoredTensors reports whether notes say that tensors of the capture are
+// no part of its contract (split's notes).
+func ignoredTensors(notes []string) bool {
+	for _, n := range notes {
+		if strings.HasPrefix(n, "tensor ") && strings.HasSuffix(n, "contract: ignored") {
+			return true
+		}
+	}
+	return false
 }
 
 func withConventions(meta, conv map[string]string) map[string]string {

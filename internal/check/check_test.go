@@ -1,12 +1,15 @@
 package check
 
 import (
+	"context"
 	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/kcheck-dev/kcheck/cases"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/safetensors"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -146,5 +149,51 @@ func TestBadFiles(t *testing.T) {
 				t.Fatalf("verdict %s error %v, want error mentioning %q", res.Verdict, res.Error, tc.want)
 			}
 		})
+	}
+}
+
+// Every coordinate a kernel names an element by is explained where the
+// terminal prints it (kernel.CoordMeaning), or says what it is itself:
+// run over one small catalog case of every kernel and every output, so a
+// coordinate added later without a meaning fails here.
+func TestCoordinatesExplained(t *testing.T) {
+	selfEvident := map[string]bool{"request": true, "head": true, "latent": true, "split": true, "page": true,
+		"block": true, "page_offset": true, "column": true, "col": true, "byte": true, "sf_row": true, "sf_col": true, "rank": true}
+	all, err := cases.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all = append(all, cases.Case{Name: "small_gemm", Kernel: "nvfp4_gemm", M: 8, N: 48, K: 256, Seed: 3}) // the catalog's are large
+	done := map[string]bool{}
+	for _, c := range all {
+		if done[c.Kernel] || c.HasTag("long") || EstimateCase(c).Bytes > 64<<20 {
+			continue
+		}
+		done[c.Kernel] = true
+		in, err := c.Inputs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := kernel.Lookup(c.Kernel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs, err := k.Reference(context.Background(), in, kernel.DefaultPrecision(), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		for _, o := range outs {
+			if len(o.Shape) == 0 {
+				continue
+			}
+			for _, coord := range o.Coords.Name(make([]int, len(o.Shape))) {
+				if kernel.CoordMeaning(coord.Name) == "" && !selfEvident[coord.Name] {
+					t.Errorf("%s output %s: coordinate %q has no meaning (kernel/coords.go)", c.Kernel, o.Name, coord.Name)
+				}
+			}
+		}
+	}
+	if len(done) != len(kernel.Names()) {
+		t.Errorf("covered %d kernels of %d", len(done), len(kernel.Names()))
 	}
 }

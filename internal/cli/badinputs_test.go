@@ -215,6 +215,16 @@ func npzOf(t *testing.T, path, golden string, asUint bool) []string {
 	return set
 }
 
+// flashMLANames gives a capture FlashMLA's tensor names
+// (flash_mla_with_kvcache's k_cache, cache_seqlens, softmax_lse:
+// internal/engines).
+func flashMLANames(_ map[string]string, ts map[string]*tensor.Tensor) {
+	for from, to := range map[string]string{"kv_cache": "k_cache", "seq_lens": "cache_seqlens", "lse": "softmax_lse"} {
+		ts[to] = ts[from]
+		delete(ts, from)
+	}
+}
+
 func badInputs() []badInput {
 	rows := commonBadInputs()
 	for _, more := range platformBadInputs {
@@ -297,6 +307,22 @@ func commonBadInputs() []badInput {
 			f.Close()
 			return []string{"check", "--json", "--max-memory", "16M", "--set", "kcheck.kernel=splitk_combine", path}
 		}, code: ExitUsage, want: []string{"needs 67108864 bytes", "--max-memory"}},
+		// A new user's capture (issue 11 item 15).
+		{name: "a FlashMLA capture checked without --from", setup: mut("mla_decode.safetensors", flashMLANames), code: ExitUsage,
+			want: []string{"tensor kv_cache is missing", "tensor names cache_seqlens, k_cache, softmax_lse are what flashmla, sglang and vllm call them: try --from flashmla (or sglang, vllm)"}},
+		{name: "the same capture with --from flashmla", setup: mut("mla_decode.safetensors", flashMLANames, "--from", "flashmla"), code: ExitPass, want: []string{`"verdict":"pass"`}},
+		{name: "a mistyped kernel name", setup: mut("nvfp4_dequantize.safetensors", func(m map[string]string, _ map[string]*tensor.Tensor) { m["kcheck.kernel"] = "nvfp4_dequantise" }),
+			code: ExitUsage, want: []string{`unknown kernel \"nvfp4_dequantise\"; did you mean \"nvfp4_dequantize\"?`}},
+		{name: "a mistyped case name", setup: func(t *testing.T, dir string) []string {
+			return []string{"run", "--case", "kv_cache_gather/bf16/p16/ctx-3p"}
+		}, code: ExitUsage, want: []string{`no case named "kv_cache_gather/bf16/p16/ctx-3p"; did you mean "kv_cache_gather/bf16/p16/ctx-3P"?`}},
+		{name: "a mistyped fault name", setup: func(t *testing.T, dir string) []string {
+			return []string{"run", "--case", "kv_cache_gather/bf16/p16/ctx-3P", "--backend", "faulty:stale_page"}
+		}, code: ExitUsage, want: []string{`unknown fault "stale_page"; did you mean "stale_pages"?`}},
+		{name: "a mistyped backend name", setup: func(t *testing.T, dir string) []string {
+			return []string{"run", "--case", "kv_cache_gather/bf16/p16/ctx-3P", "--backend", "refernce"}
+		}, code: ExitUsage, want: []string{`unknown backend "refernce"; did you mean "reference"?`}},
+
 		// numpy arrays of bf16 and fp8 (issue 11 item 15).
 		{name: ".npz of ml_dtypes bfloat16 arrays ('<V2'): read as the contract's BF16", setup: func(t *testing.T, dir string) []string {
 			path := filepath.Join(dir, "mla.npz")
@@ -682,7 +708,9 @@ inconclusive, 130 interrupted. A verdict ` + "`error`" + ` never stops a run ove
 several files; no input here crashes kcheck or exhausts memory: a file
 whose reference would need more than ` + "`--max-memory`" + ` (default half the
 physical memory, at most 8 GiB) is refused from its shapes before it runs,
-and ` + "`--timeout`" + ` (check: 10m a file; run: 2m a case) bounds the time.
+and ` + "`--timeout`" + ` (check: 10m a file; run: 2m a case) bounds the time: a check past
+it stops within a unit of its work, and whatever has not stopped stays
+charged against the memory bound until it does.
 Every input is read within a bound and a deadline (internal/bounded):
 a stream or a file that stats as 0 bytes (a pipe, ` + "`/dev/zero`" + `,
 ` + "`/proc/self/pagemap`" + `) is read up to ` + "`--max-memory`" + `, a safetensors header's

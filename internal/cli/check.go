@@ -104,6 +104,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 	code := ExitPass
 	enc := json.NewEncoder(o.io.Out)
 	progress := &progressLog{total: len(files)}
+	verdicts := newTally()
 	for _, path := range files {
 		if ctx.Err() != nil {
 			return progress.interrupted(o.io, reportNote(o.report))
@@ -115,6 +116,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 			return progress.interrupted(o.io, reportNote(o.report))
 		}
 		progress.add(path, res.Verdict)
+		verdicts.add(res.Verdict)
 		sink.add(ctx, res, checkReproduce(o, path), path)
 		if o.json {
 			if err := enc.Encode(res); err != nil {
@@ -125,6 +127,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 		}
 		code = worseExit(code, exitForVerdict(res.Verdict, o.bisect))
 	}
+	verdicts.print(o.io, o.json)
 	if err := sink.write(o.io); err != nil {
 		fmt.Fprintln(o.io.Err, "kcheck: --report:", printable.Escape(err.Error()))
 		code = worseExit(code, ExitUsage)

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/kcheck-dev/kcheck/internal/version"
 )
 
 const fx = "../../fixtures/"
@@ -112,7 +115,11 @@ func TestRunSharding(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("shard %d: exit %d %s", i, code, errs)
 		}
-		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if last := lines[len(lines)-1]; !strings.Contains(last, " passed in ") {
+			t.Errorf("shard %d: no closing line, the last is %q", i, last)
+		}
+		for _, line := range lines[:len(lines)-1] { // the results, then the closing line
 			seen[strings.Fields(line)[1]]++
 		}
 	}
@@ -230,5 +237,44 @@ func TestSanitizedBackend(t *testing.T) {
 		if got != tc.want || (err != nil) != tc.err {
 			t.Errorf("sanitized(%q, %v) = %q, %v; want %q (error %v)", tc.spec, tc.on, got, err, tc.want, tc.err)
 		}
+	}
+}
+
+// kcheck --version says the module version and the revision (issue 11 item
+// 15); `go test` stamps none, so here it is "unknown", and the report's
+// environment says the same.
+func TestVersion(t *testing.T) {
+	code, stdout, stderr := run(t, "--version")
+	if code != ExitPass || !strings.HasPrefix(stdout, "kcheck (devel), revision ") || !strings.Contains(stdout, "go1.") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if want := version.Current().String() + "\n"; stdout != want {
+		t.Errorf("stdout %q, want %q", stdout, want)
+	}
+}
+
+// check and run end with pytest's closing line, on stdout for people and on
+// stderr under --json, whose stdout stays one JSON object a line.
+func TestClosingLine(t *testing.T) {
+	bad := writeFile(t, filepath.Join(t.TempDir(), "bad.safetensors"), []byte("junk"))
+	pass, fail := fx+"examples/nvfp4_dequant_ok.safetensors", fx+"examples/nvfp4_dequant_nibble_order.safetensors"
+	closing := regexp.MustCompile(`(?m)^1 passed, 2 failed, 1 error in [0-9]+\.[0-9]s$`)
+	code, stdout, _ := run(t, "check", "--quiet", pass, fail, fail, bad)
+	if code != ExitFail || !closing.MatchString(stdout) {
+		t.Errorf("check: exit %d, stdout %q: want the closing line", code, stdout)
+	}
+	code, stdout, stderr := run(t, "check", "--json", pass, fail, fail, bad)
+	if code != ExitFail || !closing.MatchString(stderr) || closing.MatchString(stdout) {
+		t.Errorf("check --json: exit %d, stderr %q: want the closing line there and not on stdout", code, stderr)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("check --json stdout line %q is not JSON", line)
+		}
+	}
+	cases := writeFile(t, filepath.Join(t.TempDir(), "c.json"), []byte(`{"cases":[{"name":"a","kernel":"nvfp4_quantize","m":2,"k":32},{"name":"b","kernel":"nvfp4_quantize","m":2,"k":32}]}`))
+	code, stdout, _ = run(t, "run", "--quiet", "--cases", cases)
+	if code != ExitPass || !regexp.MustCompile(`(?m)^2 passed in [0-9]+\.[0-9]s$`).MatchString(stdout) {
+		t.Errorf("run: exit %d, stdout %q: want 2 passed", code, stdout)
 	}
 }

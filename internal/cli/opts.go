@@ -27,7 +27,7 @@ func checkOpts(policy, from string, worstK int) (check.Options, error) {
 	if err != nil {
 		return check.Options{}, err
 	}
-	opts := check.Options{Policy: pol, WorstK: worstK}
+	opts := check.Options{Policy: pol, WorstK: worstK, Hint: engines.Hint}
 	if from != "" {
 		e, err := engines.Lookup(from)
 		if err != nil {

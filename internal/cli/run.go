@@ -20,6 +20,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/progress"
 	"github.com/kcheck-dev/kcheck/internal/report"
 	"github.com/kcheck-dev/kcheck/internal/safetensors"
+	"github.com/kcheck-dev/kcheck/internal/suggest"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -97,14 +98,16 @@ func loadCases(ctx context.Context, file string) ([]cases.Case, error) {
 func selectCases(all []cases.Case, names []string, match string, long bool) ([]cases.Case, error) {
 	if len(names) > 0 {
 		byName := map[string]cases.Case{}
+		known := make([]string, 0, len(all))
 		for _, c := range all {
 			byName[c.Name] = c
+			known = append(known, c.Name)
 		}
 		var out []cases.Case
 		for _, n := range names {
 			c, ok := byName[n]
 			if !ok {
-				return nil, fmt.Errorf("no case named %q ('kcheck cases' lists them)", n)
+				return nil, fmt.Errorf("no case named %q%s ('kcheck cases' lists them)", n, suggest.DidYouMean(n, known))
 			}
 			out = append(out, c)
 		}
@@ -220,6 +223,7 @@ func (o *runOptions) run(ctx context.Context) error {
 	}
 	bar := progress.New(len(sel), o.io.Err, o.quiet)
 	done := &progressLog{total: len(sel)}
+	verdicts := newTally()
 	for _, c := range sel {
 		bar.Describe(printable.Escape(c.Name))
 		res, finished := interruptible(ctx, func() check.Result {
@@ -230,6 +234,7 @@ func (o *runOptions) run(ctx context.Context) error {
 			return done.interrupted(o.io, reportNote(o.report))
 		}
 		done.add(c.Name, res.Verdict)
+		verdicts.add(res.Verdict)
 		var evidence []string
 		if o.outDir != "" && res.Verdict != check.Error {
 			evidence = append(evidence, captureFile(o.outDir, c.Name))
@@ -247,6 +252,7 @@ func (o *runOptions) run(ctx context.Context) error {
 		bar.Add(1)
 	}
 	bar.Finish()
+	verdicts.print(o.io, o.json)
 	if err := sink.write(o.io); err != nil {
 		fmt.Fprintln(o.io.Err, "kcheck: --report:", printable.Escape(err.Error()))
 		code = worseExit(code, ExitUsage)

@@ -70,6 +70,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/suggest"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -142,7 +144,7 @@ func register(e *Engine) { registry[e.Name] = e }
 func Lookup(name string) (*Engine, error) {
 	e, ok := registry[strings.ToLower(name)]
 	if !ok {
-		return nil, fmt.Errorf("--from %q: unknown engine (known: %s)", name, strings.Join(Names(), ", "))
+		return nil, fmt.Errorf("--from %q: unknown engine%s (known: %s)", name, suggest.DidYouMean(name, Names()), strings.Join(Names(), ", "))
 	}
 	return e, nil
 }
@@ -332,4 +334,76 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(k)
 	return k
+}
+
+// Hint says which engine's conventions a capture's tensor names are, for
+// a check made without --from that went wrong (a missing tensor, tensors
+// the contract ignores): "tensor names k_cache, cache_seqlens are what
+// flashmla, sglang and vllm call them: try --from flashmla (or sglang,
+// vllm)", the engines that know the most of them. Names that are an
+// engine's own (its argument names and the names that identify its
+// kernels, other than the contract's) count; "" when none of the
+// capture's are.
+func Hint(meta map[string]string, names []string) string {
+	type view struct{ prefix, kernel string }
+	var views []view
+	switch k := meta["kcheck.kernel"]; k {
+	case "pipeline":
+		for _, p := range strings.Split(meta["kcheck.stages"], ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				views = append(views, view{p + ".", meta["kcheck."+p+".kernel"]})
+			}
+		}
+	case "":
+		for _, k := range kernel.Names() { // not said: any kernel's
+			views = append(views, view{"", k})
+		}
+	default:
+		views = []view{{"", k}}
+	}
+	present := map[string]bool{}
+	for _, n := range names {
+		present[n] = true
+	}
+	best, bestNames := []string(nil), []string(nil)
+	for _, ename := range Names() {
+		e := registry[ename]
+		seen := map[string]bool{}
+		var found []string
+		for _, v := range views {
+			kc, ok := e.Kernels[v.kernel]
+			if !ok {
+				continue
+			}
+			contract := map[string]bool{}
+			if k, err := kernel.Lookup(v.kernel); err == nil {
+				for _, s := range append(append([]kernel.TensorSpec(nil), k.Inputs...), k.Outputs...) {
+					contract[s.Name] = true
+				}
+			}
+			own := append(sortedKeys(kc.Tensors), kc.Identify...)
+			for _, n := range own {
+				if full := v.prefix + n; !contract[n] && present[full] && !seen[full] {
+					seen[full] = true
+					found = append(found, full)
+				}
+			}
+		}
+		switch {
+		case len(found) == 0 || len(found) < len(bestNames):
+		case len(found) > len(bestNames):
+			best, bestNames = []string{ename}, found
+		default:
+			best = append(best, ename)
+		}
+	}
+	if len(best) == 0 {
+		return ""
+	}
+	sort.Strings(bestNames)
+	if len(best) == 1 {
+		return fmt.Sprintf("tensor names %s are %s's: try --from %s", strings.Join(bestNames, ", "), best[0], best[0])
+	}
+	return fmt.Sprintf("tensor names %s are what %s and %s call them: try --from %s (or %s)", strings.Join(bestNames, ", "),
+		strings.Join(best[:len(best)-1], ", "), best[len(best)-1], best[0], strings.Join(best[1:], ", "))
 }

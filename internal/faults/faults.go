@@ -21,6 +21,7 @@ import (
 	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/suggest"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -108,7 +109,7 @@ func Lookup(name string) (*Fault, error) {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		return nil, fmt.Errorf("unknown fault %q (known: %s)", name, strings.Join(names, ", "))
+		return nil, fmt.Errorf("unknown fault %q%s (known: %s)", name, suggest.DidYouMean(name, names), strings.Join(names, ", "))
 	}
 	return f, nil
 }

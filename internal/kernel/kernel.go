@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kcheck-dev/kcheck/internal/suggest"
 	"github.com/kcheck-dev/kcheck/reference/mla"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -345,7 +346,7 @@ func checkInputs(specs []TensorSpec, in Inputs) error {
 func Lookup(name string) (*Kernel, error) {
 	k, ok := registry[name]
 	if !ok {
-		return nil, fmt.Errorf("unknown kernel %q (known: %s)", name, strings.Join(Names(), ", "))
+		return nil, fmt.Errorf("unknown kernel %q%s (known: %s)", name, suggest.DidYouMean(name, Names()), strings.Join(Names(), ", "))
 	}
 	return k, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/compare"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/printable"
 )
 
@@ -31,7 +32,10 @@ func Text(w io.Writer, res check.Result, opt TextOptions) {
 	if res.Stage != nil {
 		label += ", culprit stage " + esc(*res.Stage)
 	}
-	fmt.Fprintf(w, "%-12s %s  (%s)\n", strings.ToUpper(esc(res.Verdict)), esc(res.File), label)
+	if label != "" { // a file that says no kernel gets no empty "()"
+		label = "  (" + label + ")"
+	}
+	fmt.Fprintf(w, "%-12s %s%s\n", strings.ToUpper(esc(res.Verdict)), esc(res.File), label)
 	if opt.Quiet {
 		return
 	}
@@ -91,12 +95,32 @@ func writeCheck(w io.Writer, c compare.Check) {
 		fmt.Fprintf(w, "        %s: actual %.6g, expected %.6g, exact %.6g (err %.3g, tol %.3g)\n",
 			esc(e.Where()), float64(e.Actual), float64(e.Expected), float64(e.Exact), float64(e.Err), float64(e.Tol))
 	}
+	if where := coordLegend(c.Worst); where != "" {
+		fmt.Fprintf(w, "      (%s)\n", where)
+	}
 	if c.Signature != nil {
 		fmt.Fprintf(w, "      signature: %s\n", signatureLine(c))
 	}
 	if c.Tolerance != "" {
 		fmt.Fprintf(w, "      tolerance: %s\n", esc(c.Tolerance))
 	}
+}
+
+// coordLegend says what the coordinates of the worst elements mean, those
+// whose name does not say it (kernel.CoordMeaning), in the order they
+// first appear: "part: region of the cache entry, 0 latent, ...".
+func coordLegend(worst []compare.Element) string {
+	var parts []string
+	seen := map[string]bool{}
+	for _, e := range worst {
+		for _, c := range e.Coords {
+			if m := kernel.CoordMeaning(c.Name); m != "" && !seen[c.Name] {
+				seen[c.Name] = true
+				parts = append(parts, c.Name+": "+m)
+			}
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // signatureLine renders the named pattern and its evidence in one line.
