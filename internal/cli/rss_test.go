@@ -4,6 +4,7 @@ package cli
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,16 +12,21 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 )
 
 // runRSS runs this test binary as kcheck (TestMain) with args and returns
-// its exit status, output and peak resident set size in bytes, from the
-// child's rusage: what the kernel counted, not what the Go heap thinks.
+// its exit status, output and peak resident set size in bytes: the
+// kernel's high-water mark of the child's own memory (VmHWM of
+// /proc/self/status, which the child writes as it exits). Not the child's
+// rusage: Go starts children with vfork, and exec records the parent's
+// high-water mark as the child's ru_maxrss, so a child of a large test
+// process (one under -race) would read at least the parent's size.
 func runRSS(t *testing.T, args ...string) (ExitCode, string, int64) {
 	t.Helper()
+	peak := filepath.Join(t.TempDir(), "peak")
 	cmd := selfExec()
+	cmd.Env = append(cmd.Env, "KCHECK_PEAK_RSS_FILE="+peak)
 	cmd.Args = append(cmd.Args[:1], args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -31,11 +37,32 @@ func runRSS(t *testing.T, args ...string) (ExitCode, string, int64) {
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	if !ok {
-		t.Skip("no rusage on this system")
+	b, err := os.ReadFile(peak)
+	if err != nil {
+		if _, statErr := os.Stat("/proc/self/status"); statErr != nil {
+			t.Skip("no /proc/self/status on this system")
+		}
+		t.Fatalf("kcheck %v reported no peak RSS (it died?): exit %d, output %.2000s", args, code, out.String())
 	}
-	return ExitCode(code), out.String(), ru.Maxrss * 1024 // Linux reports KiB
+	kb, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatalf("peak RSS file %q: %v", b, err)
+	}
+	return ExitCode(code), out.String(), kb << 10
+}
+
+// writePeakRSS writes the process's peak RSS in KiB (VmHWM) to path; the
+// child side of runRSS.
+func writePeakRSS(path string) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			os.WriteFile(path, []byte(strings.TrimSuffix(strings.TrimSpace(v), " kB")), 0o644)
+		}
+	}
 }
 
 // A refusal costs no more than the process itself: sizes that a few bytes
@@ -75,6 +102,7 @@ func TestRefusalsAllocateNothing(t *testing.T) {
 		if rss > 200<<20 {
 			t.Errorf("%s: peak RSS %d MiB to refuse it", tc.name, rss>>20)
 		}
+		t.Logf("%s: refused at a peak RSS of %d MiB", tc.name, rss>>20)
 	}
 }
 
@@ -135,4 +163,23 @@ func TestTimedOutChecksStayUnderTheBound(t *testing.T) {
 		t.Errorf("peak RSS %d MiB over --max-memory 400M", rss>>20)
 	}
 	t.Logf("8 timed-out checks: peak RSS %d MiB", rss>>20)
+}
+
+// A 99 MB header (issue 11 item 12) was parsed outside --max-memory: 1.2
+// to 2 GB of RSS at --max-memory 16M. Its parse is now charged against the
+// bound, so the file is refused before its header is read, in a few MB.
+func TestBigHeaderWithinMemoryBound(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big_header.safetensors")
+	h := `{"__metadata__":{"kcheck.format":"1","kcheck.kernel":"nvfp4_dequantize","note":"` + strings.Repeat("x", 99_000_000) + `"}}`
+	if err := os.WriteFile(path, append(binary.LittleEndian.AppendUint64(nil, uint64(len(h))), h...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, rss := runRSS(t, "check", "--json", "--max-memory", "16M", path)
+	t.Logf("peak RSS %.1f MiB", float64(rss)/(1<<20))
+	if code != ExitUsage || !strings.Contains(out, "header could take") || !strings.Contains(out, "--max-memory") {
+		t.Fatalf("exit %d, output %.1000s", code, out)
+	}
+	if limit := int64(16<<20) + 64<<20; rss > limit {
+		t.Errorf("peak RSS %d bytes at --max-memory 16M, more than the bound and 64 MiB for the process itself", rss)
+	}
 }
