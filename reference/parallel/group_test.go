@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // A worker's panic comes back to Wait's caller, once, with where it was
@@ -18,11 +19,15 @@ func TestWorkerPanicReachesWait(t *testing.T) {
 				if u == 3 {
 					panic("unit 3 broke")
 				}
+				// Units that take time, as a reference's do: the others
+				// would otherwise finish all 1000 before the panic's
+				// recovery has marked the group failed.
+				time.Sleep(100 * time.Microsecond)
 			}
 		})
 	})
 	if p == nil {
-		t.Fatal("For returned after a worker panicked")
+		t.Fatal("Run returned after a worker panicked")
 	}
 	if p.Value != "unit 3 broke" || !strings.Contains(p.Site, "parallel.TestWorkerPanicReachesWait") {
 		t.Errorf("panic %v at %s", p.Value, p.Site)
