@@ -25,4 +25,8 @@ fi
 t3=$(date +%s)
 "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e . >/dev/null
 echo "pip install -e python: $(( $(date +%s) - t3 )) s"
+# The capture hook's .pth line, for programs that are not vLLM or SGLang
+# (those load it through their plugin entry points): it does nothing unless
+# KCHECK_CAPTURE is set.
+"$VENV/bin/python" -m kcheck.capture install-pth >/dev/null
 du -sh "$VENV" | awk '{print "python/.venv: " $1}'
