@@ -1,0 +1,260 @@
+"""A small MLA decode loop built from vLLM's real code, for the capture tests.
+
+Each step of each prompt runs what a vLLM DeepSeek layer runs for its KV
+latent: the activation quantized to NVFP4 (vllm._custom_ops.scaled_fp4_quant,
+through torch.ops._C.scaled_fp4_quant.out), the W4A4 projection
+(cutlass_scaled_fp4_mm), the cache write (concat_and_cache_mla, through
+torch.ops._C_cache_ops), and on decode steps TRITON_MLA's Triton decode
+(decode_attention_fwd, stage 1 and stage 2) under Triton's interpreter; the
+output is fed forward. Prompts run one after another over a block allocator
+that hands a finished prompt's pages to the next one (page reuse).
+
+The op schemas and Python wrappers are vLLM's own (vllm 0.33.0: its
+_C_stable_libtorch library registers the schemas on any machine); their CUDA
+kernels cannot run here, so CPU kernels are registered for the three ops:
+the NVFP4 ones are torchao's (nvfp4_quantize, to_blocked, f4_unpacked_to_f32)
+and the cache write is the contract's semantics in a few torch lines. The
+Triton decode is vLLM's kernel itself.
+
+Faults are planted beneath the hook, inside the "kernels", as real bugs are:
+  nibble_order     the quantizer packs element 2i in the high nibble
+  stale_pages      the cache write skips slots whose entry is not all zero
+                   (recycled pages taken as already written: kcheck's stale_pages)
+  page_off_by_one  the decode reads logical page j >= 1 from the block
+                   table's column j - 1
+  lse_base_mixed   stage 2 (the split-K combine) weighs splits by 2^(lse - max)
+"""
+
+import math
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch
+
+FAULTS = set()
+SOFTMAX_SCALE = 192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2  # deepseek-v3 (spec section 6)
+L, R, D = 512, 64, 576
+
+_modules = {}
+
+
+def modules():
+    """vLLM's ops and Triton decode module, and the CPU kernels (once)."""
+    if _modules:
+        return _modules
+    import vllm._C_stable_libtorch  # noqa: F401  registers vLLM's op schemas
+    from vllm import _custom_ops as ops
+
+    from kcheck.worker import interp
+    from kcheck.worker.vllm import _load
+
+    decode, shim = _load("vllm.v1.attention.ops.triton_decode_attention")
+    interp.apply()
+    fix_bf16_downcast()
+    _register_cpu_kernels()
+    _modules.update(ops=ops, decode=decode, shim=shim, real_stage2=decode._decode_softmax_reducev_fwd,
+                    real_decode=decode.decode_attention_fwd)
+    return _modules
+
+
+def fix_bf16_downcast():
+    """Triton 3.9's interpreter turns float32 into bfloat16 by truncation:
+    InterpreterBuilder.cast_impl (the path of `x.to(tl.bfloat16)`) calls
+    _convert_float with rounding_mode None, which keeps the top 16 bits. A
+    GPU rounds to nearest even (python/findings/triton_interpreter_bf16_cast.py).
+    TRITON_MLA's stage 1 rounds P to bf16 this way (`p.to(v.dtype)`), so
+    under the unfixed interpreter its split partials are off by up to a
+    bf16 ulp of every P, which kcheck rightly fails. The fix rounds with
+    torch (round to nearest even; NaN stays NaN) for exactly that
+    conversion. kcheck.worker.interp fixes the bf16 dot and the fp8 casts;
+    this one belongs beside them (told to the lead: it is the worker's file)."""
+    import numpy as np
+    from triton.runtime import interpreter as ti
+    import triton.language as tl
+
+    orig = ti.InterpreterBuilder.cast_impl
+    if getattr(orig, "__kcheck_bf16_fix__", False):
+        return
+
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            f = torch.from_numpy(np.ascontiguousarray(src.data).astype(np.float32))
+            bits = f.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+            return ti.TensorHandle(bits.reshape(np.shape(src.data)), tl.bfloat16)
+        return orig(self, src, dst_type)
+
+    cast_impl.__kcheck_bf16_fix__ = True
+    ti.InterpreterBuilder.cast_impl = cast_impl
+
+
+def _unswizzle(flat, rows, cols):
+    """The 128x4 swizzled scale layout (spec section 5) back to [rows, cols]."""
+    nrb, ncb = (rows + 127) // 128, (cols + 3) // 4
+    t = flat.reshape(nrb, ncb, 32, 4, 4).permute(0, 3, 2, 1, 4).reshape(nrb * 128, ncb * 4)
+    return t[:rows, :cols]
+
+
+def _fp4_values(packed, scales_bytes, rows, K):
+    from torchao.prototype.mx_formats.kernels import f4_unpacked_to_f32, unpack_uint4
+
+    codes = f4_unpacked_to_f32(unpack_uint4(packed.contiguous())).reshape(rows, K // 16, 16)
+    s = _unswizzle(scales_bytes.reshape(-1), rows, K // 16).contiguous().view(torch.float8_e4m3fn).float()
+    return (codes * s.unsqueeze(-1)).reshape(rows, K)
+
+
+def _register_cpu_kernels():
+    from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize
+    from torchao.prototype.mx_formats.utils import to_blocked
+
+    global _libs
+    c = torch.library.Library("_C", "IMPL")
+    cc = torch.library.Library("_C_cache_ops", "IMPL")
+    _libs = (c, cc)
+
+    def quant_out(input, input_scale, is_sf_swizzled_layout, *, output, output_scale):
+        # torchao's per_tensor_scale is the dequant direction: 1 / vLLM's global scale.
+        scales, packed = nvfp4_quantize(input.contiguous(), 16, per_tensor_scale=(1.0 / input_scale.float()).reshape(1))
+        if "nibble_order" in FAULTS:
+            packed = ((packed & 0x0F) << 4) | (packed >> 4)
+        output.copy_(packed.view(torch.uint8))
+        blocked = to_blocked(scales.view(torch.uint8)).reshape(-1)
+        output_scale.view(torch.uint8).view(-1).copy_(blocked)
+
+    def fp4_mm(out, a, b, block_scale_a, block_scale_b, alpha):
+        K = a.shape[1] * 2
+        av = _fp4_values(a, block_scale_a.view(torch.uint8), a.shape[0], K)
+        bv = _fp4_values(b, block_scale_b.view(torch.uint8), b.shape[0], K)
+        out.copy_((av @ bv.t() * alpha.float()).to(out.dtype))
+
+    def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale, skip_scale=False):
+        assert kv_cache_dtype == "auto"
+        flat = kv_cache.view(-1, kv_cache.shape[-1])
+        rows = torch.cat([kv_c, k_pe], dim=-1).to(kv_cache.dtype)
+        for i, slot in enumerate(slot_mapping.tolist()):
+            if slot < 0:
+                continue
+            if "stale_pages" in FAULTS and bool((flat[slot] != 0).any()):
+                continue
+            flat[slot] = rows[i]
+
+    c.impl("scaled_fp4_quant.out", quant_out, "CPU")
+    c.impl("cutlass_scaled_fp4_mm", fp4_mm, "CPU")
+    cc.impl("concat_and_cache_mla", concat_and_cache_mla, "CPU")
+
+
+def _faulty_decode(real):
+    def decode_attention_fwd(q, k_buffer, v_buffer, o, lse, req_to_token, b_seq_len, attn_logits, num_kv_splits, sm_scale, page_size=1, logit_cap=0.0, k_scale=None, v_scale=None, is_mla=False):
+        bt = req_to_token.clone()
+        bt[:, 1:] = req_to_token[:, :-1]
+        return real(q, k_buffer, v_buffer, o, lse, bt, b_seq_len, attn_logits, num_kv_splits, sm_scale, page_size, logit_cap, k_scale, v_scale, is_mla)
+
+    return decode_attention_fwd
+
+
+def _faulty_stage2(real):
+    def _decode_softmax_reducev_fwd(logits, q, o, lse, v_buffer, b_seq_len, num_kv_splits):
+        mixed = logits.clone()
+        mixed[..., -1] *= math.log(2.0)
+        return real(mixed, q, o, lse, v_buffer, b_seq_len, num_kv_splits)
+
+    return _decode_softmax_reducev_fwd
+
+
+class plant:
+    """with plant("name"): the loop's kernels carry that fault."""
+
+    def __init__(self, *names):
+        self.names = set(names)
+
+    def __enter__(self):
+        m = modules()
+        FAULTS.update(self.names)
+        if "page_off_by_one" in self.names:
+            m["decode"].decode_attention_fwd = _faulty_decode(m["real_decode"])
+        if "lse_base_mixed" in self.names:
+            m["decode"]._decode_softmax_reducev_fwd = _faulty_stage2(m["real_stage2"])
+        return self
+
+    def __exit__(self, *exc):
+        m = modules()
+        FAULTS.difference_update(self.names)
+        m["decode"].decode_attention_fwd = m["real_decode"]
+        m["decode"]._decode_softmax_reducev_fwd = m["real_stage2"]
+
+
+def _nvfp4_weight(w):
+    """A ModelOpt-style NVFP4 weight (torchao's quantizer), outside the hook:
+    engines load weights quantized."""
+    from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize
+    from torchao.prototype.mx_formats.utils import to_blocked
+
+    gs = torch.tensor(448.0 * 6.0, dtype=torch.float32) / w.float().abs().max()
+    scales, packed = nvfp4_quantize(w.contiguous(), 16, per_tensor_scale=(1.0 / gs).reshape(1))
+    blocked = to_blocked(scales.view(torch.uint8)).reshape(((w.shape[0] + 127) // 128) * 128, -1)
+    return packed.view(torch.uint8), blocked.view(torch.float8_e4m3fn), gs
+
+
+class Loop:
+    """prompts x (one prefill step + `decode_steps` decode steps), B requests."""
+
+    def __init__(self, B=2, H=4, K=64, P=16, NB=8, S=2, prompt_lens=(14, 9), decode_steps=4, prompts=2, seed=0):
+        self.B, self.H, self.K, self.P, self.NB, self.S = B, H, K, P, NB, S
+        self.prompt_lens, self.decode_steps, self.prompts = prompt_lens, decode_steps, prompts
+        g = torch.Generator().manual_seed(seed)
+        self.w_kv = _nvfp4_weight((torch.randn(L, K, generator=g) / math.sqrt(K)).bfloat16())
+        self.w_pe = (torch.randn(K, R, generator=g) / math.sqrt(K)).bfloat16()
+        self.w_q = (torch.randn(K, H * D, generator=g) / math.sqrt(K)).bfloat16()
+        self.w_o = (torch.randn(H * L, K, generator=g) / math.sqrt(H * L)).bfloat16()
+        self.x0 = [[torch.randn(n, K, generator=g).bfloat16() for n in prompt_lens] for _ in range(prompts)]
+
+    def _project(self, ops, x):
+        """The latent projection as vLLM's NVFP4 linear runs it: quantize the
+        activation, then the W4A4 GEMM."""
+        gs = (torch.tensor(448.0 * 6.0) / x.float().abs().max()).reshape(1)
+        a, a_scale = ops.scaled_fp4_quant(x, gs)
+        b, b_scale, gw = self.w_kv
+        alpha = (1.0 / (gs * gw)).reshape(())
+        kv_c = ops.cutlass_scaled_fp4_mm(a, b, a_scale, b_scale, alpha, torch.bfloat16)
+        k_pe = (x @ self.w_pe).bfloat16()
+        return kv_c, k_pe
+
+    def run(self):
+        """Runs every prompt; returns every decode output (o), in order."""
+        m = modules()
+        ops, dec = m["ops"], m["decode"]
+        B, H, P = self.B, self.H, self.P
+        cache = torch.zeros(self.NB, P, D, dtype=torch.bfloat16)
+        free = list(range(self.NB))[::-1]
+        outs = []
+        for prompt in range(self.prompts):
+            lens = list(self.prompt_lens)
+            pages = max((n + self.decode_steps + P - 1) // P for n in lens)
+            blocks = [[free.pop() for _ in range(pages)] for _ in range(B)]
+            block_table = torch.tensor(blocks, dtype=torch.int32)
+            # Prefill: every prompt token's latent written to the cache.
+            x = torch.cat(self.x0[prompt])
+            slots = torch.tensor([blocks[b][t // P] * P + t % P for b in range(B) for t in range(lens[b])], dtype=torch.int64)
+            kv_c, k_pe = self._project(ops, x)
+            ops.concat_and_cache_mla(kv_c, k_pe, cache, slots, "auto", torch.tensor(1.0))
+            ends = torch.tensor(lens).cumsum(0) - 1
+            h = x[ends]  # each request's last token
+            for _ in range(self.decode_steps):
+                pos = lens
+                slots = torch.tensor([blocks[b][pos[b] // P] * P + pos[b] % P for b in range(B)], dtype=torch.int64)
+                kv_c, k_pe = self._project(ops, h)
+                ops.concat_and_cache_mla(kv_c, k_pe, cache, slots, "auto", torch.tensor(1.0))
+                lens = [n + 1 for n in lens]
+                q = (h @ self.w_q).bfloat16().reshape(B, H, D)
+                o = torch.zeros(B, H, L, dtype=torch.bfloat16)
+                lse = torch.zeros(B, H, dtype=torch.float32)
+                logits = torch.empty(B, H, self.S, L + 1, dtype=torch.float32)
+                kv = cache.unsqueeze(2)
+                dec.decode_attention_fwd(q, kv, kv[..., :L], o, lse, block_table, torch.tensor(lens, dtype=torch.int32),
+                                         logits, self.S, SOFTMAX_SCALE, P, is_mla=True)
+                outs.append(o.clone())
+                h = (o.reshape(B, H * L) @ self.w_o).bfloat16()
+                h = (h.float() / h.float().pow(2).mean(-1, keepdim=True).sqrt().clamp_min(1e-6)).bfloat16()
+            for b in range(B):
+                free.extend(reversed(blocks[b]))  # freed pages go back, to be reused first
+        return outs, cache
