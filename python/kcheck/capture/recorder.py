@@ -100,6 +100,8 @@ class Recorder:
         self.serial = 0
         self.index = 0
         self.device = None
+        if selection.requests is not None:
+            self.say("KCHECK_CAPTURE_REQUESTS is not applied yet: every request row of a call is captured")
 
     # -- saying things once ---------------------------------------------
     def say(self, msg, level=logging.WARNING):

@@ -4,7 +4,7 @@
     KCHECK_CAPTURE_OPS=a,b               op names (kcheck.capture.ops.OPS), default all
     KCHECK_CAPTURE_LAYERS=0,2-3          layers (in the order their KV caches are first seen), default 0
     KCHECK_CAPTURE_STEPS=0-7             decode steps (counted from the hook's start), default 0-3
-    KCHECK_CAPTURE_REQUESTS=0,1          batch rows of the decode calls, default all
+    KCHECK_CAPTURE_REQUESTS=0,1          batch rows (read, not applied yet: every row is captured)
     KCHECK_CAPTURE_MAX_BYTES=1G          byte budget of the directory, default 1G
     KCHECK_CAPTURE_PIPELINE=4            consecutive steps per pipeline file (0: no pipelines), default 4
     KCHECK_CAPTURE_CALLS=1               also one file per call (0: pipelines only), default 1
