@@ -379,14 +379,11 @@ func compareOutputs(k *kernel.Kernel, in kernel.Inputs, prec kernel.Precision, o
 			return nil, fmt.Errorf("tensor %s: %v", name, err)
 		}
 	}
-	dtypes := map[string]tensor.DType{}
-	for name, t := range outs {
-		dtypes[name] = t.DType
-	}
+	dtypes, in := outputLayout(in, outs)
 	if err := opts.interrupted(); err != nil {
 		return nil, err
 	}
-	if err := CheckKernelMemory(k.Name, in.Tensors, in.Params, opts.MaxMemory); err != nil {
+	if err := CheckKernelMemory(k.Name, inputsAndOutputs(in.Tensors, outs), in.Params, opts.MaxMemory); err != nil {
 		return nil, err
 	}
 	refs, err := k.Reference(opts.context(), in, prec, dtypes)
@@ -425,6 +422,33 @@ func compareOutputs(k *kernel.Kernel, in kernel.Inputs, prec kernel.Precision, o
 		checks = append(checks, c)
 	}
 	return checks, nil
+}
+
+// outputLayout returns the dtype of each captured output and in with their
+// shapes: the reference rounds to the dtypes the kernel under test stored
+// and reads a size only the outputs give (S of mla_decode's partials).
+func outputLayout(in kernel.Inputs, outs map[string]*tensor.Tensor) (map[string]tensor.DType, kernel.Inputs) {
+	dtypes := map[string]tensor.DType{}
+	in.OutputShapes = map[string][]int{}
+	for name, t := range outs {
+		dtypes[name] = t.DType
+		in.OutputShapes[name] = t.Shape
+	}
+	return dtypes, in
+}
+
+// inputsAndOutputs adds the captured outputs to the inputs for the memory
+// estimate, which reads the split count from partial_out's shape when no
+// parameter gives it; an input of the same name wins.
+func inputsAndOutputs(in, outs map[string]*tensor.Tensor) map[string]*tensor.Tensor {
+	all := make(map[string]*tensor.Tensor, len(in)+len(outs))
+	for name, t := range outs {
+		all[name] = t
+	}
+	for name, t := range in {
+		all[name] = t
+	}
+	return all
 }
 
 // sameShape compares shapes, treating [] and [1] alike and allowing a flat

@@ -507,3 +507,24 @@ func TestCacheEstimatesAtRealSize(t *testing.T) {
 		}
 	}
 }
+
+// A capture's partials give mla_decode's split count when no parameter
+// does (spec 8.1), so the estimate counts the partials the reference makes
+// from them: a million splits of partial_out are refused before they are
+// allocated, with or without num_splits.
+func TestEstimateReadsSplitsFromPartials(t *testing.T) {
+	in := map[string]*tensor.Tensor{
+		"q":           {DType: tensor.BF16, Shape: []int{2, 1, 16, 576}},
+		"kv_cache":    {DType: tensor.BF16, Shape: []int{4, 64, 576}},
+		"block_table": {DType: tensor.I32, Shape: []int{2, 2}},
+		"seq_lens":    tensor.FromInt64s(tensor.I32, []int{2}, []int64{100, 120}),
+	}
+	p := kernel.Params{"kv_cache_dtype": "bf16", "page_size": "64", "softmax_scale": "0.1"}
+	without := EstimateKernel("mla_decode", in, p).Bytes
+	in["partial_out"] = &tensor.Tensor{DType: tensor.F32, Shape: []int{2, 1, 16, 1 << 20, 512}}
+	from := EstimateKernel("mla_decode", in, p)
+	withParam := EstimateKernel("mla_decode", in, kernel.Params{"kv_cache_dtype": "bf16", "page_size": "64", "num_splits": "1048576"})
+	if from.Bytes < 2*16<<20*512*8 || from.Bytes != withParam.Bytes || from.Bytes <= without {
+		t.Errorf("estimate with partials of 2^20 splits %d B (num_splits 2^20: %d B, no partials: %d B): want the partials counted alike", from.Bytes, withParam.Bytes, without)
+	}
+}

@@ -250,12 +250,9 @@ func runPipeline(c Capture, meta map[string]string, opts Options) Result {
 			sr.Propagated, err = compareOutputs(st.k, kernel.Inputs{Tensors: prop, Params: st.params}, st.prec, outs, opts.forStage(st.prefix, "propagated"))
 		}
 		if err == nil {
-			dtypes := map[string]tensor.DType{}
-			for name, t := range outs {
-				dtypes[name] = t.DType
-			}
+			dtypes, chainIn := outputLayout(kernel.Inputs{Tensors: prop, Params: st.params}, outs)
 			var produced map[string]*tensor.Tensor
-			produced, err = kernel.Produce(opts.context(), st.k, kernel.Inputs{Tensors: prop, Params: st.params}, st.prec, dtypes)
+			produced, err = kernel.Produce(opts.context(), st.k, chainIn, st.prec, dtypes)
 			err = opts.stopped(err)
 			for name, t := range produced {
 				chain[st.prefix+"."+name] = t

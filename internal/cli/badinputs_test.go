@@ -84,6 +84,27 @@ func mutated(t *testing.T, dir, golden, name string, edit func(meta map[string]s
 	return path
 }
 
+// examplePipeline writes examples/pipeline_ok.safetensors with its metadata
+// changed by edit to dir and returns the path.
+func examplePipeline(t *testing.T, dir string, edit func(meta map[string]string)) string {
+	t.Helper()
+	f, err := safetensors.Open(fx + "examples/pipeline_ok.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	meta := map[string]string{}
+	for k, v := range f.Metadata {
+		meta[k] = v
+	}
+	edit(meta)
+	path := filepath.Join(dir, "pipeline.safetensors")
+	if err := safetensors.Write(path, meta, f.Tensors, safetensors.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // reproduce replaces a capture's outputs by the reference's on its inputs:
 // what a correct kernel writes.
 func reproduce(meta map[string]string, ts map[string]*tensor.Tensor) {
@@ -391,6 +412,28 @@ func commonBadInputs() []badInput {
 			}
 			return []string{"check", "--json", path}
 		}, code: ExitUsage, want: []string{"not an earlier stage"}},
+
+		// The split count S is the partials' split dimension (spec 8.1, issue 11 item 1).
+		{name: "mla_decode partials with neither num_splits nor split_bounds (S from the shape)", setup: mut("mla_decode.safetensors", func(m map[string]string, _ map[string]*tensor.Tensor) {
+			delete(m, "num_splits")
+		}), code: ExitPass, want: []string{`"verdict":"pass"`, `"tensor":"partial_out"`, `"tensor":"partial_lse"`}},
+		{name: "pipeline attn partials with no num_splits (S from the shape)", setup: func(t *testing.T, dir string) []string {
+			return []string{"check", "--json", examplePipeline(t, dir, func(m map[string]string) { delete(m, "attn.num_splits") })}
+		}, code: ExitPass, want: []string{`"verdict":"pass"`, `"tensor":"attn.partial_out"`}},
+		{name: "num_splits disagrees with partial_out's split dimension", setup: mut("mla_decode.safetensors", func(m map[string]string, _ map[string]*tensor.Tensor) {
+			m["num_splits"] = "2"
+		}), code: ExitUsage, want: []string{"parameter num_splits = 2 but tensor partial_out has S = 3 splits (shape [2 1 2 3 512])"}},
+		{name: "split_bounds disagree with partial_out's split dimension", setup: mut("mla_decode.safetensors", func(m map[string]string, ts map[string]*tensor.Tensor) {
+			delete(m, "num_splits")
+			ts["split_bounds"] = tensor.FromInt64s(tensor.I32, []int{2, 3}, []int64{0, 10, int64(ts["seq_lens"].Int64At(0)), 0, 10, int64(ts["seq_lens"].Int64At(1))})
+		}), code: ExitUsage, want: []string{"tensor split_bounds has S+1 = 3 columns but tensor partial_out has S = 3 splits"}},
+		{name: "partial_lse disagrees with partial_out on S", setup: mut("mla_decode.safetensors", func(m map[string]string, ts map[string]*tensor.Tensor) {
+			delete(m, "num_splits")
+			ts["partial_lse"] = tensor.New(tensor.F32, 2, 1, 2, 2)
+		}), code: ExitUsage, want: []string{"tensor partial_lse has S = 2 splits (shape [2 1 2 2]) but tensor partial_out has S = 3 splits"}},
+		{name: "splitk_combine num_splits disagrees with partial_out", setup: mut("splitk_combine.safetensors", func(m map[string]string, ts map[string]*tensor.Tensor) {
+			m["num_splits"] = fmt.Sprint(ts["partial_out"].Shape[1] + 1)
+		}), code: ExitUsage, want: []string{"but tensor partial_out has S = "}},
 
 		// Resource bounds (issue 7 item 2).
 		{name: "block table pointing every request at the same pages (legal)", setup: func(t *testing.T, dir string) []string {

@@ -185,6 +185,13 @@ func PrecisionFrom(p Params) (Precision, error) {
 type Inputs struct {
 	Tensors map[string]*tensor.Tensor
 	Params  Params
+	// OutputShapes are the shapes of the outputs the kernel under test
+	// stored, by name, when there are any (a capture's); nil when a
+	// backend is to make them. A size that only an output's shape gives
+	// is read here: the split count S of mla_decode's partials, which
+	// engines do not pass as a parameter (spec 8.1). The reference's
+	// shapes are still checked against the actual ones.
+	OutputShapes map[string][]int
 }
 
 // Mode says how an output is compared.

@@ -17,8 +17,10 @@ import (
 // Parameters beyond the spec's: `latent_dim` (L) for bf16 and fp8_e4m3
 // caches whose D is not L + 64 (small test shapes; the default takes R = 64
 // when D > 64, else L = D, as kv_cache_gather does); `num_splits` (S) asks
-// for the split-K partials when no split_bounds tensor gives S; `topk` for
-// the sparse decode must agree with the indices tensor when given.
+// for the split-K partials when neither captured partials nor a
+// split_bounds tensor give S (a capture's partials give S by their shape,
+// spec 8.1); `topk` for the sparse decode must agree with the indices
+// tensor when given.
 //
 // Coordinates. out [B, s_q, H, L] is named request, q_pos, head, latent;
 // lse [B, H, s_q] request, head, q_pos; partial_out [B, s_q, H, S, L]
@@ -225,7 +227,8 @@ func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes map[str
 	if s == 0 {
 		for _, name := range []string{"partial_out", "partial_lse"} {
 			if _, ok := outDTypes[name]; ok {
-				return nil, fmt.Errorf("tensor %s is present but neither a split_bounds tensor nor the num_splits parameter says how many splits (S) it holds", name)
+				// a caller that names the partials without their shape
+				return nil, fmt.Errorf("tensor %s is present but nothing says how many splits (S) it holds: its shape, a split_bounds tensor or the num_splits parameter", name)
 			}
 		}
 		return outs, nil
@@ -264,30 +267,67 @@ func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes map[str
 }
 
 // splitSpec returns the split count S (0: no partials) and the bounds (nil:
-// the default split) from split_bounds [B, S+1] and the num_splits
-// parameter, which must agree when both are given.
+// the default split). S is the split dimension of the captured partials
+// when there are any (partial_out [B, s_q, H, S, L], partial_lse
+// [B, s_q, H, S]: spec 8.1), else the columns of split_bounds [B, S+1], else
+// the num_splits parameter; whichever of them are given must agree, and an
+// error names the two that do not.
 func splitSpec(in Inputs, seqLens []int) (int, []int, error) {
-	s, err := in.Params.Int("num_splits", 0)
-	if err != nil {
-		return 0, nil, err
+	type source struct {
+		what string // how the error names it
+		s    int
 	}
-	if s < 0 {
-		return 0, nil, fmt.Errorf("parameter num_splits = %d: want a positive split count", s)
+	var given []source
+	for _, o := range []struct {
+		name, layout string
+		rank         int
+	}{{"partial_out", "[B, s_q, H, S, L]", 5}, {"partial_lse", "[B, s_q, H, S]", 4}} {
+		shape, ok := in.OutputShapes[o.name]
+		if !ok {
+			continue
+		}
+		if len(shape) != o.rank {
+			return 0, nil, fmt.Errorf("tensor %s has shape %v; the contract wants %s (S, the split count, is dimension 3)", o.name, shape, o.layout)
+		}
+		if shape[3] < 1 {
+			return 0, nil, fmt.Errorf("tensor %s has shape %v: S = %d splits, want at least 1", o.name, shape, shape[3])
+		}
+		given = append(given, source{fmt.Sprintf("tensor %s has S = %d splits (shape %v)", o.name, shape[3], shape), shape[3]})
 	}
-	bt, ok := in.Tensors["split_bounds"]
-	if !ok {
+	bt, hasBounds := in.Tensors["split_bounds"]
+	if hasBounds {
+		if err := CheckDType("split_bounds", bt, indexDTypes...); err != nil {
+			return 0, nil, err
+		}
+		if len(bt.Shape) != 2 || bt.Shape[0] != len(seqLens) || bt.Shape[1] < 2 {
+			return 0, nil, fmt.Errorf("tensor split_bounds has shape %v; the contract wants [B=%d, S+1] with S >= 1", bt.Shape, len(seqLens))
+		}
+		given = append(given, source{fmt.Sprintf("tensor split_bounds has S+1 = %d columns", bt.Shape[1]), bt.Shape[1] - 1})
+	}
+	if _, ok := in.Params["num_splits"]; ok {
+		n, err := in.Params.Int("num_splits", 0)
+		if err != nil {
+			return 0, nil, err
+		}
+		if n < 0 {
+			return 0, nil, fmt.Errorf("parameter num_splits = %d: want a positive split count", n)
+		}
+		if n > 0 { // 0 is the parameter's "no partials"
+			given = append(given, source{fmt.Sprintf("parameter num_splits = %d", n), n})
+		}
+	}
+	if len(given) == 0 {
+		return 0, nil, nil
+	}
+	s := given[0].s
+	for _, g := range given[1:] {
+		if g.s != s {
+			return 0, nil, fmt.Errorf("%s but %s: they must give one split count S", g.what, given[0].what)
+		}
+	}
+	if !hasBounds {
 		return s, nil, nil
 	}
-	if err := CheckDType("split_bounds", bt, indexDTypes...); err != nil {
-		return 0, nil, err
-	}
-	if len(bt.Shape) != 2 || bt.Shape[0] != len(seqLens) || bt.Shape[1] < 2 {
-		return 0, nil, fmt.Errorf("tensor split_bounds has shape %v; the contract wants [B=%d, S+1] with S >= 1", bt.Shape, len(seqLens))
-	}
-	if s != 0 && bt.Shape[1] != s+1 {
-		return 0, nil, fmt.Errorf("parameter num_splits = %d but tensor split_bounds has S+1 = %d columns", s, bt.Shape[1])
-	}
-	s = bt.Shape[1] - 1
 	bounds := make([]int, bt.Len())
 	for i := range bounds {
 		v := bt.Int64At(i)

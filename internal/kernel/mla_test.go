@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -169,7 +170,7 @@ func TestMLADecodeInputErrors(t *testing.T) {
 	k, _ := Lookup("mla_decode")
 	in := mlaInputs(rand.New(rand.NewPCG(9, 9)), []int{5, 0}, 1, 2, 12, 4, 6)
 	if _, err := k.Reference(context.Background(), in, DefaultPrecision(), map[string]tensor.DType{"partial_out": tensor.F32}); err == nil ||
-		!strings.Contains(err.Error(), "tensor partial_out is present but neither") {
+		!strings.Contains(err.Error(), "tensor partial_out is present but nothing says how many splits") {
 		t.Errorf("partials without S: error %v", err)
 	}
 	for _, tc := range []struct {
@@ -208,6 +209,109 @@ func TestMLADecodeInputErrors(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Spec 8.1: S is the split dimension of the captured partials. A capture
+// whose partial_out and partial_lse give S, with neither split_bounds nor
+// num_splits, gets the partials that num_splits = S gives; a split_bounds
+// tensor, a num_splits parameter or the other partial that says otherwise
+// is an error naming both.
+func TestMLADecodeSplitCountFromShape(t *testing.T) {
+	k, _ := Lookup("mla_decode")
+	inputs := func() Inputs { return mlaInputs(rand.New(rand.NewPCG(9, 10)), []int{9, 0, 23}, 1, 3, 12, 4, 12) }
+	shapes := func(s int) map[string][]int {
+		return map[string][]int{"out": {3, 1, 3, 12}, "lse": {3, 3, 1}, "partial_out": {3, 1, 3, s, 12}, "partial_lse": {3, 1, 3, s}}
+	}
+	partials := map[string]tensor.DType{"partial_out": tensor.F32, "partial_lse": tensor.F32}
+	want := inputs()
+	want.Params["num_splits"] = "4"
+	ref, err := k.Reference(context.Background(), want, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		shapes map[string][]int
+	}{
+		{"both partials", shapes(4)},
+		{"partial_out alone", map[string][]int{"partial_out": {3, 1, 3, 4, 12}}},
+		{"partial_lse alone", map[string][]int{"partial_lse": {3, 1, 3, 4}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := inputs()
+			in.OutputShapes = tc.shapes
+			dtypes := map[string]tensor.DType{}
+			for name := range tc.shapes {
+				dtypes[name] = partials[name]
+			}
+			outs, err := k.Reference(context.Background(), in, DefaultPrecision(), dtypes)
+			if err != nil {
+				t.Fatalf("S from the shape: %v", err)
+			}
+			for _, name := range []string{"out", "lse", "partial_out", "partial_lse"} {
+				got, exp := outputNamed(t, outs, name), outputNamed(t, ref, name)
+				if !slices.Equal(got.Shape, exp.Shape) || !sameBits(Float64s(got.Expected), Float64s(exp.Expected)) || !sameBits(Float64s(got.Exact), Float64s(exp.Exact)) {
+					t.Errorf("%s: shape %v, want %v (num_splits = 4), or different values", name, got.Shape, exp.Shape)
+				}
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name   string
+		shapes map[string][]int
+		mod    func(in Inputs)
+		want   string
+	}{
+		{"num_splits disagrees", shapes(4), func(in Inputs) { in.Params["num_splits"] = "2" },
+			"parameter num_splits = 2 but tensor partial_out has S = 4 splits (shape [3 1 3 4 12])"},
+		{"split_bounds disagree", shapes(4), func(in Inputs) {
+			in.Tensors["split_bounds"] = tensor.FromInt64s(tensor.I32, []int{3, 3}, []int64{0, 5, 9, 0, 0, 0, 0, 12, 23})
+		}, "tensor split_bounds has S+1 = 3 columns but tensor partial_out has S = 4 splits"},
+		{"partial_lse disagrees", map[string][]int{"partial_out": {3, 1, 3, 4, 12}, "partial_lse": {3, 1, 3, 2}}, func(Inputs) {},
+			"tensor partial_lse has S = 2 splits (shape [3 1 3 2]) but tensor partial_out has S = 4 splits"},
+		{"partial_out of the wrong rank", map[string][]int{"partial_out": {9, 4, 12}}, func(Inputs) {},
+			"tensor partial_out has shape [9 4 12]; the contract wants [B, s_q, H, S, L]"},
+		{"no split", shapes(0), func(Inputs) {}, "S = 0 splits, want at least 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := inputs()
+			in.OutputShapes = tc.shapes
+			tc.mod(in)
+			_, err := k.Reference(context.Background(), in, DefaultPrecision(), partials)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// sameBits reports whether a and b hold the same float64 bits (NaN where NaN).
+func sameBits(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float64bits(a[i]) != math.Float64bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// splitk_combine's S is partial_out's split dimension; a num_splits
+// parameter that says otherwise is an error (spec 8.1).
+func TestSplitKCombineNumSplitsAgrees(t *testing.T) {
+	k, _ := Lookup("splitk_combine")
+	in := Inputs{Tensors: map[string]*tensor.Tensor{
+		"partial_out": tensor.New(tensor.F32, 2, 3, 4), "partial_lse": tensor.New(tensor.F32, 2, 3),
+	}, Params: Params{"num_splits": "3"}}
+	if _, err := k.Reference(context.Background(), in, DefaultPrecision(), nil); err != nil {
+		t.Fatalf("num_splits = S: %v", err)
+	}
+	in.Params["num_splits"] = "4"
+	if _, err := k.Reference(context.Background(), in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "parameter num_splits = 4 but tensor partial_out has S = 3 splits (shape [2 3 4])") {
+		t.Fatalf("num_splits = 4 over S = 3: error %v", err)
 	}
 }
 

@@ -45,6 +45,13 @@ func splitkCombine(ctx context.Context, in Inputs, prec Precision, outDTypes map
 	if s < 1 {
 		return nil, fmt.Errorf("tensor partial_out has shape %v: no split to combine (S = 0)", po.Shape)
 	}
+	// S is partial_out's split dimension; a num_splits parameter, when a
+	// capture carries one, must say the same (spec 8.1).
+	if ns, err := in.Params.Int("num_splits", s); err != nil {
+		return nil, err
+	} else if ns != s {
+		return nil, fmt.Errorf("parameter num_splits = %d but tensor partial_out has S = %d splits (shape %v)", ns, s, po.Shape)
+	}
 	base, err := splitk.ParseBase(in.Params.String("lse_base", "e"))
 	if err != nil {
 		return nil, err
