@@ -20,10 +20,16 @@ LDFLAGS ?= -X $(VERSION_PKG).revision=$(REVISION) -X $(VERSION_PKG).modified=$(M
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/kcheck ./cmd/kcheck
 
-# The test command: vet, then every test under the race detector.
+# The test command: vet, every test under the race detector, then the
+# catalog-wide property that the declared-precision reference passes
+# (internal/compare TestDeclaredPrecisionReferencePasses) without it: the
+# race detector slows the references about fifteenfold, which would take
+# this one test past half an hour. -short leaves out the catalog's long
+# cases, as kcheck run does without --long.
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race $(PKGS)
+	$(GO) test -short -run '^TestDeclaredPrecisionReferencePasses$$' ./internal/compare
 
 # The main job: check every shipped example capture (most carry planted
 # faults, so kcheck exits 1 by design), then lay out the evidence for one

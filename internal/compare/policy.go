@@ -174,6 +174,16 @@ func (p UnitRoundoff) Bounds(o kernel.Output, d tensor.DType) Bounds {
 // many places as Expected, and may round in some more, such as P both before
 // PV and in the row sum), giving rmse <= E/sqrt(N) and cos_diff <=
 // E²/(‖exact‖² + (‖exact‖-E)²).
+//
+// The declared-precision reference written as the actual passes by
+// construction: its error at i is f_i <= tol_i/2, and over the elements
+// where exact and expected are finite ‖expected-exact‖ = ‖f‖ <= E/ρ, so its
+// rmse is at most E/(ρ·sqrt(N)), and since ‖expected‖ >= ‖exact‖ - ‖f‖ >=
+// ‖exact‖ - E its cos_diff ‖f‖²/(‖expected‖² + ‖exact‖²) is at most
+// E²/(ρ²(‖exact‖² + (‖exact‖-E)²)): both bounds hold with a margin of ρ
+// and ρ² (ρ below 1 is taken as 1, which keeps the guarantee). That
+// needs the metrics computed as accurately as the bounds, which is why
+// Compare sums (x-y)² for cos_diff rather than subtracting 2Σxy from Σ(x²+y²).
 type ThreeWay struct {
 	Acc   tensor.DType // accumulator dtype (default F32)
 	Alpha float64      // false-alarm probability per tensor (default 1e-3)
@@ -191,7 +201,7 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 		acc = tensor.F32
 	}
 	alpha := orDefault(p.Alpha, 1e-3)
-	rho := orDefault(p.Rho, 2)
+	rho := max(orDefault(p.Rho, 2), 1)
 	band := orDefault(p.Band, 2)
 	N := o.Exact.Len()
 	if o.Expected.Len() != N {
