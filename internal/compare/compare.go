@@ -64,9 +64,17 @@ type Check struct {
 }
 
 // Metrics are whole-tensor numbers. err_i is |actual_i - exact_i| for a
-// Numeric output and |actual_i - expected_i| for a Bitwise one; sums run
-// over the elements where actual, expected and exact are all finite (N
-// counts every element). Non-finite values encode as "NaN", "+Inf", "-Inf".
+// Numeric output and |actual_i - expected_i| for a Bitwise one, or, where
+// the actual and the expected disagree on a special value (a NaN or an
+// infinity on one side only, or infinities of opposite signs),
+// |actual_i - expected_i|, which is NaN or +Inf. The sums run over every
+// element but those where both hold the same special value (a NaN where
+// NaN is expected is correct) or where the exact value is not finite; a
+// disagreement on a special value thus makes max abs, rmse, cos diff and
+// sqnr NaN or infinite, as numpy's would be, and no metric can read as
+// perfect. The floor metrics compare expected with exact wherever both are
+// finite, whatever the actual holds. N counts every element. Non-finite
+// values encode as "NaN", "+Inf", "-Inf".
 type Metrics struct {
 	N        int   `json:"n"`
 	MaxAbs   Float `json:"max_abs"`
@@ -82,6 +90,11 @@ type Metrics struct {
 	MaxExcess   Float `json:"max_excess"`
 	NaNMismatch int   `json:"nan_mismatch"`
 	InfMismatch int   `json:"inf_mismatch"`
+	// Specials counts each special value the actual or the expected output
+	// holds and locates the first element where they disagree on it: what
+	// is judged first, before any number (FlashMLA's compare.py counts them
+	// the same way).
+	Specials []Special `json:"specials,omitempty"`
 	// Excused counts differing elements that Output.Equivalent accepts.
 	Excused int `json:"excused"`
 	// The floor: expected against exact.
@@ -95,6 +108,43 @@ type Metrics struct {
 	CosDiffRatio Float `json:"cos_diff_ratio"`
 }
 
+// Special is one special value ("NaN", "+Inf" or "-Inf"): how many
+// elements of the actual and of the expected output hold it, at how many
+// positions exactly one of them does, and the first of those.
+type Special struct {
+	Value    string   `json:"value"`
+	Actual   int      `json:"actual"`
+	Expected int      `json:"expected"`
+	Mismatch int      `json:"mismatch"`
+	First    *Element `json:"first,omitempty"`
+}
+
+// String says it in one line, for the reports.
+func (s Special) String() string {
+	line := fmt.Sprintf("%s in %d elements of the actual output, %d of the expected", s.Value, s.Actual, s.Expected)
+	if s.Mismatch > 0 && s.First != nil {
+		line += fmt.Sprintf(": they differ at %d positions, the first at %s (actual %.6g, expected %.6g)",
+			s.Mismatch, s.First.Where(), float64(s.First.Actual), float64(s.First.Expected))
+	}
+	return line
+}
+
+// specialValues are the values Special counts, in the order it lists them.
+var specialValues = [...]string{"NaN", "+Inf", "-Inf"}
+
+// specialOf is v's index in specialValues, or -1 for a number.
+func specialOf(v float64) int {
+	switch {
+	case math.IsNaN(v):
+		return 0
+	case math.IsInf(v, 1):
+		return 1
+	case math.IsInf(v, -1):
+		return 2
+	}
+	return -1
+}
+
 // Element is one of the worst elements.
 type Element struct {
 	Flat     int     `json:"index"`
@@ -106,6 +156,12 @@ type Element struct {
 	Err      Float   `json:"err"`
 	Tol      Float   `json:"tol"`
 	Excess   Float   `json:"excess"` // err/tol
+}
+
+// at names the element by its axes alone ("request 0, head 3, latent 17"),
+// for a sentence.
+func (e Element) at() string {
+	return Element{Coords: e.Coords[:min(len(e.Index), len(e.Coords))]}.Where()
 }
 
 // Coord is a named coordinate of an element (kernel.Coord with JSON names).
@@ -193,7 +249,7 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	var (
 		sumErr2, sumRef2, sumA2, sumFloor2       float64
 		sumE2, sumX2                             float64
-		nFinite                                  int
+		nJudged                                  int
 		maxAbs, maxRel, maxULP, floorMax, maxExc float64
 		overElems, beyondBand                    int
 	)
@@ -209,35 +265,54 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 			heap.Fix(worst, 0)
 		}
 	}
+	var specials [len(specialValues)]Special
+	var firstSpecial [len(specialValues)]item
 	j := newJudge(&o, actual, b)
 	if opts.Context != nil {
 		j.ctx = opts.Context
 	}
 	fold := func(i int, e *element) {
 		av, ev, xv := e.av, e.ev, e.xv
-		switch e.special {
-		case nanMismatch:
-			m.NaNMismatch++
-			overElems++
-			beyondBand++
-			push(i, av, ev, xv, math.NaN(), 0, math.Inf(1))
-			return
-		case nanMatch, infMatch:
-			return
-		case infMismatch:
-			m.InfMismatch++
-			overElems++
-			beyondBand++
-			push(i, av, ev, xv, math.Abs(av-ev), 0, math.Inf(1))
-			return
-		}
-		ref, err, tol, exc := e.ref, e.err, e.tol, e.exc
-		if finite(xv) {
+		if finite(ev) && finite(xv) {
 			floorMax = max(floorMax, math.Abs(ev-xv))
 			sumFloor2 += sq(ev - xv)
 			sumE2 += ev * ev
 			sumX2 += xv * xv
 		}
+		if sa, se := specialOf(av), specialOf(ev); sa >= 0 || se >= 0 {
+			for v := range specials {
+				inA, inE := sa == v, se == v
+				if inA {
+					specials[v].Actual++
+				}
+				if inE {
+					specials[v].Expected++
+				}
+				if inA != inE {
+					if specials[v].Mismatch == 0 {
+						firstSpecial[v] = item{i, av, ev, xv, math.Abs(av - ev), 0, math.Inf(1)}
+					}
+					specials[v].Mismatch++
+				}
+			}
+		}
+		switch e.special {
+		case nanMatch, infMatch:
+			return
+		case nanMismatch, infMismatch:
+			// Judged against expected: the error is NaN or +Inf, and it
+			// enters every error metric below.
+			if e.special == nanMismatch {
+				m.NaNMismatch++
+			} else {
+				m.InfMismatch++
+			}
+			e.ref, e.err, e.tol, e.exc = ev, math.Abs(av-ev), 0, math.Inf(1)
+			if e.ulp, e.ulpOK = j.ulp(av, ev); !e.ulpOK {
+				maxULP = math.NaN()
+			}
+		}
+		ref, err, tol, exc := e.ref, e.err, e.tol, e.exc
 		if e.ulpOK {
 			maxULP = max(maxULP, float64(e.ulp))
 		}
@@ -255,12 +330,14 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 
 		maxAbs = max(maxAbs, err)
 		switch {
+		case math.IsNaN(err):
+			maxRel = math.NaN()
 		case ref != 0:
 			maxRel = max(maxRel, err/math.Abs(ref))
 		case err > 0:
 			maxRel = math.Inf(1)
 		}
-		nFinite++
+		nJudged++
 		sumErr2 += err * err
 		sumRef2 += ref * ref
 		sumA2 += av * av
@@ -268,8 +345,18 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	if err := j.each(N, fold); err != nil {
 		return Check{}, err
 	}
-	if m.NaNMismatch+m.InfMismatch > 0 {
-		maxExc = math.Inf(1)
+	nonFinite := m.NaNMismatch + m.InfMismatch
+	var differ []string
+	for v := range specials {
+		if sp := &specials[v]; sp.Actual+sp.Expected > 0 {
+			sp.Value = specialValues[v]
+			if sp.Mismatch > 0 {
+				first := named(firstSpecial[v], shape, o.Coords)
+				sp.First = &first
+				differ = append(differ, fmt.Sprintf("%s at %d positions, the first at %s", sp.Value, sp.Mismatch, first.at()))
+			}
+			m.Specials = append(m.Specials, *sp)
+		}
 	}
 	m.MaxAbs, m.MaxRel, m.MaxULP, m.MaxExcess = Float(maxAbs), Float(maxRel), Float(maxULP), Float(maxExc)
 	m.FloorMaxAbs = Float(floorMax)
@@ -279,9 +366,9 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	}
 	m.CosDiff = Float(cosDiff(sumErr2, sumA2+sumRef2))
 	m.FloorCosDiff = Float(cosDiff(sumFloor2, sumE2+sumX2))
-	if nFinite > 0 {
-		m.RMSE = Float(math.Sqrt(sumErr2 / float64(nFinite)))
-		m.FloorRMSE = Float(math.Sqrt(sumFloor2 / float64(nFinite)))
+	if nJudged > 0 {
+		m.RMSE = Float(math.Sqrt(sumErr2 / float64(nJudged)))
+		m.FloorRMSE = Float(math.Sqrt(sumFloor2 / float64(nJudged)))
 	}
 	switch {
 	case sumErr2 == 0:
@@ -304,9 +391,9 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	}
 
 	switch {
-	case m.NaNMismatch+m.InfMismatch > 0:
+	case nonFinite > 0:
 		c.Verdict = Fail
-		c.Reason = fmt.Sprintf("special values disagree: %d NaN and %d Inf positions differ from the expected output", m.NaNMismatch, m.InfMismatch)
+		c.Reason = fmt.Sprintf("special values disagree with the expected output at %d of %d elements: %s", nonFinite, N, strings.Join(differ, "; "))
 	case o.Mode == kernel.Bitwise && overElems > 0:
 		c.Verdict = Fail
 		c.Reason = fmt.Sprintf("%d of %d elements differ from the expected bits", overElems, N)
@@ -332,7 +419,8 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		// The signature reads every element's excess again, in passes:
 		// judged again on each read, never stored, since an output may be
 		// a whole KV cache.
-		c.Signature = signature.Analyze(o, newExcessValues(N, j), signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At})
+		c.Signature = signature.Analyze(o, newExcessValues(N, j), signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At,
+			NonFinite: nonFinite})
 		if err := j.ctx.Err(); err != nil { // the excess read as 0 from then on: no signature
 			return Check{}, err
 		}
@@ -656,7 +744,7 @@ func (h *elemHeap) less(a, b item) bool {
 	if math.IsNaN(ae) != math.IsNaN(be) {
 		return !math.IsNaN(ae)
 	}
-	if ae != be {
+	if ae != be && !math.IsNaN(ae) { // two NaN errors tie
 		return ae < be
 	}
 	return a.i > b.i
@@ -674,16 +762,20 @@ func (h *elemHeap) Pop() any {
 func (h *elemHeap) sorted(shape []int, coords kernel.Coords) []Element {
 	out := make([]Element, h.Len())
 	for j := len(out) - 1; j >= 0; j-- {
-		it := heap.Pop(h).(item)
-		idx := tensor.Unravel(it.i, shape)
-		var named []Coord
-		for _, kc := range coords.Name(idx) {
-			named = append(named, Coord{kc.Name, kc.Value})
-		}
-		out[j] = Element{Flat: it.i, Index: idx, Coords: named, Actual: Float(it.av), Expected: Float(it.ev),
-			Exact: Float(it.xv), Err: Float(it.err), Tol: Float(it.tol), Excess: Float(it.exc)}
+		out[j] = named(heap.Pop(h).(item), shape, coords)
 	}
 	return out
+}
+
+// named is it as an Element, its position named in the kernel's coordinates.
+func named(it item, shape []int, coords kernel.Coords) Element {
+	idx := tensor.Unravel(it.i, shape)
+	var cs []Coord
+	for _, kc := range coords.Name(idx) {
+		cs = append(cs, Coord{kc.Name, kc.Value})
+	}
+	return Element{Flat: it.i, Index: idx, Coords: cs, Actual: Float(it.av), Expected: Float(it.ev),
+		Exact: Float(it.xv), Err: Float(it.err), Tol: Float(it.tol), Excess: Float(it.exc)}
 }
 
 // Combine folds verdicts into one: any error gives error, else any fail

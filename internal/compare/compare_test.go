@@ -3,6 +3,7 @@ package compare
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/signature"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -128,6 +130,101 @@ func TestSpecialValuesFirst(t *testing.T) {
 		if tc.verdict == Fail && (len(c.Worst) == 0 || !math.IsInf(float64(c.Worst[0].Excess), 1)) {
 			t.Errorf("%s: the mismatch is not the worst element: %+v", tc.name, c.Worst)
 		}
+	}
+}
+
+// A NaN or an infinity where a number belongs is counted and located
+// before any number is judged (FlashMLA's tests/kernelkit/compare.py does the
+// same), and enters the error metrics as IEEE arithmetic has it: none of
+// them may read as perfect (max abs 0, rmse 0, sqnr +Inf, cos_diff 0, max
+// ulp 0), and the signature names the special values, not "uniform". The
+// floor (expected against exact) does not depend on the actual at all.
+func TestNonFiniteNeverLooksPerfect(t *testing.T) {
+	nan, inf := math.NaN(), math.Inf(1)
+	const n = 64
+	exact, expected := make([]float64, n), make([]float64, n)
+	for i := range exact {
+		exact[i] = math.Sin(float64(i)) + 2
+		expected[i] = float64(float32(exact[i]))
+	}
+	fill := func(v float64, at func(i int) bool) []float64 {
+		a := append([]float64(nil), expected...)
+		for i := range a {
+			if at(i) {
+				a[i] = v
+			}
+		}
+		return a
+	}
+	every := func(int) bool { return true }
+	tests := []struct {
+		name     string
+		actual   []float64
+		value    string // the special value that differs
+		mismatch int
+		first    int
+	}{
+		{"all NaN", fill(nan, every), "NaN", n, 0},
+		{"one NaN, the rest exact", fill(nan, func(i int) bool { return i == 37 }), "NaN", 1, 37},
+		{"all +Inf", fill(inf, every), "+Inf", n, 0},
+		{"-Inf in the second half", fill(-inf, func(i int) bool { return i >= n/2 }), "-Inf", n / 2, n / 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := kernel.Output{Name: "out", Shape: []int{8, 8}, Exact: kernel.Dense(exact), Expected: kernel.Dense(expected),
+				Coords: kernel.Coords{Axes: []string{"row", "col"}}}
+			c, err := Compare(o, tensor.FromFloat64s(tensor.F32, []int{8, 8}, tc.actual), ThreeWay{}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := c.Metrics
+			if c.Verdict != Fail || m.OverTol != tc.mismatch {
+				t.Errorf("verdict %s, %d over tolerance; want fail, %d", c.Verdict, m.OverTol, tc.mismatch)
+			}
+			// Errors are NaN or infinite; the ulp distance from an infinity
+			// to a number is a finite count of codes, but never 0.
+			for _, p := range []struct {
+				name      string
+				v         Float
+				perfect   float64
+				nonFinite bool
+			}{{"max_abs", m.MaxAbs, 0, true}, {"max_rel", m.MaxRel, 0, true}, {"max_ulp", m.MaxULP, 0, tc.value == "NaN"},
+				{"rmse", m.RMSE, 0, true}, {"cos_diff", m.CosDiff, 0, true}, {"sqnr_db", m.SQNRdB, inf, true}} {
+				finite := !math.IsNaN(float64(p.v)) && !math.IsInf(float64(p.v), 0)
+				if float64(p.v) == p.perfect || (p.nonFinite && finite) {
+					t.Errorf("%s = %v: a tensor with %d unexpected %s must not read as perfect (nor as a finite error)", p.name, float64(p.v), tc.mismatch, tc.value)
+				}
+			}
+			if m.FloorMaxAbs == 0 || m.FloorRMSE == 0 || m.FloorCosDiff == 0 {
+				t.Errorf("floor max abs %v rmse %v cos_diff %v: the floor is expected against exact, whatever the actual holds",
+					m.FloorMaxAbs, m.FloorRMSE, m.FloorCosDiff)
+			}
+			var sp *Special
+			for i := range m.Specials {
+				if m.Specials[i].Value == tc.value {
+					sp = &m.Specials[i]
+				}
+			}
+			if sp == nil || sp.Actual != tc.mismatch || sp.Expected != 0 || sp.Mismatch != tc.mismatch || sp.First == nil ||
+				sp.First.Flat != tc.first || sp.First.Where() != fmt.Sprintf("row %d, col %d", tc.first/8, tc.first%8) {
+				t.Fatalf("specials %+v: want %s in %d elements of the actual, none of the expected, first at %d", m.Specials, tc.value, tc.mismatch, tc.first)
+			}
+			if !strings.Contains(c.Reason, tc.value) || !strings.Contains(c.Reason, sp.First.Where()) {
+				t.Errorf("reason %q does not name the %s and where the first is", c.Reason, tc.value)
+			}
+			if c.Signature == nil || (c.Signature.Pattern != signature.NonFinite && tc.mismatch == n) || !strings.HasPrefix(c.Signature.Detail, fmt.Sprint(tc.mismatch)) {
+				t.Errorf("signature %+v: want %s first", c.Signature, signature.NonFinite)
+			}
+			// The worst elements are the special ones, in index order.
+			if len(c.Worst) == 0 || c.Worst[0].Flat != tc.first {
+				t.Errorf("worst elements %+v: want element %d first", c.Worst, tc.first)
+			}
+			for i := 1; i < len(c.Worst) && tc.mismatch == n; i++ {
+				if c.Worst[i].Flat != i {
+					t.Errorf("worst elements at %d: %d; equally bad elements come in index order", i, c.Worst[i].Flat)
+				}
+			}
+		})
 	}
 }
 

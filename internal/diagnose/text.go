@@ -69,8 +69,10 @@ func writeStageTable(w io.Writer, a *CaptureAttribution) {
 	for _, c := range a.Evidence {
 		fmt.Fprintf(w, "\n  evidence: %s %s %v: %s\n", esc(c.Tensor), esc(string(c.DType)), c.Shape, esc(c.Reason))
 		m := c.Metrics
-		if m.NaNMismatch+m.InfMismatch > 0 {
-			fmt.Fprintf(w, "    special values: %d NaN and %d Inf positions differ from the reference\n", m.NaNMismatch, m.InfMismatch)
+		for _, s := range m.Specials {
+			if s.Mismatch > 0 {
+				fmt.Fprintf(w, "    special values: %s\n", esc(s.String()))
+			}
 		}
 		fmt.Fprintf(w, "    %d of %d elements over tolerance; max abs %.4g, cos diff %.3g (floor %.3g)\n",
 			m.OverTol, m.N, float64(m.MaxAbs), float64(m.CosDiff), float64(m.FloorCosDiff))

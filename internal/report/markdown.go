@@ -288,8 +288,10 @@ func writeCheckMD(mw *mdWriter, c compare.Check, figs []Figure) {
 	if c.Reason != "" {
 		mw.p("%s.\n\n", text(strings.TrimSuffix(c.Reason, ".")))
 	}
-	if m.NaNMismatch+m.InfMismatch > 0 {
-		mw.p("**Special values:** %d NaN and %d Inf positions differ from the reference (judged before any number).\n\n", m.NaNMismatch, m.InfMismatch)
+	for _, s := range m.Specials {
+		if s.Mismatch > 0 {
+			mw.p("**Special values** (judged before any number): %s.\n\n", text(s.String()))
+		}
 	}
 	mw.p("| metric | value | noise floor (expected vs exact) | bound |\n|---|---|---|---|\n")
 	f := func(v compare.Float) string { return num(float64(v)) }

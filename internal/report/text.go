@@ -81,8 +81,10 @@ func writeCheck(w io.Writer, c compare.Check) {
 			float64(m.MaxAbs), float64(m.MaxULP), float64(m.CosDiff), float64(m.FloorCosDiff), float64(m.MaxExcess))
 		return
 	}
-	if m.NaNMismatch+m.InfMismatch > 0 {
-		fmt.Fprintf(w, "      special values: %d NaN and %d Inf positions differ from the reference\n", m.NaNMismatch, m.InfMismatch)
+	for _, s := range m.Specials {
+		if s.Mismatch > 0 {
+			fmt.Fprintf(w, "      special values: %s\n", esc(s.String()))
+		}
 	}
 	fmt.Fprintf(w, "      %d of %d elements over tolerance (%.3g%%); %d excused as rounding ties\n", m.OverTol, m.N, 100*float64(m.OverFrac), m.Excused)
 	fmt.Fprintf(w, "      max abs %.4g, max rel %.4g, max ulp %.4g\n", float64(m.MaxAbs), float64(m.MaxRel), float64(m.MaxULP))

@@ -35,6 +35,10 @@
 // A concentration on any other coordinate is reported as "concentrated".
 // "uniform" means failures exist but no coordinate explains them, "isolated"
 // that too few elements fail to show a pattern, "none" that nothing fails.
+// With Options.NonFinite, special values come first: a NaN or an infinity
+// where the expected output has a number (or the reverse) is no rounding
+// error, so the pattern is "non_finite" unless a coordinate explains where
+// they fall, and every detail starts by counting them.
 //
 // Concentration is judged for significance, not by eye: for a coordinate
 // with K values, the values are ranked by excess density and, for each
@@ -80,6 +84,7 @@ const (
 	GrowthWithContext = "growth_with_context"
 	ConstantFactor    = "constant_factor"
 	Zeros             = "zeros"
+	NonFinite         = "non_finite"
 	Padding           = "padding"
 )
 
@@ -125,6 +130,9 @@ type Options struct {
 	// exchanged (FP4 nibble order), which no aggregate of the excess shows
 	// since both elements of a pair fail alike.
 	Actual func(i int) float64
+	// NonFinite is how many elements hold NaN or an infinity where the
+	// expected output does not, or the reverse.
+	NonFinite int
 	// MaxElements: a tensor with more elements is sampled (every element
 	// with excess mass, and a random share of the rest), so that a
 	// many-million-element capture is analysed in bounded time (default
@@ -152,6 +160,20 @@ type coordStats struct {
 // coordinate values, not with 8 bytes an element. The quantiles it needs
 // are selected exactly (kthSmallest), not by sorting a copy.
 func Analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
+	sig := analyze(o, excess, opt)
+	if opt.NonFinite == 0 {
+		return sig
+	}
+	lead := fmt.Sprintf("%d of %d elements hold NaN or an infinity where the expected output does not, or the reverse", opt.NonFinite, excess.Len())
+	switch sig.Pattern {
+	case None, Uniform, Isolated:
+		return &Signature{Pattern: NonFinite, Detail: lead}
+	}
+	sig.Detail = lead + "; " + sig.Detail
+	return sig
+}
+
+func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 	thr := opt.Threshold
 	if thr <= 0 {
 		thr = 1

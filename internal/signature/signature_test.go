@@ -505,3 +505,41 @@ func quantileMatchesSort(t *testing.T) {
 		t.Errorf("quantile of nothing = %v, want 0", got)
 	}
 }
+
+// Special values come first: NaN or Inf where the expected output has a
+// number is named non_finite, unless a coordinate explains where it falls
+// (then that pattern stays, its detail led by the count).
+func TestNonFiniteFirst(t *testing.T) {
+	shape := []int{4, 32, 8}
+	N := tensor.NumElements(shape)
+	derived := func(idx []int) []kernel.Coord {
+		return []kernel.Coord{{Name: "page_offset", Value: idx[1] % 16}}
+	}
+	o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []string{"request", "token", "latent"}, Derived: derived}}
+	everywhere := make([]float64, N)
+	pageStart := make([]float64, N)
+	for i := range everywhere {
+		everywhere[i] = math.Inf(1)
+		if (i/shape[2])%shape[1]%16 == 0 {
+			pageStart[i] = math.Inf(1)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		excess []float64
+		n      int
+		want   string
+	}{
+		{"everywhere", everywhere, N, NonFinite},
+		{"at page starts", pageStart, N / 16, PageBoundary},
+	} {
+		sig := Analyze(o, kernel.Dense(tc.excess), Options{NonFinite: tc.n})
+		lead := fmt.Sprintf("%d of %d elements hold NaN or an infinity", tc.n, N)
+		if sig.Pattern != tc.want || !strings.HasPrefix(sig.Detail, lead) {
+			t.Errorf("%s: pattern %q, detail %q; want %q led by %q", tc.name, sig.Pattern, sig.Detail, tc.want, lead)
+		}
+		if plain := Analyze(o, kernel.Dense(tc.excess), Options{}); tc.want == NonFinite && plain.Pattern != Uniform {
+			t.Errorf("%s without NonFinite: pattern %q, want uniform (the case must be one that reads as uniform)", tc.name, plain.Pattern)
+		}
+	}
+}
