@@ -266,7 +266,7 @@ func runSingle(c Capture, kname string, meta map[string]string, opts Options) Re
 	if len(outs) == 0 {
 		return errorResult(c.Name, kname, fmt.Errorf("the file holds none of %s's outputs (%s): nothing to check", kname, specNames(k.Outputs)))
 	}
-	notes = append(notes, inputAnomalies(k, in)...)
+	notes = append(notes, inputAnomalies(k, kernel.Inputs{Tensors: in, Params: p})...)
 	checks, err := compareOutputs(k, kernel.Inputs{Tensors: in, Params: p}, prec, outs, opts)
 	if err != nil {
 		return errorResult(c.Name, kname, err)
@@ -336,25 +336,38 @@ func specNames(specs []kernel.TensorSpec) string {
 	return strings.Join(n, ", ")
 }
 
-// inputAnomalies reports NaN and Inf in float inputs: kernels must carry
-// them through, so they are not an error, but a reader of the report must
-// know they were there.
-func inputAnomalies(k *kernel.Kernel, in map[string]*tensor.Tensor) []string {
+// inputAnomalies reports NaN and Inf in float inputs where the kernel reads
+// them and the contract gives them no meaning: kernels must carry them
+// through, so they are not an error, but a reader of the report must know
+// they were there. A note must mean something, so the entries of a paged
+// cache that no request attends (poisoned with NaN by engines and by
+// kcheck's own generator, on purpose) and the -inf of an empty split's
+// partial lse are left out (kernel.TensorSpec's Read and Meaningful).
+func inputAnomalies(k *kernel.Kernel, in kernel.Inputs) []string {
 	var notes []string
 	for _, s := range k.Inputs {
-		t, ok := in[s.Name]
+		t, ok := in.Tensors[s.Name]
 		if !ok || !t.DType.IsFloat() || t.Check() != nil {
 			continue
+		}
+		read := func(int) bool { return true }
+		if s.Read != nil {
+			r, err := s.Read(in)
+			if err != nil {
+				continue // the reference refuses these inputs and says why
+			}
+			read = r
 		}
 		nan, inf, first := 0, 0, -1
 		for i := 0; i < t.Len(); i++ {
 			v := t.Float64At(i)
+			if !s.Anomalous(v) || !read(i) {
+				continue
+			}
 			if math.IsNaN(v) {
 				nan++
-			} else if math.IsInf(v, 0) {
-				inf++
 			} else {
-				continue
+				inf++
 			}
 			if first < 0 {
 				first = i

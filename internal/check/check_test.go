@@ -3,8 +3,11 @@ package check
 import (
 	"context"
 	"encoding/binary"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -117,6 +120,114 @@ func TestNaNInputIsAnAnomalyNotAnError(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("notes %q do not report the NaN in x", res.Notes)
+	}
+}
+
+// Issue 11 item 5: a note must mean something. kcheck's own generated
+// inputs are correct, so none of them raises an input anomaly, though its
+// caches hold NaN in the pages no request owns and its combine inputs -inf
+// for empty splits; NaN or Inf where the kernel reads it, or where the
+// contract gives it no meaning, is still noted.
+func TestInputAnomalyNotesMeanSomething(t *testing.T) {
+	all, err := cases.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The smallest case of each kernel and cache dtype, for the kernels with
+	// an input the contract reads only in part or whose special values mean
+	// something (the others' generated inputs hold no NaN or Inf).
+	partly := map[string]bool{}
+	for _, name := range kernel.Names() {
+		k, _ := kernel.Lookup(name)
+		for _, s := range k.Inputs {
+			partly[name] = partly[name] || s.Read != nil || len(s.Meaningful) > 0
+		}
+	}
+	smallest := map[string]cases.Case{}
+	for _, c := range all {
+		if c.HasTag("long") || !partly[c.Kernel] {
+			continue
+		}
+		key := c.Kernel + "/" + c.KVCacheDType
+		if old, ok := smallest[key]; !ok || EstimateCase(c).Bytes < EstimateCase(old).Bytes {
+			smallest[key] = c
+		}
+	}
+	poisoned := 0
+	for _, key := range slices.Sorted(maps.Keys(smallest)) {
+		c := smallest[key]
+		t.Run("generated "+c.Name, func(t *testing.T) {
+			capture := captureOf(t, c, produce(t, c, kernel.DefaultPrecision(), nil))
+			for _, ts := range capture.Tensors {
+				if ts.DType.IsFloat() {
+					for i := 0; i < ts.Len(); i++ {
+						if v := ts.Float64At(i); math.IsNaN(v) || math.IsInf(v, 0) {
+							poisoned++
+							break
+						}
+					}
+				}
+			}
+			res := Run(capture, Options{})
+			for _, n := range res.Notes {
+				if strings.HasPrefix(n, "input anomaly") {
+					t.Errorf("a correct generated input raises %q", n)
+				}
+			}
+		})
+	}
+	if poisoned == 0 {
+		t.Fatal("no generated input holds NaN or Inf: the cases above prove nothing")
+	}
+
+	nan, inf := math.NaN(), math.Inf(1)
+	decode := cases.Case{Name: "decode", Kernel: "mla_decode", Preset: "deepseek-v3", TP: 32, SeqLens: []int{37, 20}, PageSize: 16, Seed: 3}
+	write := cases.Case{Name: "write", Kernel: "kv_cache_write", KVCacheDType: "bf16", PageSize: 16, SeqLens: []int{37, 20}, Latent: 32, Rope: 16, Seed: 3}
+	combine := cases.Case{Name: "combine", Kernel: "splitk_combine", Preset: "deepseek-v3", TP: 32, Batch: 2, Splits: 4, Seed: 3}
+	// entry sets element j of request b's token t of a paged cache.
+	entry := func(ts map[string]*tensor.Tensor, cache string, b, t0, j int, v float64) {
+		c, bt := ts[cache], ts["block_table"]
+		blk := int(bt.Int64At(b*bt.Shape[1] + t0/c.Shape[1]))
+		c.SetFloat64((blk*c.Shape[1]+t0%c.Shape[1])*c.Shape[2]+j, v)
+	}
+	for _, tc := range []struct {
+		name string
+		c    cases.Case
+		edit func(ts map[string]*tensor.Tensor)
+		want string // "" for no note
+	}{
+		{"NaN in q", decode, func(ts map[string]*tensor.Tensor) { ts["q"].SetFloat64(7, nan) }, "input anomaly: tensor q holds 1 NaN and 0 Inf (first at [0 0 0 7])"},
+		{"NaN in an attended cache entry", decode, func(ts map[string]*tensor.Tensor) { entry(ts, "kv_cache", 1, 19, 3, nan) }, "input anomaly: tensor kv_cache holds 1 NaN and 0 Inf"},
+		{"Inf in the last attended token", decode, func(ts map[string]*tensor.Tensor) { entry(ts, "kv_cache", 0, 36, 0, inf) }, "input anomaly: tensor kv_cache holds 0 NaN and 1 Inf"},
+		{"Inf past seq_len on the last page", decode, func(ts map[string]*tensor.Tensor) { entry(ts, "kv_cache", 0, 37, 0, inf) }, ""},
+		{"NaN in kv_c", write, func(ts map[string]*tensor.Tensor) { ts["kv_c"].SetFloat64(0, nan) }, "input anomaly: tensor kv_c holds 1 NaN"},
+		{"NaN in the cache a writer writes over", write, func(ts map[string]*tensor.Tensor) { ts["cache_before"].SetFloat64(0, nan) }, ""},
+		{"-inf partial lse (an empty split)", combine, func(ts map[string]*tensor.Tensor) { ts["partial_lse"].SetFloat64(1, -inf) }, ""},
+		// the combine cannot weigh these: verdict error, the message names them
+		{"+inf partial lse", combine, func(ts map[string]*tensor.Tensor) { ts["partial_lse"].SetFloat64(1, inf) }, "partial_lse[0,1] = +Inf: a partial lse must be finite, or -inf for an empty split"},
+		{"NaN partial lse", combine, func(ts map[string]*tensor.Tensor) { ts["partial_lse"].SetFloat64(1, nan) }, "partial_lse[0,1] = NaN: a partial lse must be finite"},
+		{"-inf partial out", combine, func(ts map[string]*tensor.Tensor) { ts["partial_out"].SetFloat64(1, -inf) }, "input anomaly: tensor partial_out holds 0 NaN and 1 Inf"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			capture := captureOf(t, tc.c, produce(t, tc.c, kernel.DefaultPrecision(), nil))
+			for name, ts := range capture.Tensors {
+				capture.Tensors[name] = ts.Clone()
+			}
+			tc.edit(capture.Tensors)
+			res := Run(capture, Options{})
+			var got []string
+			for _, n := range res.Notes {
+				if strings.HasPrefix(n, "input anomaly") {
+					got = append(got, n)
+				}
+			}
+			if res.Error != nil {
+				got = append(got, *res.Error)
+			}
+			if tc.want == "" && len(got) > 0 || tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want)) {
+				t.Errorf("notes and error %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 

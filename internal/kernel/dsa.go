@@ -18,7 +18,7 @@ func init() {
 		Summary: "DeepSeek Sparse Attention lightning indexer scores and top-k",
 		Inputs: []TensorSpec{
 			{Name: "q", DTypes: []tensor.DType{tensor.BF16}},
-			{Name: "k_cache", DTypes: []tensor.DType{tensor.BF16}},
+			{Name: "k_cache", DTypes: []tensor.DType{tensor.BF16}, Read: attendedRows("k_cache")},
 			{Name: "weights", DTypes: []tensor.DType{tensor.F32}},
 			{Name: "block_table", DTypes: indexDTypes},
 			{Name: "seq_lens", DTypes: indexDTypes},

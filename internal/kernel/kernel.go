@@ -267,6 +267,32 @@ type TensorSpec struct {
 	// tensor of higher rank flattens its leading dimensions to reach it
 	// (attn.partial_out [B,s_q,H,S,L] feeding combine.partial_out [N,S,L]).
 	Rank int
+	// Read, when set, says which elements of this input the kernel reads
+	// (flat indices), for the notes on NaN and Inf in inputs: a paged
+	// cache's entries of the tokens the requests attend. The rest (pages no
+	// request owns, the tail of a last page, a cache a writer only writes
+	// into) may hold anything; engines and kcheck's own generator poison
+	// them with NaN on purpose. nil: every element is read. An error (an
+	// unusable block table) means the reference will refuse the inputs
+	// with a better message.
+	Read func(in Inputs) (func(flat int) bool, error)
+	// Meaningful are the special values the contract gives a meaning to in
+	// this input (-inf in partial_lse: an empty split): not anomalies.
+	Meaningful []float64
+}
+
+// Anomalous reports whether v, read from an input of spec s, is a special
+// value (NaN or an infinity) the contract gives no meaning to there.
+func (s TensorSpec) Anomalous(v float64) bool {
+	if !math.IsNaN(v) && !math.IsInf(v, 0) {
+		return false
+	}
+	for _, m := range s.Meaningful {
+		if v == m || (math.IsNaN(v) && math.IsNaN(m)) {
+			return false
+		}
+	}
+	return true
 }
 
 // Kernel is one contract of spec section 3.

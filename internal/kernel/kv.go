@@ -26,7 +26,7 @@ func init() {
 			{Name: "kv_c", DTypes: []tensor.DType{tensor.BF16}},
 			{Name: "k_pe", DTypes: []tensor.DType{tensor.BF16}},
 			{Name: "slot_mapping", DTypes: indexDTypes},
-			{Name: "cache_before", DTypes: cacheDTypes},
+			{Name: "cache_before", DTypes: cacheDTypes, Read: readsNothing},
 			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
 		},
 		Outputs:   []TensorSpec{{Name: "cache_after", DTypes: cacheDTypes}},
@@ -37,7 +37,7 @@ func init() {
 		Stage:   StageCache,
 		Summary: "paged latent cache lookup and dequantization (vLLM gather_and_maybe_dequant_cache)",
 		Inputs: []TensorSpec{
-			{Name: "cache", DTypes: cacheDTypes},
+			{Name: "cache", DTypes: cacheDTypes, Read: attendedRows("cache")},
 			{Name: "block_table", DTypes: indexDTypes},
 			{Name: "seq_lens", DTypes: indexDTypes},
 			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
@@ -45,6 +45,40 @@ func init() {
 		Outputs:   []TensorSpec{{Name: "gathered", DTypes: []tensor.DType{tensor.BF16, tensor.F32}}},
 		Reference: kvCacheGather,
 	})
+}
+
+// readsNothing is the Read of an input whose values the kernel never reads
+// as numbers: a writer's cache_before, whose entries it either overwrites
+// or leaves byte for byte as they were.
+func readsNothing(Inputs) (func(int) bool, error) { return func(int) bool { return false }, nil }
+
+// attendedRows is the Read of a paged cache [NB, P, entry]: the entries of
+// token t < seq_lens[b] of every request b, at block_table[b, t/P], t%P.
+func attendedRows(cache string) func(Inputs) (func(int) bool, error) {
+	return func(in Inputs) (func(int) bool, error) {
+		ct, bt, sl := in.Tensors[cache], in.Tensors["block_table"], in.Tensors["seq_lens"]
+		if ct == nil || bt == nil || sl == nil || len(ct.Shape) != 3 {
+			return nil, fmt.Errorf("tensors %s, block_table or seq_lens missing or misshapen", cache)
+		}
+		pages, err := kvcache.NewPages(bt, sl, ct.Shape[1], ct.Shape[0])
+		if err != nil {
+			return nil, err
+		}
+		read := make([]bool, ct.Shape[0]*ct.Shape[1])
+		for b, n := range pages.SeqLens {
+			for t := 0; t < n; t++ {
+				blk, off := pages.Locate(b, t)
+				read[blk*ct.Shape[1]+off] = true
+			}
+		}
+		return rowsRead(read, ct.Shape[2]), nil
+	}
+}
+
+// rowsRead turns a set of cache entries (rows of width elements) into a
+// Read.
+func rowsRead(rows []bool, width int) func(int) bool {
+	return func(i int) bool { r := i / max(width, 1); return r < len(rows) && rows[r] }
 }
 
 // cacheLayout reads kv_cache_dtype, page_size and ds_mla_scale for a cache

@@ -48,7 +48,7 @@ func init() {
 		Summary: "absorbed MLA decode over a paged latent cache (FlashMLA layout), optional split-K partials",
 		Inputs: []TensorSpec{
 			{Name: "q", DTypes: qTypes},
-			{Name: "kv_cache", DTypes: cacheDTypes},
+			{Name: "kv_cache", DTypes: cacheDTypes, Read: attendedRows("kv_cache")},
 			{Name: "block_table", DTypes: indexDTypes},
 			{Name: "seq_lens", DTypes: indexDTypes},
 			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
@@ -68,7 +68,7 @@ func init() {
 		Summary: "DeepSeek-V3.2 sparse MLA decode over top-k cache slots",
 		Inputs: []TensorSpec{
 			{Name: "q", DTypes: qTypes},
-			{Name: "kv_cache", DTypes: cacheDTypes},
+			{Name: "kv_cache", DTypes: cacheDTypes, Read: indexedRows},
 			{Name: "indices", DTypes: indexDTypes},
 			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
 		},
@@ -78,6 +78,23 @@ func init() {
 		},
 		Reference: mlaDecodeSparse,
 	})
+}
+
+// indexedRows is the sparse decode's Read of kv_cache: the entries whose
+// global slots (block*P + offset) the indices name; -1, or any slot outside
+// the cache, is not attended.
+func indexedRows(in Inputs) (func(int) bool, error) {
+	ct, it := in.Tensors["kv_cache"], in.Tensors["indices"]
+	if ct == nil || it == nil || len(ct.Shape) != 3 || it.Check() != nil {
+		return nil, fmt.Errorf("tensors kv_cache or indices missing or misshapen")
+	}
+	read := make([]bool, ct.Shape[0]*ct.Shape[1])
+	for i := 0; i < it.Len(); i++ {
+		if s := it.Int64At(i); s >= 0 && s < int64(len(read)) {
+			read[s] = true
+		}
+	}
+	return rowsRead(read, ct.Shape[2]), nil
 }
 
 // mlaCommon is what both decodes read the same way.

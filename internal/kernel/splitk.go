@@ -22,7 +22,7 @@ func init() {
 		Summary: "flash-decoding split-K reduction of partial outputs and lse",
 		Inputs: []TensorSpec{
 			{Name: "partial_out", DTypes: []tensor.DType{tensor.F32}, Rank: 3},
-			{Name: "partial_lse", DTypes: []tensor.DType{tensor.F32}, Rank: 2},
+			{Name: "partial_lse", DTypes: []tensor.DType{tensor.F32}, Rank: 2, Meaningful: []float64{math.Inf(-1)}}, // an empty split
 		},
 		Outputs: []TensorSpec{
 			{Name: "out", DTypes: []tensor.DType{tensor.BF16, tensor.F32}},
