@@ -14,6 +14,11 @@ import (
 // Stages are the spec's stage names in pipeline order.
 var Stages = []string{kernel.StageQuant, kernel.StageCache, kernel.StageAttn, kernel.StageCombine}
 
+// SimKernels are the kernels the simulated decoder calls on its backend (a
+// test records them): a planted fault that lives in none of them cannot
+// show in a simulation.
+var SimKernels = []string{"nvfp4_dequantize", "nvfp4_quantize", "nvfp4_gemm", "kv_cache_write", "mla_decode", "splitk_combine"}
+
 // Thresholds decide when a step's error has left the noise floor.
 //
 // A step's error is the relative RMS distance between the backend's
@@ -370,6 +375,17 @@ func (s *Sim) Diagnose(ctx context.Context, be backend.Backend, opts DiagnoseOpt
 		rep.Reason = "no single swap removes the drift and no stage drifts alone: the stages interact"
 	}
 	return rep, nil
+}
+
+// Changed reports whether the backend changed any step's output: a
+// backend that plants a bug and changed none proved nothing.
+func (r *Report) Changed() bool {
+	for _, s := range r.Steps {
+		if s.Error != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func promptSummaries(steps []StepResult) []PromptSummary {

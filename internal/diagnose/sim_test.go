@@ -2,7 +2,9 @@ package diagnose
 
 import (
 	"context"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -71,6 +73,9 @@ func TestSimulationAttributesEveryFault(t *testing.T) {
 		}
 		seen[f.Stage] = true
 		t.Run(f.Name, func(t *testing.T) {
+			if err := f.Simulated(SimKernels...); (err != nil) != (f.NotSimulated != "") {
+				t.Errorf("Simulated: %v, with not_simulated %q", err, f.NotSimulated)
+			}
 			if f.NotSimulated != "" {
 				t.Skip(f.NotSimulated)
 			}
@@ -78,6 +83,9 @@ func TestSimulationAttributesEveryFault(t *testing.T) {
 			rep, err := s.Diagnose(context.Background(), faults.Backend{Fault: f}, DiagnoseOptions{Baseline: base, Quick: true})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if err := f.Showed(rep.Changed()); err != nil {
+				t.Errorf("under its Simulate settings: %v", err)
 			}
 			if rep.Verdict != "fail" || rep.Stage == nil || *rep.Stage != f.Stage {
 				t.Fatalf("verdict %s, stage %v; want fail in %s (%s)", rep.Verdict, deref(rep.Stage), f.Stage, rep.Reason)
@@ -100,6 +108,53 @@ func TestSimulationAttributesEveryFault(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// recorder is a backend that records the kernels it is asked to run.
+type recorder struct {
+	backend.Backend
+	mu    sync.Mutex
+	calls map[string]bool
+}
+
+func (r *recorder) Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
+	r.mu.Lock()
+	r.calls[name] = true
+	r.mu.Unlock()
+	return r.Backend.Run(ctx, name, in)
+}
+
+// SimKernels is what the simulated decoder calls, and a backend that plants
+// no bug changes no step: what kcheck diagnose's refusal of a planted
+// fault that cannot show relies on.
+func TestSimKernelsAndChanged(t *testing.T) {
+	s, base := cachedSim(t, tableConfig())
+	rec := &recorder{Backend: backend.Reference{}, calls: map[string]bool{}}
+	rep, err := s.Diagnose(context.Background(), rec, DiagnoseOptions{Baseline: base, Quick: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for _, k := range SimKernels {
+		want[k] = true
+	}
+	if !maps.Equal(rec.calls, want) {
+		t.Errorf("the simulation calls %v; SimKernels lists %v", slices.Sorted(maps.Keys(rec.calls)), SimKernels)
+	}
+	if rep.Changed() {
+		t.Errorf("the reference backend changed a step: %+v", rep.Steps)
+	}
+	f, err := faults.Lookup("fp8_scale_ignored") // fp8 caches only; the table's is bf16
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err = s.Diagnose(context.Background(), faults.Backend{Fault: f}, DiagnoseOptions{Baseline: base, Quick: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Showed(rep.Changed()); err == nil || !strings.Contains(err.Error(), "--kv-cache-dtype fp8_e4m3") {
+		t.Errorf("fp8_scale_ignored over a bf16 cache: %v, want no effect and the setting it needs", err)
 	}
 }
 

@@ -76,6 +76,7 @@ var headAxis = map[string]int{"out": 2, "lse": 1, "partial_out": 2, "partial_lse
 func init() {
 	Register(&Fault{
 		Name: "softmax_scale_default", Stage: kernel.StageAttn, Kernels: decodeKernels,
+		Needs:    "a request that attends at least one token",
 		BugClass: "softmax scale left at FlashMLA's default 576^-0.5 instead of the model's qk_head_dim^-0.5·mscale^2 (0.1352 for DeepSeek-V3)",
 		Doc:      "The kernel ignores the softmax_scale it is given and uses 1/sqrt(576) = 0.0417, flattening every attention distribution.",
 		Params: func(p kernel.Params) kernel.Params {
@@ -86,6 +87,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "rope_dropped", Stage: kernel.StageAttn, Kernels: decodeKernels,
+		Needs:    "a request that attends at least one token",
 		BugClass: "decoupled rope part dropped from the scores: q·k over the L latent columns only (a kernel sized for L, a cache view without k_pe)",
 		Doc:      "Scores are computed from q_nope·kv_c alone, without q_pe·k_pe: the attention loses all position information.",
 		Inputs: func(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*tensor.Tensor, error) {
@@ -111,6 +113,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "page_tail_attended", Stage: kernel.StageAttn, Kernels: []string{"mla_decode"},
+		Needs:    "a context that ends inside a page (seq_len not a multiple of page_size, page_size > 1)",
 		BugClass: "partially filled last page attended to its end: the loop bound rounded up to whole pages instead of masking at seq_len",
 		Doc: "Each request attends ceil(seq_len/P)·P tokens: the unwritten tail of its last page (poison, zeros, or an earlier " +
 			"sequence's tokens) joins the softmax. Contexts that end on a page boundary are unaffected.",
@@ -142,6 +145,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "causal_mask_top_left", Stage: kernel.StageAttn, Kernels: []string{"mla_decode"},
+		Needs:    "s_q > 1 (causal = true) with a context longer than s_q",
 		BugClass: "causal mask aligned top-left (FlashAttention before 2.1) instead of bottom-right for s_q > 1 (MTP, speculative decoding)",
 		Doc: "Query i of s_q sees tokens 0..i instead of the first seq_len - s_q + 1 + i: with a long context every speculative " +
 			"query attends only the first few tokens. Decode with s_q = 1 is unaffected.",
@@ -150,6 +154,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "bf16_accumulation", Stage: kernel.StageAttn, Kernels: decodeKernels,
+		Needs:    "a request that attends at least one token",
 		BugClass: "reductions accumulated in bf16 instead of fp32 (an MMA accumulator or a PV sum declared bf16)",
 		Doc:      "The QK^T and PV reductions round to bf16 after every step: relative errors of ~1e-2 that grow with the context.",
 		Precision: func(p kernel.Precision) kernel.Precision {
@@ -160,6 +165,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "heads_swapped", Stage: kernel.StageAttn, Kernels: decodeKernels,
+		Needs:    "at least two heads and a request that attends at least one token",
 		BugClass: "head index slip in the output addressing: two heads' outputs exchanged (a head-group tiling that writes head pairs crossed)",
 		Doc:      "Heads 0 and 1 write each other's outputs (out, lse and split-K partials): every value is plausible, two heads are wrong.",
 		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {

@@ -57,6 +57,7 @@ func slotBytes(t *tensor.Tensor) int { return t.Shape[2] * t.DType.Size() }
 func init() {
 	Register(&Fault{
 		Name: "negative_slot_wraps", Stage: kernel.StageCache, Kernels: writeKernel,
+		Needs:    "a padded token (a negative slot_mapping entry)",
 		BugClass: "padded tokens' slot -1 written through PyTorch indexing (index_put wraps -1 to the last element) instead of being skipped",
 		Doc: "Tokens with slot_mapping = -1 (CUDA-graph padding) are written to slot NB*P-1, the cache's last entry, as " +
 			"`cache.view(-1, D)[slot_mapping] = kv` does: whichever sequence owns the last block loses its last token.",
@@ -78,6 +79,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "page_boundary_off_by_one", Stage: kernel.StageCache, Kernels: []string{"kv_cache_write", "kv_cache_gather"},
+		Needs:    "a token at the start of a page: for the gather a context longer than page_size, for the write a slot that is a multiple of page_size",
 		BugClass: "page index computed as (t-1)/P (or block = (slot-1)/P): the token at each page start goes to the previous page",
 		Doc: "The writer splits a slot as block = (slot-1)/P, offset = slot%P, so a token at offset 0 of a page lands on offset 0 " +
 			"of the block before (overwriting it) and its own entry stays stale; the gather reads token t at block_table[(t-1)/P], " +
@@ -124,6 +126,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "neighbour_block_table_row", Stage: kernel.StageCache, Kernels: []string{"kv_cache_gather", "kv_cache_write"},
+		Needs:    "for the gather, requests whose last pages are different blocks; for the write, a page-table-driven write (the engine.block_table, engine.batch_indices and engine.positions inputs)",
 		BugClass: "block-table row stride slip: request b's last page looked up in row b+1",
 		Doc: "The gather (and a write that derives its slots from the page table) takes request b's last page from the next " +
 			"request's row (the last request wraps to row 0; an unused entry reads block 0): the last page's tokens are read " +
@@ -154,6 +157,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "int32_offset_overflow", Stage: kernel.StageCache, Kernels: writeKernel,
+		Needs:    "a cache entry at byte offset 2^31 or beyond (a cache of more than 2 GiB), or a smaller limit in the parameter kcheck.fault.int32_limit",
 		BugClass: "cache byte offset slot*entry_bytes computed in int32: it wraps negative past 2 GiB, i.e. at high block ids of a large cache",
 		Doc: "A token whose entry starts at byte 2^31 or beyond gets a wrapped (negative) offset: its write lands outside the cache, " +
 			"so its slot keeps stale content (an offset that wraps back inside would clobber another entry). Real caches reach " +
@@ -201,6 +205,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "fp8_scale_ignored", Stage: kernel.StageCache, Kernels: writeKernel,
+		Needs:    "an fp8_e4m3 cache (kv_cache_dtype = fp8_e4m3) with a k_scale other than 1",
 		BugClass: "fp8 KV cache written without its k_scale (e4m3(x) instead of e4m3(x / k_scale)), as when a calibrated scale is not loaded and defaults to 1 on the write path only",
 		Doc:      "The fp8_e4m3 writer stores e4m3(x) saturating; readers multiply by k_scale, so every cached value comes back scaled by k_scale (or clipped at 448).",
 		Inputs: func(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*tensor.Tensor, error) {
@@ -214,6 +219,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "fp8_scale_applied_twice", Stage: kernel.StageCache, Kernels: []string{"kv_cache_write", "kv_cache_gather"},
+		Needs:    "an fp8_e4m3 cache (kv_cache_dtype = fp8_e4m3) with a k_scale other than 1",
 		BugClass: "fp8 KV scale applied twice: a scale folded into the projection and applied again by the cache kernel (x / k_scale^2 stored, or e4m3 * k_scale^2 read)",
 		Doc:      "The fp8_e4m3 writer divides by k_scale twice (and the gather multiplies twice), so cached values come back off by a factor k_scale.",
 		Inputs: func(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*tensor.Tensor, error) {
@@ -232,6 +238,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "kpe_saturated_by_kvc_scale", Stage: kernel.StageCache, Kernels: writeKernel,
+		Needs:    "an fp8_e4m3 cache (kv_cache_dtype = fp8_e4m3) and k_pe values beyond the amax of their token's kv_c",
 		BugClass: "fp8_e4m3 cache scale derived from kv_c alone: the rope part k_pe, larger than the normalized latent, saturates",
 		Doc: "The writer quantizes each token with a scale computed over kv_c only (amax(kv_c)/448), so k_pe values beyond kv_c's " +
 			"amax clip at it: positions (rope) stop being encoded once they outgrow the latent.",
@@ -264,6 +271,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "ds_mla_scale_convention", Stage: kernel.StageCache, Kernels: writeKernel,
+		Needs:    "an fp8_ds_mla cache (kv_cache_dtype = fp8_ds_mla)",
 		BugClass: "fp8_ds_mla tile-scale convention mixed up: values quantized with vLLM's amax/448 scale, the scale stored in FlashMLA's power-of-two convention (or the reverse)",
 		Doc: "The writer divides each 128-value tile by the scale of the declared ds_mla_scale convention but stores the other " +
 			"convention's scale, so a reader (which multiplies by the stored F32) gets the tile back off by up to 2x.",
@@ -298,6 +306,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "stale_pages", Stage: kernel.StageCache, Kernels: writeKernel,
+		Needs:    "a write over cache entries that are not all zero (recycled pages)",
 		BugClass: "recycled pages taken as already holding the tokens (a prefix-cache hit on a freed block): the new sequence's tokens are not written over an earlier sequence's",
 		Doc: "The writer skips every slot whose entry is not all zero, as if a populated entry were a cached prefix. A fresh " +
 			"(zeroed) cache is written correctly; once a finished sequence's pages are freed and reused, the new sequence " +

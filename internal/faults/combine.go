@@ -33,6 +33,7 @@ func partials(in kernel.Inputs) (po, pl []float64, n, s, l int, ok bool) {
 func init() {
 	Register(&Fault{
 		Name: "lse_base_mixed", Stage: kernel.StageCombine, Kernels: combineKernel,
+		Needs:    "more than one split (S > 1) with partial lse that differ",
 		BugClass: "LSE base mixed up: base-2 partial LSEs (FlashInfer, log2e-scaled kernels) combined as natural logs, or the reverse",
 		Doc:      "The combine weighs split s by 2^(lse_s - max) where the partials are in base e (or e^(...) for base-2 partials), and reports the LSE in the wrong base.",
 		Params: func(p kernel.Params) kernel.Params {
@@ -76,6 +77,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "unweighted_average", Stage: kernel.StageCombine, Kernels: combineKernel,
+		Needs:    "more than one split (S > 1) with partial lse that differ",
 		BugClass: "split partials averaged with equal weights, ignoring their LSEs",
 		Doc:      "out = mean of the non-empty splits' partial outputs instead of their softmax-weighted sum; the LSE is right, the output is not.",
 		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {

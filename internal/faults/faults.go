@@ -13,6 +13,7 @@
 package faults
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sort"
@@ -52,6 +53,10 @@ type Fault struct {
 	// the fault (it runs no kernel the fault lives in); its trigger and
 	// captures still do.
 	NotSimulated string `json:"not_simulated,omitempty"`
+	// Needs says what a case must hold for the fault to fire, when not
+	// every input of its kernels does ("an fp8_e4m3 cache"): what a run in
+	// which it does not fire says.
+	Needs string `json:"needs,omitempty"`
 }
 
 // Trigger is a configuration that makes a fault visible: a case, and for
@@ -124,6 +129,91 @@ func (f *Fault) Affects(name string) bool {
 	return false
 }
 
+// Applies returns an error when the fault lives in none of kernels, the
+// kernels a run calls: the run cannot show it, and a pass would be taken
+// for a proof.
+func (f *Fault) Applies(kernels ...string) error {
+	for _, k := range kernels {
+		if f.Affects(k) {
+			return nil
+		}
+	}
+	return fmt.Errorf("fault %s lives in %s, and this run calls %s: a pass would prove nothing (kcheck faults lists where each fault lives)",
+		f.Name, strings.Join(f.Kernels, ", "), strings.Join(kernels, ", "))
+}
+
+// Fired returns an error when out, the fault's
+// outputs of kernel k on in (what Run returned), are byte for byte what a
+// correct kernel writes on in: the bug did not fire on these inputs. It
+// runs the reference once more, on the unplanted inputs.
+func (f *Fault) Fired(ctx context.Context, k *kernel.Kernel, in kernel.Inputs, out map[string]*tensor.Tensor) error {
+	if err := f.Applies(k.Name); err != nil {
+		return err
+	}
+	prec, err := kernel.PrecisionFrom(in.Params)
+	if err != nil {
+		return err
+	}
+	correct, err := kernel.Produce(ctx, k, in, prec, nil)
+	if err != nil {
+		return err
+	}
+	for name, t := range correct {
+		if o, ok := out[name]; !ok || o.DType != t.DType || !bytes.Equal(o.Data, t.Data) {
+			return nil
+		}
+	}
+	return fmt.Errorf("fault %s did not fire: %s's outputs on these inputs are byte for byte a correct kernel's, so a pass would prove nothing; %s",
+		f.Name, k.Name, f.needs())
+}
+
+// needs says what the fault needs to fire, for the errors above.
+func (f *Fault) needs() string {
+	if f.Needs != "" {
+		return "it needs " + f.Needs
+	}
+	return "these inputs do not exercise it (its trigger case, in the catalog's table test, does)"
+}
+
+// Simulated returns an error when the simulated decoder, which calls
+// kernels, cannot show the fault.
+func (f *Fault) Simulated(kernels ...string) error {
+	if f.NotSimulated != "" {
+		return fmt.Errorf("fault %s does not show in the simulated decoder: %s", f.Name, f.NotSimulated)
+	}
+	return f.Applies(kernels...)
+}
+
+// SimulateFlags is Simulate as command-line flags, sorted
+// ("--kv-cache-dtype fp8_e4m3"), or "" when the default simulation shows
+// the fault.
+func (f *Fault) SimulateFlags() string {
+	keys := make([]string, 0, len(f.Simulate))
+	for k := range f.Simulate {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = "--" + k + " " + f.Simulate[k]
+	}
+	return strings.Join(keys, " ")
+}
+
+// Showed returns an error when a simulation on the faulty backend changed
+// nothing (changed: whether any step's output
+// differs from the reference's), saying which settings make it show.
+func (f *Fault) Showed(changed bool) error {
+	if changed {
+		return nil
+	}
+	hint := f.needs()
+	if flags := f.SimulateFlags(); flags != "" {
+		hint = "it shows with " + flags
+	}
+	return fmt.Errorf("fault %s had no effect on the simulation: every step's output equals the reference's bit for bit, so a pass would prove nothing; %s",
+		f.Name, hint)
+}
+
 // Run produces kernel k's outputs with the fault planted (the plain
 // reference when the fault does not live in k); it stops when ctx is done.
 func (f *Fault) Run(ctx context.Context, k *kernel.Kernel, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
@@ -183,6 +273,27 @@ func (b Backend) Run(ctx context.Context, name string, in kernel.Inputs) (map[st
 		return nil, err
 	}
 	return b.Fault.Run(ctx, k, in)
+}
+
+// Proving is a faulty backend for runs that judge one kernel call (kcheck
+// run): it refuses, with the reason, a kernel the fault does not live in and
+// outputs the fault did not change, where a pass would prove nothing.
+type Proving struct{ Backend }
+
+// Run implements backend.Backend.
+func (b Proving) Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
+	k, err := kernel.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Fault.Applies(name); err != nil {
+		return nil, err
+	}
+	out, err := b.Backend.Run(ctx, name, in)
+	if err != nil {
+		return nil, err
+	}
+	return out, b.Fault.Fired(ctx, k, in, out)
 }
 
 func init() {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
@@ -132,5 +133,77 @@ func TestLookupAndBackend(t *testing.T) {
 	b, _ := json.Marshal(All()[0])
 	if !strings.Contains(string(b), `"bug_class"`) || strings.Contains(string(b), "Inputs") {
 		t.Errorf("fault JSON %s: want bug_class and no hooks", b)
+	}
+}
+
+// A fault says when it cannot show (issue 11 item 4): on a kernel it does
+// not live in, on inputs where its outputs are a correct kernel's, and in a
+// simulation that cannot run it or that it did not change; and the Proving
+// backend of kcheck run refuses such a run rather than pass it. On its own
+// trigger every fault fires.
+func TestFaultsSayWhenTheyCannotShow(t *testing.T) {
+	for _, f := range All() {
+		t.Run("fires on its trigger/"+f.Name, func(t *testing.T) {
+			in, err := f.Trigger.Inputs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := (Proving{Backend{Fault: f}}).Run(context.Background(), f.Trigger.Case.Kernel, in)
+			if err != nil {
+				t.Fatalf("Proving refuses the trigger: %v", err)
+			}
+			if len(out) == 0 {
+				t.Fatal("no outputs")
+			}
+		})
+	}
+	bf16Write := kvCase("kv_cache_write", "bf16", nil)
+	onPage := mlaCase(1)
+	onPage.SeqLens = []int{32, 16} // contexts that end on page boundaries
+	for _, tc := range []struct {
+		fault string
+		c     cases.Case
+		want  []string
+	}{
+		{"fp8_scale_ignored", bf16Write, []string{"fault fp8_scale_ignored did not fire", "kv_cache_write's outputs on these inputs are byte for byte a correct kernel's",
+			"it needs an fp8_e4m3 cache (kv_cache_dtype = fp8_e4m3)"}},
+		{"page_tail_attended", onPage, []string{"fault page_tail_attended did not fire", "a context that ends inside a page"}},
+		{"nibble_order", bf16Write, []string{"fault nibble_order lives in nvfp4_quantize, nvfp4_dequantize, nvfp4_gemm, and this run calls kv_cache_write"}},
+	} {
+		t.Run("cannot show/"+tc.fault+" on "+tc.c.Kernel, func(t *testing.T) {
+			f, err := Lookup(tc.fault)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, err := tc.c.Inputs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = (Proving{Backend{Fault: f}}).Run(context.Background(), tc.c.Kernel, in)
+			for _, w := range tc.want {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("Proving run: %v; want an error saying %q", err, w)
+				}
+			}
+			// the plain faulty backend (a simulation's) still runs it
+			if _, err := (Backend{Fault: f}).Run(context.Background(), tc.c.Kernel, in); err != nil {
+				t.Errorf("Backend run: %v", err)
+			}
+		})
+	}
+	sim := []string{"nvfp4_dequantize", "nvfp4_quantize", "nvfp4_gemm", "kv_cache_write", "mla_decode", "splitk_combine"}
+	indexer, _ := Lookup("indexer_weights_ignored")
+	if err := indexer.Simulated(sim...); err == nil || !strings.Contains(err.Error(), "does not show in the simulated decoder: "+indexer.NotSimulated) {
+		t.Errorf("indexer_weights_ignored in a simulation: %v, want its not_simulated reason", err)
+	}
+	scale, _ := Lookup("fp8_scale_ignored")
+	if err := scale.Simulated(sim...); err != nil {
+		t.Errorf("fp8_scale_ignored in a simulation: %v", err)
+	}
+	if err := scale.Showed(false); err == nil || !strings.Contains(err.Error(), "had no effect on the simulation") || !strings.Contains(err.Error(), "it shows with --kv-cache-dtype fp8_e4m3") {
+		t.Errorf("fp8_scale_ignored with no effect: %v, want the settings it shows under", err)
+	}
+	if err := scale.Showed(true); err != nil {
+		t.Errorf("a fault that changed a step: %v", err)
 	}
 }

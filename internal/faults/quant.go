@@ -97,6 +97,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "swizzled_scales_read_linear", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_dequantize", "nvfp4_gemm"},
+		Needs:    "scale_layout = swizzled_128x4",
 		BugClass: "block scales in the CUTLASS 128x4 swizzled layout read as a row-major [M, K/16] array",
 		Doc: "The kernel indexes swizzled_128x4 scales as if they were linear, so most 16-element blocks get another block's scale " +
 			"(or a padding zero). Only the reader is planted: a writer and a reader that both used the linear offsets would agree.",
@@ -134,6 +135,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "e4m3_subnormal_scale_flushed", Stage: kernel.StageQuant, Kernels: nvfp4Kernels,
+		Needs:    "block scales in E4M3's subnormal range (below 2^-6): blocks whose amax is about 3e4 times below the global scale's",
 		BugClass: "E4M3 block scales in the subnormal range (below 2^-6) flushed to zero: an FTZ conversion path, or a hand-written decoder without the subnormal branch",
 		Doc: "Block scales whose E4M3 exponent field is 0 are read (and written) as 0, so every element of such a block becomes 0. " +
 			"Subnormal scales appear where a block's amax is ~3e4 times below the tensor's (gs·amax/6 < 2^-6): small activations " +
@@ -200,6 +202,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "fused_shard_global_scale", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_gemm"},
+		Needs:    "the two halves of b's rows (the fused shards) with different amax, so that their own global scales would differ",
 		BugClass: "a fused GEMM (gate/up, or DeepSeek's fused q_a/kv_a) whose checkpoint shards carry their own weight_scale_2, run with the first shard's global scale for both",
 		Doc: "The second half of the N output columns is dequantized with the first half's global scale. The planted factor is the " +
 			"ratio the two shards' own globals would have (amax of the first half of B over amax of the second), which is what a " +
@@ -241,6 +244,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "zero_block_nan", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_quantize"},
+		Needs:    "an all-zero 16-element block of x",
 		BugClass: "no guard for an all-zero block: the block's scale comes out of 0/0 (TensorRT-LLM's and vLLM's quantizers test SFValue != 0 for this reason)",
 		Doc: "A 16-element block whose amax is 0 gets the E4M3 NaN (0x7F) as its block scale instead of 0, so every element " +
 			"dequantized from it, and every GEMM output that reads it, is NaN. Zero blocks are common: dead or padded hidden " +
@@ -284,6 +288,7 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "scale_padding_uninitialised", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_quantize", "nvfp4_gemm"},
+		Needs:    "scale_layout = swizzled_128x4 with padding that is read: M not a multiple of 128 for the quantizer, K/16 not a multiple of 4 for the GEMM",
 		BugClass: "swizzled scale buffer allocated with torch.empty and its padding never zeroed, read by a GEMM whose last K tile spans the padded scale columns",
 		Doc: "The quantizer leaves the padding of the 128x4 swizzled scales as it found it (here 0xFF, the E4M3 NaN a poisoned " +
 			"or recycled buffer holds; spec 5 says padding is zero). The GEMM's last K tile reads the padded scale columns " +
