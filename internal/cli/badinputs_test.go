@@ -435,6 +435,23 @@ func commonBadInputs() []badInput {
 			m["num_splits"] = fmt.Sprint(ts["partial_out"].Shape[1] + 1)
 		}), code: ExitUsage, want: []string{"but tensor partial_out has S = "}},
 
+		// A planted fault that cannot show is a usage error, not a pass (issue 11 item 4).
+		{name: "faulty backend whose fault does not fire on the case (fp8_scale_ignored, bf16 cache)", setup: func(t *testing.T, dir string) []string {
+			return []string{"run", "--json", "--case", "kv_cache_write/bf16/p64/amax", "--backend", "faulty:fp8_scale_ignored"}
+		}, code: ExitUsage, want: []string{"fault fp8_scale_ignored did not fire", "fp8_e4m3", "a pass would prove nothing"}},
+		{name: "faulty backend on a kernel the fault does not live in", setup: func(t *testing.T, dir string) []string {
+			return []string{"run", "--json", "--case", "nvfp4_quantize/m1/k2048/linear", "--backend", "faulty:page_tail_attended"}
+		}, code: ExitUsage, want: []string{"fault page_tail_attended lives in mla_decode, and this run calls nvfp4_quantize"}},
+		{name: "faulty backend on a case it fires on", setup: func(t *testing.T, dir string) []string {
+			return []string{"run", "--json", "--case", "kv_cache_write/fp8_e4m3/p1/amax", "--backend", "faulty:fp8_scale_ignored"}
+		}, code: ExitFail, want: []string{`"verdict":"fail"`}},
+		{name: "simulation on a fault that has no effect there (fp8_scale_ignored, bf16 cache)", setup: func(t *testing.T, dir string) []string {
+			return append([]string{"diagnose", "--simulate", "--backend", "faulty:fp8_scale_ignored"}, small...)
+		}, code: ExitUsage, want: []string{"fault fp8_scale_ignored had no effect on the simulation", "--kv-cache-dtype fp8_e4m3"}},
+		{name: "simulation on a fault the simulated decoder cannot show", setup: func(t *testing.T, dir string) []string {
+			return append([]string{"diagnose", "--simulate", "--backend", "faulty:indexer_weights_ignored"}, small...)
+		}, code: ExitUsage, want: []string{"fault indexer_weights_ignored does not show in the simulated decoder"}},
+
 		// Resource bounds (issue 7 item 2).
 		{name: "block table pointing every request at the same pages (legal)", setup: func(t *testing.T, dir string) []string {
 			return []string{"check", "--json", samePagesFile(t, filepath.Join(dir, "same.safetensors"), "kv_cache_gather", 3, 40, 0)}

@@ -89,7 +89,13 @@ func (o *bisectOptions) run(ctx context.Context) error {
 	if o.sim.MaxMemory, err = o.bounds.limit(); err != nil {
 		return exitWith(o.io, ExitUsage, false, err)
 	}
+	fault := plantedFault(be)
 	var res *diagnose.BisectResult
+	if fault != nil && o.simulate {
+		if err := fault.Simulated(diagnose.SimKernels...); err != nil {
+			return exitWith(o.io, ExitUsage, false, err)
+		}
+	}
 	if o.simulate {
 		for _, kv := range o.set {
 			if err := o.sim.Set("set", kv); err != nil {
@@ -111,6 +117,11 @@ func (o *bisectOptions) run(ctx context.Context) error {
 		sel, err := selectCases(all, []string{o.caseName}, "", true)
 		if err != nil {
 			return exitWith(o.io, ExitUsage, false, err)
+		}
+		if fault != nil {
+			if err := fault.Applies(sel[0].Kernel); err != nil {
+				return exitWith(o.io, ExitUsage, false, err)
+			}
 		}
 		opts, err := checkOpts("three-way", "", 5)
 		if err != nil {

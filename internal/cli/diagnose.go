@@ -13,6 +13,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/diagnose"
+	"github.com/kcheck-dev/kcheck/internal/faults"
 	"github.com/kcheck-dev/kcheck/internal/printable"
 	"github.com/kcheck-dev/kcheck/internal/report"
 )
@@ -160,6 +161,12 @@ func (o *diagnoseOptions) run(ctx context.Context, flags *pflag.FlagSet) error {
 	if err != nil {
 		return exitWith(o.io, ExitUsage, o.bisect, err)
 	}
+	fault := plantedFault(be)
+	if fault != nil {
+		if err := fault.Simulated(diagnose.SimKernels...); err != nil {
+			return exitWith(o.io, ExitUsage, o.bisect, err)
+		}
+	}
 	sim, err := diagnose.NewSim(o.sim)
 	if err != nil {
 		return exitWith(o.io, ExitUsage, o.bisect, err)
@@ -173,6 +180,13 @@ func (o *diagnoseOptions) run(ctx context.Context, flags *pflag.FlagSet) error {
 		return exitWith(o.io, ExitUsage, o.bisect, fmt.Errorf("%w (the time limit of the whole diagnosis; raise it with --timeout)", err))
 	case err != nil:
 		return exitWith(o.io, ExitUsage, o.bisect, err)
+	}
+	if fault != nil {
+		// A planted bug that changed no step would pass, and the pass
+		// would be taken for a proof.
+		if err := fault.Showed(rep.Changed()); err != nil {
+			return exitWith(o.io, ExitUsage, o.bisect, err)
+		}
 	}
 	if err := o.emit(rep); err != nil {
 		return err
@@ -253,6 +267,15 @@ func (o *diagnoseOptions) emit(rep *diagnose.Report) error {
 		return json.NewEncoder(o.io.Out).Encode(rep)
 	}
 	rep.WriteText(o.io.Out)
+	return nil
+}
+
+// plantedFault returns the fault a faulty:NAME backend plants (nil for any
+// other backend).
+func plantedFault(be backend.Backend) *faults.Fault {
+	if fb, ok := be.(faults.Backend); ok {
+		return fb.Fault
+	}
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/compare"
+	"github.com/kcheck-dev/kcheck/internal/faults"
 	"github.com/kcheck-dev/kcheck/internal/printable"
 	"github.com/kcheck-dev/kcheck/internal/progress"
 	"github.com/kcheck-dev/kcheck/internal/report"
@@ -288,6 +289,11 @@ func RunCase(ctx context.Context, c cases.Case, be backend.Backend, opts check.O
 	}
 	if err := check.CheckCaseMemory(c, opts.MaxMemory); err != nil {
 		return errResult(err)
+	}
+	if fb, ok := be.(faults.Backend); ok {
+		// a planted fault that cannot fire here would pass, and the pass
+		// would be taken for a proof: refuse the case instead
+		be = faults.Proving{Backend: fb}
 	}
 	type captured struct {
 		c   check.Capture

@@ -116,6 +116,11 @@ func (o *shrinkOptions) run(ctx context.Context) error {
 		if err != nil {
 			return exitWith(o.io, ExitUsage, false, err)
 		}
+		if f := plantedFault(be); f != nil {
+			if err := f.Applies(sel[0].Kernel); err != nil {
+				return exitWith(o.io, ExitUsage, false, err)
+			}
+		}
 		if res, err = shrink.Case(ctx, sel[0], be, sopts); err != nil {
 			return exitWith(o.io, ExitUsage, false, err)
 		}
