@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kcheck-dev/kcheck/internal/faults"
 	"github.com/kcheck-dev/kcheck/internal/version"
 )
 
@@ -148,6 +149,45 @@ func TestRunFaultyBackendFails(t *testing.T) {
 	}
 	if code, _, errs := run(t, "run", "--backend", "warp-drive", "--case", "nvfp4_dequantize/m16/k2048/linear/dequant"); code != ExitUsage || !strings.Contains(errs, "unknown backend") {
 		t.Errorf("unknown backend: exit %d, stderr %q", code, errs)
+	}
+}
+
+// kcheck faults --json keeps the fields of spec section 7 and carries each
+// fault's simulation settings and the reason the simulation cannot show it,
+// as the catalog holds them.
+func TestFaultsJSON(t *testing.T) {
+	code, out, errs := run(t, "faults", "--json")
+	if code != ExitPass {
+		t.Fatalf("exit %d, stderr %s", code, errs)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatal(err)
+	}
+	all := faults.All()
+	if len(rows) != len(all) {
+		t.Fatalf("%d rows for %d faults", len(rows), len(all))
+	}
+	for i, f := range all {
+		r := rows[i]
+		if r["name"] != f.Name || r["stage"] != f.Stage || r["bug_class"] != f.BugClass {
+			t.Errorf("row %d: name, stage, bug_class %v %v %v; want %s %s %s", i, r["name"], r["stage"], r["bug_class"], f.Name, f.Stage, f.BugClass)
+		}
+		sim, ok := r["simulate"].(map[string]any)
+		if !ok || len(sim) != len(f.Simulate) {
+			t.Errorf("%s: simulate %v, want %v", f.Name, r["simulate"], f.Simulate)
+		}
+		for k, v := range f.Simulate {
+			if sim[k] != v {
+				t.Errorf("%s: simulate %s = %v, want %s", f.Name, k, sim[k], v)
+			}
+		}
+		if got, _ := r["not_simulated"].(string); got != f.NotSimulated {
+			t.Errorf("%s: not_simulated %q, want %q", f.Name, got, f.NotSimulated)
+		}
+	}
+	if !strings.Contains(out, `"simulate":{"kv-cache-dtype":"fp8_e4m3"}`) || !strings.Contains(out, `"not_simulated":"the simulated decoder`) {
+		t.Errorf("the catalog's settings are not in the JSON: %.600s", out)
 	}
 }
 
