@@ -184,6 +184,7 @@ func samePagesFile(t *testing.T, path, kname string, b, seq, heads int) string {
 // platformBadInputs are rows that need what only some systems have (named
 // pipes, /proc): build-tagged files add them.
 var platformBadInputs []func() []badInput
+
 // npzOf writes a golden capture's tensors as a .npz archive the way numpy
 // saves them, bf16 and fp8 as ml_dtypes does ('<V2', '<V1': raw records;
 // internal/npy/testdata/ml_dtypes holds files ml_dtypes wrote), or, with
