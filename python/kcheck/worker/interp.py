@@ -1,4 +1,4 @@
-"""Two fixes for Triton's interpreter, applied only when it runs the kernels.
+"""Three fixes for Triton's interpreter, applied only when it runs the kernels.
 
 Triton 3.9's interpreter stores bfloat16 as its raw 16 bits in uint16
 arrays (triton/runtime/interpreter.py, the `tl.bfloat16: np.uint16`
@@ -11,22 +11,38 @@ original create_dot: exact (a bf16 value is the top half of its float32),
 and what the GPU's bf16 MMA does (exact products, fp32 accumulation). It
 changes nothing for any other dtype, and is not applied on a GPU.
 
-Its float downcast (_convert_float) is wrong for 8-bit floats: its "round
-to nearest even" adds the first cut-off bit (ties round away, not to even)
-and the carry out of a full mantissa is masked off instead of raising the
-exponent, so float32 7.9 becomes e4m3 4.0 and 1.0625 becomes 1.125
-(python/findings/triton_interpreter_fp8_cast.py). The shim converts
-float32/float16/bfloat16 to float8e4nv and float8e5 with torch's
-round-to-nearest-even after saturating to the format's largest finite value
-(what the GPU's cvt.rn.satfinite does for Triton's `.to(fp8)`); every other
-conversion is the interpreter's own.
+Its float downcasts go through _convert_float, which is wrong twice:
+
+- float32 -> bfloat16: InterpreterBuilder.cast_impl, the path of both
+  `x.to(tl.bfloat16)` and a store of fp32 values into a bf16 tensor, calls
+  it with no rounding mode, so the value is truncated toward zero: about
+  half of all values come out one bf16 ulp low in magnitude
+  (python/findings/triton_interpreter_bf16_cast.py). The GPU rounds to
+  nearest even (cvt.rn.bf16.f32). A kernel that rounds P or a dequantized
+  cache row to bf16 (vLLM's TRITON_MLA decode does both) is biased under
+  the interpreter by up to one bf16 ulp per value.
+- float32 -> fp8: its "round to nearest even" adds the first cut-off bit
+  (ties round away, not to even) and the carry out of a full mantissa is
+  masked off instead of raising the exponent, so float32 7.9 becomes e4m3
+  4.0 and 1.0625 becomes 1.125 (python/findings/triton_interpreter_fp8_cast.py).
+
+The shim converts float32/float16/bfloat16 to a narrower bfloat16, float16,
+float8e4nv or float8e5 with torch's round-to-nearest-even, after saturating
+to the format's largest finite value for the fp8 formats (what the GPU's
+cvt.rn.satfinite does for Triton's `.to(fp8)`); a conversion asked for
+toward zero (rounding mode RTZ) and every other conversion is the
+interpreter's own.
 """
 
 import numpy as np
 
 NOTE = ("triton interpreter: bf16 tl.dot operands widened exactly to fp32 (create_dot multiplies raw bf16 bits otherwise; "
-        "python/findings/triton_interpreter_bf16_dot.py); fp8 downcasts by torch's RTNE after saturation (_convert_float drops "
-        "the mantissa carry; python/findings/triton_interpreter_fp8_cast.py)")
+        "python/findings/triton_interpreter_bf16_dot.py); downcasts to bf16, f16 and fp8 by torch's RTNE, fp8 after saturation "
+        "(_convert_float truncates fp32 to bf16 and drops the fp8 mantissa carry; python/findings/triton_interpreter_bf16_cast.py, "
+        "python/findings/triton_interpreter_fp8_cast.py)")
+
+# The casts the probe and the fix cover, as torch dtype names.
+CAST_TARGETS = ("bfloat16", "float8_e4m3fn")
 
 _applied = False
 
@@ -36,15 +52,17 @@ def _bf16_to_f32(bits):
 
 
 def apply():
-    """Install the fix once; returns the note to record, or None when the
-    interpreter already handles bf16 (a fixed Triton)."""
+    """Install the fixes once; returns the note to record, or None when the
+    interpreter already gets bf16 dots and every probed downcast right (a
+    fixed Triton)."""
     global _applied
     import triton.language as tl
     from triton.runtime import interpreter as ti
 
     if _applied:
         return NOTE
-    fix_dot, fix_cast = needed(), cast_error() > 0
+    fix_dot = needed()
+    fix_cast = any(cast_error(t) > 0 for t in CAST_TARGETS)
     if not (fix_dot or fix_cast):
         return None
     orig = ti.InterpreterBuilder.create_dot
@@ -59,34 +77,45 @@ def apply():
     if fix_dot:
         ti.InterpreterBuilder.create_dot = create_dot
     if fix_cast:
-        _patch_fp8_cast(ti, tl)
+        _patch_float_cast(ti, tl)
     _applied = True
     return NOTE
 
 
-def _patch_fp8_cast(ti, tl):
+def _patch_float_cast(ti, tl):
     import torch
 
     orig = ti._convert_float
     wide = {tl.float32: torch.float32, tl.float16: torch.float16, tl.bfloat16: torch.bfloat16}
-    narrow = {tl.float8e4nv: (torch.float8_e4m3fn, 448.0), tl.float8e5: (torch.float8_e5m2, 57344.0)}
+    # target -> (torch dtype, saturation bound; None: overflow goes to inf, as cvt.rn does)
+    narrow = {
+        tl.bfloat16: (torch.bfloat16, None),
+        tl.float16: (torch.float16, None),
+        tl.float8e4nv: (torch.float8_e4m3fn, 448.0),
+        tl.float8e5: (torch.float8_e5m2, 57344.0),
+    }
 
     def convert(input, input_dtype, output_dtype, rounding_mode):
         rtz = rounding_mode is not None and rounding_mode != ti._ir.ROUNDING_MODE.RTNE
-        if input_dtype in wide and output_dtype in narrow and not rtz:
+        if (input_dtype in wide and output_dtype in narrow and input_dtype != output_dtype and not rtz
+                and input_dtype.primitive_bitwidth >= output_dtype.primitive_bitwidth):
             src_t, (dst_t, mx) = wide[input_dtype], narrow[output_dtype]
-            bits = np.ascontiguousarray(input).view(getattr(np, f"uint{input_dtype.primitive_bitwidth}"))
-            t = torch.from_numpy(bits.astype(np.int64).astype(getattr(np, f"int{input_dtype.primitive_bitwidth}"))).view(src_t)
-            out = t.float().clamp(-mx, mx).to(dst_t).view(torch.uint8).numpy()
-            return out.reshape(np.shape(input))
+            in_bits, out_bits = input_dtype.primitive_bitwidth, output_dtype.primitive_bitwidth
+            raw = np.ascontiguousarray(input).view(getattr(np, f"uint{in_bits}")).view(getattr(np, f"int{in_bits}"))
+            w = torch.from_numpy(raw.copy()).view(src_t).float()
+            if mx is not None:
+                w = w.clamp(-mx, mx)
+            out = w.to(dst_t).view(torch.uint8 if out_bits == 8 else torch.int16).numpy()
+            return out.view(getattr(np, f"uint{out_bits}")).reshape(np.shape(input))
         return orig(input, input_dtype, output_dtype, rounding_mode)
 
     ti._convert_float = convert
 
 
-def cast_error():
-    """How many of a sweep of float32 values the interpreter's `.to(fp8e4nv)`
-    rounds differently from torch (after saturation): the probe the test checks."""
+def cast_error(target="float8_e4m3fn"):
+    """How many of a sweep of float32 values the interpreter's `.to(target)`
+    rounds differently from torch (after saturation, for fp8): the probe
+    `apply` and the test use. target is a torch dtype name of CAST_TARGETS."""
     import torch
     import triton
     import triton.language as tl
@@ -96,11 +125,17 @@ def cast_error():
         r = tl.arange(0, N)
         tl.store(y_ptr + r, tl.load(x_ptr + r).to(y_ptr.dtype.element_ty))
 
-    x = torch.linspace(-500, 500, 4096)
-    y = torch.zeros(4096, dtype=torch.float8_e4m3fn)
+    dt = getattr(torch, target)
+    if dt == torch.float8_e4m3fn:
+        x = torch.linspace(-500, 500, 4096)
+        want = x.clamp(-448, 448).to(dt)
+    else:
+        x = torch.randn(4096, generator=torch.Generator().manual_seed(1))
+        want = x.to(dt)
+    y = torch.zeros(4096, dtype=dt)
     _cast[(1,)](x, y, 4096)
-    want = x.clamp(-448, 448).to(torch.float8_e4m3fn)
-    return int((y.view(torch.uint8) != want.view(torch.uint8)).sum())
+    bits = torch.uint8 if dt.itemsize == 1 else torch.int16
+    return int((y.view(bits) != want.view(bits)).sum())
 
 
 def dot_error(dtype_name="bfloat16", n=16):
