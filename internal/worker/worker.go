@@ -58,6 +58,20 @@ func (b *Backend) RunInfo(ctx context.Context, name string, in kernel.Inputs) (m
 	return b.Worker.Run(ctx, name, in)
 }
 
+// RunWithMeta implements backend.MetaRunner: the metadata the worker wrote
+// into OUT goes into the run's capture, as the cuda backend's does. It
+// holds the kernel's declared precision (acc_dtype, p_dtype,
+// kv_dequant_dtype, softmax_block: what the Expected reference emulates,
+// so a correct engine kernel with a 32-token softmax tile is not judged
+// against FlashMLA's 64) and the provenance (source, engine, version).
+func (b *Backend) RunWithMeta(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, map[string]string, error) {
+	outs, info, err := b.Worker.Run(ctx, name, in)
+	if err != nil {
+		return outs, nil, err
+	}
+	return outs, info.Meta, nil
+}
+
 func init() {
 	backend.Register("exec", func(arg string) (backend.Backend, error) { return ParseExec(arg) })
 	backend.Register("worker", func(arg string) (backend.Backend, error) { return ParseWorker(arg) })

@@ -105,6 +105,9 @@ func fakeWorker(mode string, args []string) int {
 		all[k] = v
 	}
 	meta := map[string]string{"source": "kcheck test worker"}
+	if mode == "declares" {
+		meta["softmax_block"] = "32"
+	}
 	if err := safetensors.Write(*outPath, meta, all, safetensors.WriteOptions{}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -218,6 +221,26 @@ func TestExecRunGoesOn(t *testing.T) {
 			if r.Verdict != "error" || !strings.Contains(r.Error, mode) {
 				t.Errorf("%s: result %s", mode, l)
 			}
+		}
+	}
+}
+
+// What a worker writes into OUT's metadata (its declared precision, its
+// provenance) is in the capture kcheck judges: without it a correct engine
+// kernel is judged at another kernel's precision.
+func TestExecMetadataReachesCapture(t *testing.T) {
+	t.Setenv("KCHECK_TEST_INHERITED", "yes")
+	be, err := backend.Parse(execSpec(t, "declares"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cli.Capture(context.Background(), catalogCase(t, smallCase), be, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{"softmax_block": "32", "source": "kcheck test worker", "kcheck.kernel": "splitk_combine"} {
+		if got := c.Metadata[k]; got != want {
+			t.Errorf("capture metadata %s = %q, want %q (the worker's OUT metadata must reach the capture)", k, got, want)
 		}
 	}
 }
