@@ -110,4 +110,4 @@ python-vectors:
 engines-ci: build
 	KCHECK_PYTHON=$(CURDIR)/$(PYVENV)/bin/python TRITON_INTERPRET=1 $(PYVENV)/bin/python -m kcheck.catalog --subset ci --kcheck bin/kcheck
 engines-full: build
-	KCHECK_PYTHON=$(CURDIR)/$(PYVENV)/bin/python TRITON_INTERPRET=1 $(PYVENV)/bin/python -m kcheck.catalog --subset full --kcheck bin/kcheck
+	KCHECK_PYTHON=$(CURDIR)/$(PYVENV)/bin/python TRITON_INTERPRET=1 $(PYVENV)/bin/python -m kcheck.catalog --subset full --kcheck bin/kcheck --md python/kcheck/worker/RESULTS.md

@@ -56,6 +56,45 @@ def _triton_mla_splits(max_seq_len):
     return 1 << (n - 1).bit_length()
 
 
+_PRECISION_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+
+
+def _triton_mla_precision(q_dtype, cache_dtype):
+    """The declared precision of _fwd_grouped_kernel_stage1 (vllm 0.33.0,
+    vllm/v1/attention/ops/triton_decode_attention.py), which the Expected
+    reference then emulates:
+
+    - acc_dtype f32: `qk = tl.dot(q, k.to(q.dtype))` (line 393) and
+      `acc += tl.dot(p.to(v.dtype), v)` (line 437) accumulate in fp32
+      (tl.dot's default out dtype for 16-bit operands);
+    - kv_dequant_dtype = q's dtype: an fp8 row is `(k.to(tl.float32) *
+      ks).to(q.dtype)` (lines 391-392; kpe likewise, 402-403);
+    - p_dtype = V's dtype, and with is_mla V is the (dequantized) K block
+      itself, `v = tl.trans(k)` (line 431): q's dtype for an fp8 cache,
+      the cache's own for a 16-bit one;
+    - softmax_block 32: the running max e_max advances once per BLOCK_N =
+      32-token tile (_decode_grouped_att_m_fwd, `BLOCK = 32`, line 505;
+      16 on ROCm, which this worker does not run), so P is rounded
+      against a max kept per 32 tokens.
+
+    The softmax itself is natural-base, `p = tl.exp(qk - n_e_max)` on
+    qk = fp32(dot * sm_scale) (lines 405, 435), where kcheck's model is
+    FlashMLA's exp2f(fma(s, scale*log2e, -m*scale*log2e)); the two differ
+    by a few fp32 ulp of P, below P's bf16 rounding, so it is not declared.
+    """
+    q_name = _PRECISION_DTYPES.get(q_dtype)
+    if q_name is None:
+        raise Unsupported(f"q dtype {q_dtype}: TRITON_MLA runs bf16/fp16 queries")
+    fp8 = cache_dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+    return {
+        "acc_dtype": "f32",
+        "kv_dequant_dtype": q_name,
+        "p_dtype": q_name if fp8 else _PRECISION_DTYPES.get(cache_dtype, q_name),
+        "softmax_block": "32",
+        "kcheck.worker.precision_source": "vllm/v1/attention/ops/triton_decode_attention.py (vllm 0.33.0) lines 391-437, 505",
+    }
+
+
 def mla_decode(tensors, meta, opts):
     """TRITON_MLA's forward_mqa (vllm/v1/attention/backends/mla/triton_mla.py):
     o = zeros(B, H, kv_lora_rank, q.dtype), lse = zeros(B, H, q.dtype),
@@ -116,7 +155,16 @@ def mla_decode(tensors, meta, opts):
     else:
         sl = seq_lens.repeat_interleave(s_q) if s_q > 1 else seq_lens
     max_len = int(seq_lens.max().item()) if seq_lens.numel() else 0
-    S = int(opts.get("num_kv_splits", _triton_mla_splits(max_len)))
+    # The split count: the option, else the case's own (a split-K case asks
+    # for S splits: the kernel takes any num_kv_splits), else TRITON_MLA's.
+    if "num_kv_splits" in opts:
+        S, why = int(opts["num_kv_splits"]), "option num_kv_splits"
+    elif meta.get("num_splits"):
+        S, why = int(meta["num_splits"]), "the case's num_splits"
+    else:
+        S, why = _triton_mla_splits(max_len), "TRITON_MLA _compute_num_kv_splits (no SM cap on the CPU)"
+    if S < 1:
+        raise BadInput(f"num_kv_splits = {S}: want at least 1")
 
     rows = B * s_q
     o = torch.zeros(rows, H, L, dtype=q.dtype, device=q.device)
@@ -136,7 +184,9 @@ def mla_decode(tensors, meta, opts):
         outs["partial_lse"] = attn_logits[..., L].reshape(B, s_q, H, S)
     m = provenance("vllm", "vllm", "vllm.v1.attention.ops.triton_decode_attention.decode_attention_fwd (as TRITON_MLA forward_mqa)", shim)
     m["num_kv_splits"] = str(S)
+    m["kcheck.worker.num_kv_splits_from"] = why
     m["kcheck.worker.lse_dtype"] = str(lse.dtype).replace("torch.", "")
+    m.update(_triton_mla_precision(q.dtype, cache.dtype))
     return outs, m
 
 
