@@ -107,6 +107,8 @@ func TestTorchFormats(t *testing.T) {
 		}
 	}
 
+	e8m0Encode(t, get)
+
 	for _, pair := range [][2]string{{"bf16", "f32"}, {"f16", "f32"}} {
 		a, b := f.Tensors[pair[0]], f.Tensors[pair[0]+"_"+pair[1]]
 		for i := 0; i < a.Len(); i++ {
@@ -121,4 +123,76 @@ func TestTorchFormats(t *testing.T) {
 			t.Errorf("int element %d: %d, %d", i, i32.Int64At(i), i64.Int64At(i))
 		}
 	}
+}
+
+// e8m0Encode compares formats.E8M0.Encode with torch's and ml_dtypes'
+// float32 -> float8_e8m0fnu over every midpoint 1.5·2^k, its float32
+// neighbours, every code's value and the inputs E8M0 has no code for. The
+// three differ in kind, not by accident, and each difference is named:
+//
+//   - tie: at exactly 1.5·2^k both libraries round up (torch's
+//     fp8e8m0fnu_from_fp32_value rounds up when the guard bit is set and
+//     the implicit bit is 1; ml_dtypes' round-to-nearest-even sees the
+//     implicit bit as the kept LSB), kcheck rounds down (formats.go).
+//   - overflow: from 1.5·2^127 up (FLT_MAX included) both libraries give
+//     0xFF (NaN); kcheck saturates to 0xFE (2^127).
+//   - zero, negative: ml_dtypes gives NaN; kcheck gives code 0 (2^-127)
+//     and torch ignores the sign (it reads the exponent bits only), 0 for 0.
+//   - torch_subnormal: torch rounds float32 subnormals in (2^-127,
+//     1.5·2^-127) up to 2^-126 (its guard bit is the subnormal's leading
+//     mantissa bit); ml_dtypes and kcheck give 2^-127, the nearer code.
+//
+// Every other value must encode identically, and each named difference
+// must occur, so the list cannot go stale.
+func e8m0Encode(t *testing.T, get func(string, tensor.DType) *tensor.Tensor) {
+	x := get("e8m0_sweep", tensor.F32)
+	want := map[string][]string{"torch": {"tie", "overflow", "negative", "torch_subnormal"}, "mldtypes": {"tie", "overflow", "zero", "negative"}}
+	for _, lib := range []string{"torch", "mldtypes"} {
+		codes := get("e8m0_sweep_"+lib, tensor.U8)
+		seen := map[string]int{}
+		bad := 0
+		for i := 0; i < x.Len(); i++ {
+			v := x.Float64At(i)
+			kc, lc := formats.E8M0.Encode(v), codes.Data[i]
+			if kc == lc {
+				continue
+			}
+			kind := e8m0Difference(lib, v, kc, lc)
+			if kind == "" {
+				if bad++; bad <= 5 {
+					t.Errorf("e8m0 encode %v (%#x): kcheck %#02x, %s %#02x, a difference no rule explains", v, math.Float32bits(float32(v)), kc, lib, lc)
+				}
+				continue
+			}
+			seen[kind]++
+		}
+		for _, k := range want[lib] {
+			if seen[k] == 0 {
+				t.Errorf("e8m0 encode vs %s: the documented difference %q never occurs: update the doc of e8m0Encode and formats.E8M0.Encode", lib, k)
+			}
+		}
+		t.Logf("e8m0 encode: %d sweep values; differences from %s, each a documented rule: %v", x.Len(), lib, seen)
+	}
+}
+
+// e8m0Difference names the documented rule that makes library code lc of
+// v differ from kcheck's kc, or returns "".
+func e8m0Difference(lib string, v float64, kc, lc uint8) string {
+	frac, _ := math.Frexp(math.Abs(v))
+	tie := frac == 0.75
+	switch {
+	case v >= 1.5*math.Ldexp(1, 127) && !math.IsInf(v, 0) && kc == 0xFE && lc == 0xFF:
+		return "overflow"
+	case v > 0 && tie && lc == kc+1:
+		return "tie"
+	case v == 0 && lib == "mldtypes" && lc == 0xFF:
+		return "zero"
+	case v < 0 && lib == "mldtypes" && lc == 0xFF:
+		return "negative"
+	case v < 0 && lib == "torch" && (lc == formats.E8M0.Encode(-v) || tie && lc == formats.E8M0.Encode(-v)+1):
+		return "negative"
+	case lib == "torch" && v > math.Ldexp(1, -127) && v < 1.5*math.Ldexp(1, -127) && kc == 0 && lc == 1:
+		return "torch_subnormal"
+	}
+	return ""
 }

@@ -2,7 +2,7 @@
 safetensors.torch.save_file: every code of E2M1, E4M3FN, E5M2 and E8M0 with
 its value as torch and ml_dtypes decode it, and encode sweeps over every
 rounding midpoint (and the float32 neighbours on either side) with the codes
-torch and ml_dtypes give, plus bf16/f16/int32/int64 tensors. The Go test
+torch and ml_dtypes give (E8M0's with the inputs it has no code for), plus bf16/f16/int32/int64 tensors. The Go test
 internal/safetensors/torch_formats_test.go reads it with kcheck's own reader
 and compares kcheck's reference/formats with both libraries: a third and
 fourth source beside NVIDIA's tables (/work/shared/data).
@@ -34,6 +34,17 @@ def midpoint_sweep(values):
     return np.concatenate([m32, up, down, v.astype(np.float32)])
 
 
+# E8M0 has no sign, zero, infinity or subnormal codes: how an encoder maps
+# those inputs is a choice each library makes, so the sweep holds them too
+# (zeros, negatives, float32 subnormals around 2^-127 and its midpoints, the
+# values past the largest code, infinities and NaN).
+E8M0_SPECIALS = np.array(
+    [0.0, -0.0, -1.0, -1.5, -3.0, 2.0**-149, 2.0**-128, 1.25 * 2.0**-127, 1.5 * 2.0**-127, 1.75 * 2.0**-127,
+     2.0**-126 * 0.6, 1.5 * 2.0**127, 1.75 * 2.0**127, np.finfo(np.float32).max, np.inf, -np.inf, np.nan],
+    dtype=np.float32,
+)
+
+
 def main():
     t = {}
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
@@ -46,11 +57,12 @@ def main():
         t[f"{name}_codes"] = as_fmt  # stored in the format's own safetensors dtype
         t[f"{name}_torch"] = as_fmt.float()
         t[f"{name}_mldtypes"] = torch.from_numpy(codes.numpy().view(mdt).astype(np.float32))
-        if name != "e8m0":
-            x = midpoint_sweep(t[f"{name}_torch"].numpy())
-            t[f"{name}_sweep"] = torch.from_numpy(x)
-            t[f"{name}_sweep_torch"] = torch.from_numpy(x).to(tdt).view(torch.uint8)
-            t[f"{name}_sweep_mldtypes"] = torch.from_numpy(x.astype(mdt).view(np.uint8))
+        x = midpoint_sweep(t[f"{name}_torch"].numpy())
+        if name == "e8m0":
+            x = np.concatenate([x, E8M0_SPECIALS])
+        t[f"{name}_sweep"] = torch.from_numpy(x)
+        t[f"{name}_sweep_torch"] = torch.from_numpy(x).to(tdt).view(torch.uint8)
+        t[f"{name}_sweep_mldtypes"] = torch.from_numpy(x.astype(mdt).view(np.uint8))
     # E2M1: ml_dtypes' float4_e2m1fn (one code a byte) and packed FP4 (low nibble first).
     c4 = np.arange(16, dtype=np.uint8)
     t["e2m1_codes"] = torch.from_numpy(c4)

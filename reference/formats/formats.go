@@ -272,10 +272,15 @@ func (e8m0) Decode(code uint8) float64 {
 }
 
 // Encode rounds a positive x to the nearest power of two in [2^-127, 2^127]
-// (ties, at 1.5·2^k in log space being ambiguous, are settled in linear space:
-// the midpoint between 2^k and 2^(k+1) is 1.5·2^k and rounds up to even-free
-// 2^(k+1) only above it). NaN, infinities and values <= 0 give 0xFF except
-// that 0 and negatives clamp to the smallest code, as MX writers do.
+// in linear space: the midpoint between 2^k and 2^(k+1) is 1.5·2^k, and x
+// rounds up only above it (a tie rounds down). Finite values past 2^127
+// saturate to 0xFE; NaN and infinities give 0xFF; 0 and negatives clamp to
+// the smallest code, as MX writers do. torch 2.15 and ml_dtypes 0.7 differ
+// from this in kind (internal/safetensors/torch_formats_test.go, e8m0Encode,
+// checks each difference over every midpoint): both round a tie up and turn
+// finite values from 1.5·2^127 up into NaN; ml_dtypes makes 0 and negatives
+// NaN, torch drops the sign and rounds subnormals in (2^-127, 1.5·2^-127)
+// up to 2^-126.
 func (e8m0) Encode(x float64) uint8 {
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		return 0xFF
