@@ -44,6 +44,12 @@ RUNS = [
      " every element takes over 20 minutes a case in the interpreter on two busy cores"),
     ("torchao nvfp4_quantize", "worker:torchao", "nvfp4_quantize", None,
      ["nvfp4_quantize/m16/k2048/*"], ["nvfp4_quantize/*"], "linear and to_blocked scales"),
+    ("torchao NVFP4Tensor.dequantize", "worker:torchao", "nvfp4_dequantize", None,
+     ["nvfp4_dequantize/m16/k2048/*/dequant"], ["nvfp4_dequantize/*"], "dequant-direction global only"),
+    ("ModelOpt NVFP4QTensor.quantize", "worker:modelopt", "nvfp4_quantize", None,
+     ["nvfp4_quantize/m16/k2048/linear"], ["nvfp4_quantize/*"], "linear scales only"),
+    ("ModelOpt NVFP4QTensor.dequantize", "worker:modelopt", "nvfp4_dequantize", None,
+     ["nvfp4_dequantize/m16/k2048/linear/dequant"], ["nvfp4_dequantize/*"], "linear scales, dequant-direction global only"),
 ]
 
 
