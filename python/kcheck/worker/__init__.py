@@ -26,7 +26,7 @@ import traceback
 # Worker name -> (module, one-line description). Listing imports none of them.
 WORKERS = {
     "vllm": ("kcheck.worker.vllm", "vLLM Triton kernels: TRITON_MLA decode_attention_fwd, merge_attn_states"),
-    "sglang": ("kcheck.worker.sglang", "SGLang Triton kernels: merge_state, the DSA fp8_ds_mla cache quantizer"),
+    "sglang": ("kcheck.worker.sglang", "SGLang Triton kernels: grouped MLA decode, merge_state, the DSA fp8_ds_mla cache quantizer"),
     "flashinfer": ("kcheck.worker.flashinfer", "FlashInfer Triton cascade merge_states kernel"),
     "torchao": ("kcheck.worker.nvfp4", "torchao NVFP4 quantize and dequantize (pure PyTorch), linear and to_blocked scales"),
     "modelopt": ("kcheck.worker.nvfp4", "NVIDIA ModelOpt NVFP4QTensor quantize and dequantize (pure PyTorch), linear scales"),

@@ -7,7 +7,7 @@ shim of SGLang is needed.
 import torch
 
 from kcheck.worker import BadInput, Unsupported
-from kcheck.worker.common import need, param, provenance, require_convention
+from kcheck.worker.common import float_param, need, param, provenance, require_convention
 
 
 def splitk_combine(tensors, meta, opts):
@@ -71,5 +71,131 @@ def kv_cache_write(tensors, meta, opts):
     return {"cache_after": after}, m
 
 
+# SGLang's split length is rounded up to whole 32-token blocks
+# (sglang/kernels/ops/attention/decode_attention.py, _MIN_BLOCK_KV = 32,
+# kv_len_per_split = cdiv(cdiv(seq_len, kv_splits), MIN_BLOCK_KV) *
+# MIN_BLOCK_KV in stage 1 and stage 2).
+MIN_BLOCK_KV = 32
+# TritonAttnBackend.max_kv_splits (sglang/srt/layers/attention/
+# triton_backend.py, `get_exec().kernel.triton_attention_num_kv_splits`),
+# 8 as SGLang's own attention tests set it; without a device core count
+# (the CPU) get_num_kv_splits fills every request's count with it.
+DEFAULT_KV_SPLITS = 8
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def mla_decode(tensors, meta, opts):
+    """SGLang's Triton grouped decode, decode_attention_fwd_grouped (sglang
+    0.5.23, sglang/kernels/ops/attention/decode_attention.py), as
+    TritonAttnBackend.forward_decode calls it for MLA (has_mla=True, one
+    query a request):
+
+    - the cache is SGLang's token-major pool: kv_cache [NB, P, D] viewed as
+      [NB*P, 1, D] (k_buffer) and its first L columns (v_buffer), with
+      kv_indptr [B+1] and kv_indices the request's token slots
+      (block_table[b, t // P] * P + t % P): the worker builds these token
+      lists from the block table (data movement);
+    - num_kv_splits [B] per request (all equal here: the option
+      num_kv_splits, else the case's num_splits, else 8, SGLang's
+      max_kv_splits as the backend fills it without a core count),
+      attn_logits [B, H, S, L] and attn_lse [B, H, S] fp32, filled with NaN
+      first (a split the kernel never writes is visibly not data);
+    - o [B, H, L] in q's dtype, sm_scale_withk = softmax_scale (bf16 cache:
+      k_scale 1), v_scale 1.
+
+    Outputs: out [B, 1, H, L]; partial_out [B, 1, H, S, L] and partial_lse
+    [B, 1, H, S] from attn_logits and attn_lse; split_bounds [B, S+1], the
+    token ranges the kernel split each request into (its 32-token rounding),
+    which is the partials' layout, not a result. SGLang's decode computes
+    no final lse (stage 2 stores o only), so OUT has none: kcheck's
+    mla_decode contract requires one today, and says so.
+
+    Refused: fp8 caches (stage 1 rounds q to the cache's fp8 dtype,
+    `q_k = q.to(K_Buffer.dtype.element_ty)`, line 661, and P to it,
+    `p.to(v.dtype)` with v the fp8 K block, line 762: kcheck's precision
+    model has no fp8 q or P), fp8_ds_mla, s_q > 1 (the decode path takes
+    one query a request) and causal.
+    """
+    require_convention(meta, "sglang", "mla_decode", "lse_base", "e")
+    kind = param(meta, "kv_cache_dtype", "bf16")
+    if kind != "bf16":
+        raise Unsupported(f"kv_cache_dtype {kind}: SGLang's Triton decode rounds q and P to an fp8 cache's dtype "
+                          "(decode_attention.py lines 661, 762), which kcheck's precision model cannot declare; bf16 only")
+    q = need(tensors, "q")
+    cache = need(tensors, "kv_cache")
+    block_table = need(tensors, "block_table").to(torch.int64)
+    seq_lens = need(tensors, "seq_lens").to(torch.int64)
+    if q.dim() != 4:
+        raise BadInput(f"q has shape {tuple(q.shape)}; want [B, s_q, H, D]")
+    B, s_q, H, D = q.shape
+    if s_q != 1:
+        raise Unsupported(f"s_q = {s_q}: SGLang's Triton decode takes one query a request")
+    if cache.dim() != 3 or cache.shape[2] != D:
+        raise BadInput(f"kv_cache has shape {tuple(cache.shape)}; want [NB, P, {D}]")
+    if meta.get("causal", "false") == "true":
+        raise Unsupported("causal: one query a request has nothing to mask")
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        raise Unsupported(f"q dtype {q.dtype}: SGLang's decode runs bf16/fp16 queries")
+    L = int(param(meta, "latent_dim", "512"))
+    NB, P = cache.shape[0], cache.shape[1]
+    scale = float_param(meta, "softmax_scale")
+    if "num_kv_splits" in opts:
+        S, why = int(opts["num_kv_splits"]), "option num_kv_splits"
+    elif meta.get("num_splits"):
+        S, why = int(meta["num_splits"]), "the case's num_splits"
+    else:
+        S, why = DEFAULT_KV_SPLITS, "SGLang's max_kv_splits without a device core count"
+    if S < 1:
+        raise BadInput(f"num_kv_splits = {S}: want at least 1")
+
+    from sglang.kernels.ops.attention.decode_attention import decode_attention_fwd_grouped
+
+    lens = [int(n) for n in seq_lens.tolist()]
+    slots = []
+    for b, n in enumerate(lens):
+        t = torch.arange(n, dtype=torch.int64, device=q.device)
+        slots.append(block_table[b, t // P] * P + t % P)
+    kv_indices = torch.cat(slots).to(torch.int32) if slots else torch.zeros(0, dtype=torch.int32)
+    kv_indptr = torch.zeros(B + 1, dtype=torch.int32, device=q.device)
+    kv_indptr[1:] = torch.cumsum(seq_lens, 0).to(torch.int32)
+    k_buffer = cache.reshape(NB * P, 1, D)
+    v_buffer = k_buffer[..., :L]
+    num_kv_splits = torch.full((B,), S, dtype=torch.int32, device=q.device)
+    attn_logits = torch.full((B, H, S, L), float("nan"), dtype=torch.float32, device=q.device)
+    attn_lse = torch.full((B, H, S), float("nan"), dtype=torch.float32, device=q.device)
+    o = torch.zeros(B, H, L, dtype=q.dtype, device=q.device)
+    decode_attention_fwd_grouped(
+        q.reshape(B, H, D).contiguous(), k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_logits, attn_lse,
+        num_kv_splits, S, scale, 1.0, has_mla=True, page_size=1,
+    )
+    bounds = torch.zeros(B, S + 1, dtype=torch.int32)
+    for b, n in enumerate(lens):
+        per = _cdiv(_cdiv(n, S), MIN_BLOCK_KV) * MIN_BLOCK_KV
+        bounds[b] = torch.tensor([min(k * per, n) for k in range(S + 1)], dtype=torch.int32)
+    outs = {
+        "out": o.reshape(B, 1, H, L),
+        "partial_out": attn_logits.reshape(B, 1, H, S, L),
+        "partial_lse": attn_lse.reshape(B, 1, H, S),
+        "split_bounds": bounds,
+    }
+    m = provenance("sglang", "sglang", "sglang.kernels.ops.attention.decode_attention.decode_attention_fwd_grouped (as TritonAttnBackend.forward_decode, has_mla)")
+    m["num_kv_splits"] = str(S)
+    m["kcheck.worker.num_kv_splits_from"] = why
+    # Declared precision (decode_attention.py, _fwd_grouped_kernel_stage1):
+    # fp32 tl.dot accumulation (lines 690, 762), P rounded to V's dtype,
+    # with has_mla V is the bf16 K block (`v = tl.trans(k)`, line 734), and
+    # a running max per BLOCK_N = 32 tokens (_decode_grouped_att_m_fwd,
+    # `BLOCK = 32`, line 818).
+    m.update({"acc_dtype": "f32", "p_dtype": "bf16", "kv_dequant_dtype": "bf16", "softmax_block": "32",
+              "kcheck.worker.precision_source": "sglang/kernels/ops/attention/decode_attention.py (sglang 0.5.23) lines 661-762, 818"})
+    return outs, m
+
+
+mla_decode.options = ("num_kv_splits",)
+
+
 def kernels(name):
-    return {"splitk_combine": splitk_combine, "kv_cache_write": kv_cache_write}
+    return {"splitk_combine": splitk_combine, "kv_cache_write": kv_cache_write, "mla_decode": mla_decode}
