@@ -6,8 +6,9 @@ Runs `kcheck run --backend worker:... --json` for every entry of RUNS and
 prints one Markdown table row per entry: cases run, pass / fail /
 inconclusive / error counts, and the refused cases (worker exit 4,
 `unsupported`) with the worker's reason. The `ci` subset is what .ci/run
-runs (a few cases of each kernel: every worker process imports its engine,
-20-50 s on two busy cores); `full` is every catalog case the kernel maps to.
+runs: one case for each worker and kernel (every worker process imports its
+engine, 20-50 s on two busy cores), ten in all; `full` is every catalog case
+the kernel maps to, except where an entry's note says why not.
 """
 
 import argparse
@@ -28,10 +29,10 @@ BASE2_SMALL = os.path.join(HERE, "..", "cases", "flashinfer-base2-small.json")
 # where the note says why not.
 RUNS = [
     ("vLLM TRITON_MLA decode_attention_fwd, fp32 lse buffer", "worker:vllm,lse_dtype=f32,partials=off", "mla_decode", None,
-     ["mla_decode/deepseek-v3/tp8/*/p16/ctx-P+1"], ["mla_decode/*/tp8/*", "mla_decode/mtp/*"],
+     ["mla_decode/deepseek-v3/tp8/fp8_e4m3/p16/ctx-P+1"], ["mla_decode/*/tp8/*", "mla_decode/mtp/*"],
      "out (bf16) and lse; tp1 (128 heads) not in the full run: 8x the interpreter time of tp8"),
     ("vLLM TRITON_MLA decode_attention_fwd, as forward_mqa calls it", "worker:vllm", "mla_decode", None,
-     ["mla_decode/deepseek-v3/tp8/bf16/p16/ctx-P+1"], ["mla_decode/deepseek-v3/tp8/bf16/p16/ctx-P+1", "mla_decode/split/deepseek-v3/tp8/s4/*"],
+     None, ["mla_decode/deepseek-v3/tp8/bf16/p16/ctx-P+1", "mla_decode/split/deepseek-v3/tp8/s4/*"],
      "bf16 lse and attn_logits partials: needs issue 16; the full run is a few cases, every one ends in the same contract error"),
     ("vLLM Triton merge_attn_states", "worker:vllm", "splitk_combine", None,
      ["splitk_combine/deepseek-v3/tp8/s2"], ["splitk_combine/*"], "two states only (S = 2)"),
@@ -49,9 +50,9 @@ RUNS = [
      "base 2, small shapes (python/cases/flashinfer-base2-small.json): its scalar loop over every element takes"
      " over 20 minutes a case of the catalog's 32 x 512 in the interpreter (python/cases/flashinfer-base2.json holds those)"),
     ("torchao nvfp4_quantize", "worker:torchao", "nvfp4_quantize", None,
-     ["nvfp4_quantize/m16/k2048/*"], ["nvfp4_quantize/*"], "linear and to_blocked scales"),
+     ["nvfp4_quantize/m16/k2048/swizzled_128x4"], ["nvfp4_quantize/*"], "linear and to_blocked scales"),
     ("torchao NVFP4Tensor.dequantize", "worker:torchao", "nvfp4_dequantize", None,
-     ["nvfp4_dequantize/m16/k2048/*/dequant"], ["nvfp4_dequantize/*"], "dequant-direction global only"),
+     ["nvfp4_dequantize/m16/k2048/swizzled_128x4/dequant"], ["nvfp4_dequantize/*"], "dequant-direction global only"),
     ("ModelOpt NVFP4QTensor.quantize", "worker:modelopt", "nvfp4_quantize", None,
      ["nvfp4_quantize/m16/k2048/linear"], ["nvfp4_quantize/*"], "linear scales only"),
     ("ModelOpt NVFP4QTensor.dequantize", "worker:modelopt", "nvfp4_dequantize", None,

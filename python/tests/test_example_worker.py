@@ -11,7 +11,10 @@ from conftest import ROOT
 
 
 def _run(kcheck_bin, path, env):
-    p = subprocess.run([kcheck_bin, "run", "--json", "--quiet", "--match", "splitk_combine/deepseek-v3/*",
+    # Two cases (S = 2 and 4), one worker process each: every process
+    # imports torch, tens of seconds on two busy CI cores.
+    p = subprocess.run([kcheck_bin, "run", "--json", "--quiet", "--case", "splitk_combine/deepseek-v3/tp8/s2",
+                        "--case", "splitk_combine/deepseek-v3/tp8/s4",
                         "--backend", f"exec:'{sys.executable}' '{path}'"], capture_output=True, text=True, env=env)
     return [json.loads(l) for l in p.stdout.splitlines()]
 
@@ -31,9 +34,9 @@ def test_contracts_example_passes_and_a_broken_one_fails(kcheck_bin, tmp_path, w
     res = {name: _run(kcheck_bin, path, worker_env) for name, path in (("good", good), ("bad", bad))}
     verdicts = {name: [r["verdict"] for r in rs] for name, rs in res.items()}
     print("verdicts:", verdicts)
-    assert verdicts["good"] == ["pass"] * 5, res["good"]
+    assert verdicts["good"] == ["pass"] * 2, res["good"]
     # Every case holds non-empty rows, whose lse the bug moves.
-    assert verdicts["bad"] == ["fail"] * 5, verdicts
+    assert verdicts["bad"] == ["fail"] * 2, verdicts
     for r in res["bad"]:
         if r["verdict"] == "fail":
             by = {c["tensor"]: c["verdict"] for c in r["checks"]}
