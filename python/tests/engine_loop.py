@@ -50,42 +50,11 @@ def modules():
     from kcheck.worker.vllm import _load
 
     decode, shim = _load("vllm.v1.attention.ops.triton_decode_attention")
-    interp.apply()
-    fix_bf16_downcast()
+    interp.apply()  # also rounds fp32 -> bf16 to nearest even, as a GPU does
     _register_cpu_kernels()
     _modules.update(ops=ops, decode=decode, shim=shim, real_stage2=decode._decode_softmax_reducev_fwd,
                     real_decode=decode.decode_attention_fwd)
     return _modules
-
-
-def fix_bf16_downcast():
-    """Triton 3.9's interpreter turns float32 into bfloat16 by truncation:
-    InterpreterBuilder.cast_impl (the path of `x.to(tl.bfloat16)`) calls
-    _convert_float with rounding_mode None, which keeps the top 16 bits. A
-    GPU rounds to nearest even (python/findings/triton_interpreter_bf16_cast.py).
-    TRITON_MLA's stage 1 rounds P to bf16 this way (`p.to(v.dtype)`), so
-    under the unfixed interpreter its split partials are off by up to a
-    bf16 ulp of every P, which kcheck rightly fails. The fix rounds with
-    torch (round to nearest even; NaN stays NaN) for exactly that
-    conversion. kcheck.worker.interp fixes the bf16 dot and the fp8 casts;
-    this one belongs beside them (told to the lead: it is the worker's file)."""
-    import numpy as np
-    from triton.runtime import interpreter as ti
-    import triton.language as tl
-
-    orig = ti.InterpreterBuilder.cast_impl
-    if getattr(orig, "__kcheck_bf16_fix__", False):
-        return
-
-    def cast_impl(self, src, dst_type):
-        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
-            f = torch.from_numpy(np.ascontiguousarray(src.data).astype(np.float32))
-            bits = f.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-            return ti.TensorHandle(bits.reshape(np.shape(src.data)), tl.bfloat16)
-        return orig(self, src, dst_type)
-
-    cast_impl.__kcheck_bf16_fix__ = True
-    ti.InterpreterBuilder.cast_impl = cast_impl
 
 
 def _unswizzle(flat, rows, cols):
