@@ -13,8 +13,11 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "python/.venv is up to date with requirements.lock"
 else
   t0=$(date +%s)
-  rm -rf "$VENV"
-  "$PY" -m venv "$VENV"
+  # A changed lock updates the environment in place: pip keeps what already
+  # matches its pinned version, so adding one package does not download
+  # torch again. (A package dropped from the lock stays installed until
+  # python/.venv is removed by hand.)
+  [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
   t1=$(date +%s); echo "venv: $((t1 - t0)) s"
   # --no-compile: the engines ship thousands of modules; byte-compiling all
   # of them costs minutes on two cores and only the few imported ones matter.
