@@ -144,16 +144,26 @@ func TestTimedOutChecksHoldNothing(t *testing.T) {
 			t.Fatalf("check %d: verdict %s, error %v: want a timeout", i, res.Verdict, res.Error)
 		}
 	}
+	// A check past its deadline is waited for stopGrace, then left to stop
+	// at its next unit of work, still charged. On a loaded machine (and
+	// under -race) a unit can outlast stopGrace, so what is asserted is that
+	// every one does stop and let go, within a bound far above a unit.
+	drained := time.Now().Add(60 * time.Second)
+	for {
+		held, n := heldBytes()
+		if n == 0 && runtime.NumGoroutine() <= goroutines+2 {
+			break
+		}
+		if time.Now().After(drained) {
+			t.Fatalf("60s after four timed-out checks: %d still charged (%d bytes), %d goroutines (%d before): they never stopped",
+				n, held, runtime.NumGoroutine(), goroutines)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	var after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > 32<<20 {
 		t.Errorf("the live heap grew by %d MiB over four timed-out checks: they hold their memory", grown>>20)
-	}
-	if n := runtime.NumGoroutine(); n > goroutines+2 {
-		t.Errorf("%d goroutines, %d before: timed-out checks are still running", n, goroutines)
-	}
-	if held, n := heldBytes(); n != 0 {
-		t.Errorf("%d checks still charged (%d bytes)", n, held)
 	}
 }
