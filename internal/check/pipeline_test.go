@@ -27,6 +27,9 @@ func loadExample(t *testing.T, name string) Capture {
 }
 
 func TestPipelineAttribution(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pipelines checked stage by stage: make test runs it in its pass without -race (-short is its race-detector pass)")
+	}
 	ok := Run(loadExample(t, "pipeline_ok.safetensors"), Options{})
 	if ok.Verdict != Pass || ok.Stage != nil {
 		t.Fatalf("correct pipeline: verdict %s stage %v", ok.Verdict, ok.Stage)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"testing"
 
@@ -27,9 +28,9 @@ import (
 // the v-th of its dtypes) rather than in every combination. A kernel whose
 // catalog cases lack a cache dtype gets the cases of its bf16 cache with
 // that dtype instead. Cases tagged long (contexts up to 128K, real-size
-// GEMMs) are left out with -short, as `kcheck run` leaves them out without
-// --long; make test runs this test without the race detector (see
-// raceEnabled) and with -short.
+// GEMMs) are left out unless KCHECK_TEST_LONG=1, as `kcheck run` leaves
+// them out without --long; make test runs this test in its pass without
+// the race detector (see raceEnabled).
 func TestDeclaredPrecisionReferencePasses(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the catalog-wide property runs without -race: make test runs it so")
@@ -40,7 +41,7 @@ func TestDeclaredPrecisionReferencePasses(t *testing.T) {
 	}
 	var sel []cases.Case
 	for _, c := range all {
-		if !(c.HasTag("long") && testing.Short()) {
+		if !c.HasTag("long") || os.Getenv("KCHECK_TEST_LONG") == "1" {
 			sel = append(sel, c)
 		}
 	}
