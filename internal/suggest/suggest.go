@@ -15,7 +15,12 @@ import (
 // of name's length, and at least 1, or else the one candidate that holds
 // name whole or is held whole by it ("mla" for "mla_decode" is too short
 // to hold a guess: names of fewer than 3 characters are not matched that
-// way). Ties go to the first candidate.
+// way), or else the one candidate whose words hold name's words in order,
+// each word within a typo ("page_of_by_one" for "page_boundary_off_by_one":
+// a word left out is a bigger slip than an edit distance forgives, but
+// the words a user remembers still say which name they meant). Ties of
+// the edit distance go to the first candidate; ties of the other two
+// rules give no guess.
 func Closest(name string, candidates []string) string {
 	n := strings.ToLower(name)
 	best, bestD := "", -1
@@ -39,7 +44,62 @@ func Closest(name string, candidates []string) string {
 	if len(holding) == 1 {
 		return holding[0]
 	}
-	return ""
+	return byWords(n, candidates)
+}
+
+// byWords is the candidate whose words hold all of name's words, in order,
+// each within a third of its length in edits (a word of one character must
+// match exactly), with the fewest words left over; "" when name has fewer
+// than two words or two candidates tie.
+func byWords(name string, candidates []string) string {
+	want := words(name)
+	if len(want) < 2 {
+		return ""
+	}
+	best, bestExtra, tie := "", -1, false
+	for _, c := range candidates {
+		have := words(strings.ToLower(c))
+		if !holdsInOrder(have, want) {
+			continue
+		}
+		switch extra := len(have) - len(want); {
+		case bestExtra < 0 || extra < bestExtra:
+			best, bestExtra, tie = c, extra, false
+		case extra == bestExtra:
+			tie = true
+		}
+	}
+	if tie {
+		return ""
+	}
+	return best
+}
+
+// words splits a name at everything that is not a letter or a digit
+// ("splitk_combine/deepseek-v3/tp8/s2": splitk, combine, deepseek, v3,
+// tp8, s2).
+func words(name string) []string {
+	return strings.FieldsFunc(name, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9')
+	})
+}
+
+// holdsInOrder says whether want's words match a subsequence of have's.
+func holdsInOrder(have, want []string) bool {
+	i := 0
+	for _, h := range have {
+		if i < len(want) && nearWord(want[i], h) {
+			i++
+		}
+	}
+	return i == len(want)
+}
+
+func nearWord(w, h string) bool {
+	if len([]rune(w)) < 2 {
+		return w == h
+	}
+	return distance(w, h) <= max(1, len([]rune(w))/3)
 }
 
 // DidYouMean is `; did you mean "x"?` for the closest candidate, or "".
