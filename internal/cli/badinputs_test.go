@@ -338,6 +338,15 @@ func commonBadInputs() []badInput {
 		{name: "a mistyped case name", setup: func(t *testing.T, dir string) []string {
 			return []string{"run", "--case", "kv_cache_gather/bf16/p16/ctx-3p"}
 		}, code: ExitUsage, want: []string{`no case named "kv_cache_gather/bf16/p16/ctx-3p"; did you mean "kv_cache_gather/bf16/p16/ctx-3P"?`}},
+		{name: "a case name near no catalog name, in a family of few cases", setup: func(t *testing.T, dir string) []string {
+			return []string{"run", "--case", "splitk_combine/s2x"}
+		}, code: ExitUsage, want: []string{`no case named "splitk_combine/s2x"; the 10 splitk_combine cases are splitk_combine/deepseek-v3/tp8/s1, `}},
+		{name: "a case name near no catalog name, in a family of many cases", setup: func(t *testing.T, dir string) []string {
+			return []string{"run", "--case", "mla_decode/nope"}
+		}, code: ExitUsage, want: []string{`no case named "mla_decode/nope"; there are `, ` mla_decode cases: kcheck cases --long --match 'mla_decode/*' lists them`}},
+		{name: "a fault name with a word left out", setup: func(t *testing.T, dir string) []string {
+			return []string{"run", "--case", "kv_cache_gather/bf16/p16/ctx-3P", "--backend", "faulty:page_of_by_one"}
+		}, code: ExitUsage, want: []string{`unknown fault "page_of_by_one"; did you mean "page_boundary_off_by_one"?`}},
 		{name: "a mistyped fault name", setup: func(t *testing.T, dir string) []string {
 			return []string{"run", "--case", "kv_cache_gather/bf16/p16/ctx-3P", "--backend", "faulty:stale_page"}
 		}, code: ExitUsage, want: []string{`unknown fault "stale_page"; did you mean "stale_pages"?`}},

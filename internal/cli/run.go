@@ -95,6 +95,40 @@ func loadCases(ctx context.Context, file string) ([]cases.Case, error) {
 	return cases.Catalog()
 }
 
+// caseHint is what follows "no case named NAME": the case it probably
+// meant, or else the cases of its kernel family (the name's first part, or
+// the family nearest to it), since a user who mistypes the rest of a case
+// name has usually got the family right; listed whole when there are few,
+// otherwise the `kcheck cases --match` that lists them (with --long: the
+// names known include the long cases).
+func caseHint(name string, known []string) string {
+	if s := suggest.DidYouMean(name, known); s != "" {
+		return s
+	}
+	family, _, _ := strings.Cut(name, "/")
+	var families []string
+	members := map[string][]string{}
+	for _, k := range known {
+		f, _, _ := strings.Cut(k, "/")
+		if members[f] == nil {
+			families = append(families, f)
+		}
+		members[f] = append(members[f], k)
+	}
+	if members[family] == nil {
+		family = suggest.Closest(family, families)
+	}
+	const listed = 12
+	switch m := members[family]; {
+	case len(m) == 0:
+		return " ('kcheck cases' lists them)"
+	case len(m) <= listed:
+		return fmt.Sprintf("; the %d %s cases are %s", len(m), family, strings.Join(m, ", "))
+	default:
+		return fmt.Sprintf("; there are %d %s cases: kcheck cases --long --match '%s/*' lists them", len(m), family, family)
+	}
+}
+
 // selectCases picks cases by exact name, glob, and the long tag.
 func selectCases(all []cases.Case, names []string, match string, long bool) ([]cases.Case, error) {
 	if len(names) > 0 {
@@ -108,7 +142,7 @@ func selectCases(all []cases.Case, names []string, match string, long bool) ([]c
 		for _, n := range names {
 			c, ok := byName[n]
 			if !ok {
-				return nil, fmt.Errorf("no case named %q%s ('kcheck cases' lists them)", n, suggest.DidYouMean(n, known))
+				return nil, fmt.Errorf("no case named %q%s", n, caseHint(n, known))
 			}
 			out = append(out, c)
 		}
