@@ -40,6 +40,21 @@ type badInput struct {
 	interrupt bool
 }
 
+// namedCases is a case file listing n valid cases, c0 to c(n-1): too many
+// is then the only thing wrong with it.
+func namedCases(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"cases":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"name":"c%d","kernel":"nvfp4_quantize","m":2,"k":32}`, i)
+	}
+	b.WriteString(`]}`)
+	return b.String()
+}
+
 // rawSafetensors is an 8-byte header length, the header, then data.
 func rawSafetensors(header string, data []byte) []byte {
 	b := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
@@ -490,7 +505,7 @@ func commonBadInputs() []badInput {
 		// Sizes refused before they are allocated (issue 11 items 11, 14).
 		{name: "case file: a batch of 10^8 requests (a 64-byte file)", setup: caseFile(`{"cases":[{"name":"x","kernel":"mla_decode","batch":100000000}]}`), code: ExitUsage, want: []string{"case x needs more than 2^61 B", "input generated tokens [5000025650000000, 576]", "refused"}},
 		{name: "case file: a context of 2^58+1 pages (wraps to 64 in 64 bits)", setup: caseFile(`{"families":[{"name":"f","base":{"kernel":"kv_cache_gather","page_size":64},"matrix":{"context":["288230376151711745P"]}}]}`), code: ExitUsage, want: []string{`context "288230376151711745P" overflows a 64-bit integer`}},
-		{name: "case file listing 100001 cases", setup: caseFile(`{"cases":[` + strings.Repeat(`{},`, 100000) + `{}]}`), code: ExitUsage, want: []string{"more than 100000 cases (100001 listed)"}},
+		{name: "case file listing 100001 cases", setup: caseFile(namedCases(100001)), code: ExitUsage, want: []string{"more than 100000 cases (100001 listed)"}},
 		{name: "diagnose --simulate --hidden 1600000000", setup: func(t *testing.T, dir string) []string {
 			return []string{"diagnose", "--simulate", "--hidden", "1600000000"}
 		}, code: ExitUsage, want: []string{"the simulation needs about 317.0 TiB", "b_packed [3648, 1600000000]", "refused"}},
