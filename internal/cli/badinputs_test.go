@@ -9,10 +9,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -246,7 +249,8 @@ func npzOf(t *testing.T, path, golden string, asUint bool) []string {
 	}
 	f.Close()
 	var set []string
-	for k, v := range meta {
+	for _, k := range slices.Sorted(maps.Keys(meta)) { // the same command every time
+		v := meta[k]
 		set = append(set, "--set", k+"="+v)
 	}
 	return set
@@ -726,6 +730,11 @@ func verdictOf(stdout string) string {
 	return strings.Join(verdicts, ", ")
 }
 
+// closingLine matches the tally check and run end with ("1 passed, 2
+// errors in 0.3s"): it says nothing about the input and its time changes
+// from run to run, so excerpts leave it out.
+var closingLine = regexp.MustCompile(`(?m)^(nothing checked|[0-9]+ (passed|failed|inconclusive|errors?)(, [0-9]+ (passed|failed|inconclusive|errors?))*) in [0-9.]+s\n?`)
+
 // excerpt is the message a user sees: the JSON error or input anomaly
 // note of the first result, else the first stderr line; temporary paths
 // are cut to their base names.
@@ -754,7 +763,7 @@ func excerpt(stdout, stderr, dir string) string {
 		}
 	}
 	if msg == "" || strings.Contains(stderr, "interrupted") {
-		msg = strings.TrimSpace(stderr)
+		msg = strings.TrimSpace(closingLine.ReplaceAllString(stderr, ""))
 	}
 	msg = strings.ReplaceAll(msg, dir+string(filepath.Separator), "")
 	msg = strings.ReplaceAll(msg, dir, ".")
@@ -771,6 +780,9 @@ func excerpt(stdout, stderr, dir string) string {
 func shortArgs(args []string, dir string) string {
 	out := make([]string, len(args))
 	for i, a := range args {
+		if a == dir {
+			a = "."
+		}
 		a = strings.ReplaceAll(a, dir+string(filepath.Separator), "")
 		out[i] = strings.ReplaceAll(a, fx, "fixtures/")
 	}
