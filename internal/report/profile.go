@@ -147,6 +147,10 @@ func (r *Recorder) Take() []Profile {
 type agg struct {
 	max, sum     float64
 	count, fails int
+	// infinite: a sampled element's err/tol is infinite (or NaN), which
+	// makes the group's mean infinite too: the mean of its finite rest
+	// would look better than the elements are (0 for an all-NaN output).
+	infinite bool
 }
 
 // excessOf mirrors compare.Compare's element judgement: err/tol, +Inf for a
@@ -261,7 +265,9 @@ func profileOf(o check.Observation) (Profile, []int) {
 			}
 			if i%stride == 0 {
 				a.count++
-				if !math.IsInf(e, 0) {
+				if math.IsInf(e, 0) || math.IsNaN(e) {
+					a.infinite = true
+				} else {
 					a.sum += e
 				}
 			}
@@ -311,7 +317,10 @@ func coordProfile(name string, m map[int]*agg) CoordProfile {
 			return
 		}
 		mean := 0.0
-		if cur.count > 0 {
+		switch {
+		case cur.infinite:
+			mean = math.Inf(1)
+		case cur.count > 0:
 			mean = cur.sum / float64(cur.count)
 		}
 		cp.Values = append(cp.Values, curBin)
@@ -334,6 +343,7 @@ func coordProfile(name string, m map[int]*agg) CoordProfile {
 		cur.sum += a.sum
 		cur.count += a.count
 		cur.fails += a.fails
+		cur.infinite = cur.infinite || a.infinite
 	}
 	flush()
 	if cp.Width == 1 {

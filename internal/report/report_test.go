@@ -237,6 +237,41 @@ func TestProfileAgreesWithCompare(t *testing.T) {
 	}
 }
 
+// A profile's mean cannot look better than its elements: a group holding
+// an infinite err/tol (a NaN or Inf where the expected output has none)
+// has an infinite mean, drawn at the top beside its maximum, not the mean
+// of its finite rest (an all-NaN output, the shipped example
+// mla_decode_page_tail, had a mean of 0 everywhere, which the plot drew as
+// a perfect output), and no mean exceeds its group's maximum.
+func TestProfileMeanOfNonFinite(t *testing.T) {
+	b := fixtureBundle(t, "examples/mla_decode_page_tail.safetensors", "golden/mla_decode.safetensors", "examples/kv_cache_gather_page_off_by_one.safetensors")
+	nonFinite := 0
+	for _, it := range b.Items {
+		for _, p := range it.Profiles {
+			if p.Sampled != 1 {
+				continue
+			}
+			for _, cp := range p.Coords {
+				for j, v := range cp.Values {
+					mx, mean := float64(cp.Max[j]), float64(cp.Mean[j])
+					if math.IsInf(mx, 1) {
+						nonFinite++
+						if !math.IsInf(mean, 1) {
+							t.Errorf("%s %s, %s %d: largest err/tol +Inf, mean %v; want +Inf", it.Result.File, p.Tensor, cp.Name, v, mean)
+						}
+					}
+					if mean > mx {
+						t.Errorf("%s %s, %s %d: mean err/tol %v above the largest %v", it.Result.File, p.Tensor, cp.Name, v, mean, mx)
+					}
+				}
+			}
+		}
+	}
+	if nonFinite == 0 {
+		t.Error("no group with an infinite err/tol: the fixture no longer holds the NaN outputs this test is about")
+	}
+}
+
 // Without --force nothing is overwritten, the refusal comes before any
 // write, and no temporary file is left behind; with it the files are
 // replaced.
