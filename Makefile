@@ -20,16 +20,14 @@ LDFLAGS ?= -X $(VERSION_PKG).revision=$(REVISION) -X $(VERSION_PKG).modified=$(M
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/kcheck ./cmd/kcheck
 
-# The test command: vet, every test under the race detector, then the
-# catalog-wide property that the declared-precision reference passes
-# (internal/compare TestDeclaredPrecisionReferencePasses) without it: the
-# race detector slows the references about fifteenfold, which would take
-# this one test past half an hour. -short leaves out the catalog's long
-# cases, as kcheck run does without --long.
-# Two passes: every test under the race detector at its short size (-short
-# leaves out what only does arithmetic on one goroutine at a time, where the
-# detector finds nothing and costs 15-100x), then every test at full size
-# without it. Catalog cases tagged long run only with KCHECK_TEST_LONG=1.
+# The test command, in two passes: vet, then every test under the race
+# detector at its short size (-short leaves out what only does arithmetic on
+# one goroutine at a time, where the detector finds nothing and costs
+# 15-100x), then every test at full size without it: the catalog-wide
+# property that the declared-precision reference passes, and the tests that
+# measure a process's memory (they skip under the race detector, whose
+# shadow memory counts in RSS). Catalog cases tagged long run only with
+# KCHECK_TEST_LONG=1, as kcheck run leaves them out without --long.
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -short $(PKGS)
