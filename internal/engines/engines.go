@@ -138,7 +138,31 @@ func (v *View) SetParam(name, val string) { v.Meta[v.Prefix+name] = val }
 
 var registry = map[string]*Engine{}
 
-func register(e *Engine) { registry[e.Name] = e }
+// register adds e to the table --from reads. A second engine under a
+// name would silently replace the first (and which one --from applied
+// would depend on init order), and a name that is not lower case could
+// never be found (Lookup lowercases what the user typed): both are
+// programming errors, so register panics naming them.
+func register(e *Engine) {
+	if err := registerIn(registry, e); err != nil {
+		panic("engines: " + err.Error())
+	}
+}
+
+// registerIn adds e to reg, or says why it refuses.
+func registerIn(reg map[string]*Engine, e *Engine) error {
+	switch {
+	case e.Name == "":
+		return fmt.Errorf("an engine without a name")
+	case e.Name != strings.ToLower(e.Name):
+		return fmt.Errorf("engine %q: names are lower case (Lookup lowercases --from's argument)", e.Name)
+	}
+	if _, dup := reg[e.Name]; dup {
+		return fmt.Errorf("engine %q registered twice: the second would replace the first", e.Name)
+	}
+	reg[e.Name] = e
+	return nil
+}
 
 // Lookup returns the engine named name.
 func Lookup(name string) (*Engine, error) {

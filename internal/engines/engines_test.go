@@ -522,3 +522,42 @@ func TestLookup(t *testing.T) {
 		t.Errorf("FlashMLA conventions: %v %v", e, err)
 	}
 }
+
+// A duplicate, empty or mixed-case name is refused, and the table is left
+// as it was: before, register overwrote silently, so a second "vllm"
+// would have replaced the first by init order.
+func TestRegisterRefuses(t *testing.T) {
+	first := &Engine{Name: "vllm"}
+	for _, tc := range []struct {
+		name string
+		e    *Engine
+		want string // "" = accepted
+	}{
+		{"new name", &Engine{Name: "sglang"}, ""},
+		{"the same name again", &Engine{Name: "vllm"}, `engine "vllm" registered twice`},
+		{"no name", &Engine{}, "an engine without a name"},
+		{"mixed case", &Engine{Name: "FlashMLA"}, `engine "FlashMLA": names are lower case`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := map[string]*Engine{first.Name: first}
+			err := registerIn(reg, tc.e)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want == "" && reg[tc.e.Name] != tc.e:
+				t.Fatalf("accepted but not in the table")
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+			if reg[first.Name] != first {
+				t.Errorf("the first vllm was replaced")
+			}
+		})
+	}
+	defer func() {
+		if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), `engine "flashmla" registered twice`) {
+			t.Errorf("register of a second flashmla: panic %v", p)
+		}
+	}()
+	register(&Engine{Name: "flashmla"})
+}
