@@ -112,14 +112,10 @@ func ReadFileContext(ctx context.Context, path string, limit int64) (map[string]
 	return nil, fmt.Errorf("%s: not a .npy or .npz file (it starts with %q, not %q or a zip header)", path, magic[:n], npyMagic)
 }
 
-// ReadZip reads every member of a .npz archive of size bytes. A member "x.npy"
-// becomes tensor "x" (numpy's own naming; a member without the suffix keeps
-// its name); every member must be a .npy array.
-func ReadZip(r io.ReaderAt, size int64) (map[string]*tensor.Tensor, error) {
-	return readZip(r, size, nil)
-}
-
-// readZip is ReadZip within budget bytes (nil: no bound).
+// readZip reads every member of a .npz archive of size bytes, within
+// budget bytes (nil: no bound). A member "x.npy" becomes tensor "x" (numpy's
+// own naming; a member without the suffix keeps its name); every member
+// must be a .npy array.
 func readZip(r io.ReaderAt, size int64, budget *int64) (map[string]*tensor.Tensor, error) {
 	zr, err := zip.NewReader(r, size)
 	if err != nil {

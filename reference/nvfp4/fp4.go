@@ -126,9 +126,6 @@ func (a *Matrix) Check(name string) error {
 // Code returns the E2M1 code of element (r, c).
 func (a *Matrix) Code(r, c int) uint8 { return CodeAt(a.Packed, r*a.K+c) }
 
-// Scale returns the block scale code of element (r, c).
-func (a *Matrix) Scale(r, c int) uint8 { return a.Scales[r*(a.K/BlockSize)+c/BlockSize] }
-
 // blockValues returns e2m1(code)*e4m3(scale) for every element, without the
 // global scale, as float32: the product of a 2-bit and a 4-bit significand
 // is exact in either float type, and these are the values a block-scaled
