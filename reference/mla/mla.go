@@ -307,7 +307,6 @@ func Decode(ctx context.Context, p *Dense, cfg Config, prec Precision) (exact, e
 	L := p.Cache.Layout.L
 	g := headGroup(q.H, q.B, e.workers)
 	for b := 0; b < q.B; b++ {
-		b := b
 		n := p.Pages.SeqLens[b]
 		tok := func(t int) (int, int) { return p.Pages.Locate(b, t) }
 		for h0 := 0; h0 < q.H; h0 += g {
