@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -107,7 +108,7 @@ func (o *bisectOptions) run(ctx context.Context) error {
 			return exitWith(o.io, ExitUsage, false, err)
 		}
 		if res, err = sim.BisectSteps(ctx, be, nil, diagnose.DefaultThresholds()); err != nil {
-			return exitWith(o.io, ExitUsage, false, err)
+			return o.searchFailed(err)
 		}
 	} else {
 		all, err := loadCases(ctx, o.casesFile)
@@ -129,7 +130,7 @@ func (o *bisectOptions) run(ctx context.Context) error {
 		}
 		opts.MaxMemory = o.sim.MaxMemory
 		if res, err = diagnose.BisectContext(ctx, sel[0], be, opts); err != nil {
-			return exitWith(o.io, ExitUsage, false, err)
+			return o.searchFailed(err)
 		}
 	}
 	if o.json {
@@ -150,4 +151,19 @@ func (o *bisectOptions) run(ctx context.Context) error {
 		}
 	}
 	return exitCode(exitForVerdict(res.Verdict, false))
+}
+
+// searchFailed is the exit of a search that stopped: an interrupt is 130,
+// as every other command's (a script must not read it as unusable input),
+// a search past --timeout says which limit it hit, anything else is
+// unusable input.
+func (o *bisectOptions) searchFailed(err error) error {
+	switch {
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintln(o.io.Err, "kcheck: interrupted:", printable.Escape(err.Error()))
+		return exitError{ExitInterrupted}
+	case errors.Is(err, context.DeadlineExceeded):
+		return exitWith(o.io, ExitUsage, false, fmt.Errorf("%w (the time limit of the whole search; raise it with --timeout)", err))
+	}
+	return exitWith(o.io, ExitUsage, false, err)
 }

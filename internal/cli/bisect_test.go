@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -34,6 +37,24 @@ func TestBisectCommand(t *testing.T) {
 	} {
 		if code, _, _ := run(t, args...); code != ExitUsage {
 			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}
+
+// An interrupted search exits 130, as every other command does: it used to
+// exit 2 (unusable input), which a script running kcheck bisect reads as
+// its own mistake, and git bisect run as a bad commit.
+func TestBisectInterrupted(t *testing.T) {
+	for _, args := range [][]string{
+		append([]string{"bisect", "--simulate", "--backend", "faulty:stale_pages"}, small...),
+		{"bisect", "--case", "kv_cache_gather/bf16/p16/ctx-3P", "--backend", "faulty:page_boundary_off_by_one"},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var out, errw bytes.Buffer
+		code := MainContext(ctx, args, strings.NewReader(""), &out, &errw)
+		if code != ExitInterrupted || !strings.Contains(errw.String(), "interrupted") {
+			t.Errorf("%v, interrupted: exit %d, want 130\n%s", args, code, errw.String())
 		}
 	}
 }
