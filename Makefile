@@ -26,7 +26,9 @@ build:
 # 15-100x), then every test at full size without it: the catalog-wide
 # property that the declared-precision reference passes, and the tests that
 # measure a process's memory (they skip under the race detector, whose
-# shadow memory counts in RSS). Catalog cases tagged long run only with
+# shadow memory counts in RSS), and the documented examples (internal/docs:
+# every help text's and the README's commands, run as shown, whole kcheck
+# runs the detector would slow past four minutes). Catalog cases tagged long run only with
 # KCHECK_TEST_LONG=1, as kcheck run leaves them out without --long.
 test:
 	$(GO) vet $(PKGS)

@@ -41,7 +41,7 @@ compares every captured output three-way: the exact float64 reference, the
 reference at the kernel's declared precision (its noise floor), and the actual.
 A pipeline capture (kcheck.kernel = pipeline) is checked stage by stage and the
 first stage whose local error leaves its budget is named.`,
-		Example: `  kcheck check fixtures/nvfp4/dequant_ok.safetensors
+		Example: `  kcheck check fixtures/examples/nvfp4_dequant_ok.safetensors
   kcheck check --json fixtures/ | jq .verdict
   git bisect run kcheck check --bisect capture.safetensors`,
 		Args: cobra.MinimumNArgs(1),

@@ -37,7 +37,7 @@ error of every element, so their plots show the signature's groups only; a
 report.json written by --report keeps full error profiles.`,
 		Example: `  kcheck check --json capture.safetensors > results.json
   kcheck report --out report results.json
-  kcheck check --report report capture.safetensors    # the same in one step, with full profiles`,
+  kcheck check --report report-full capture.safetensors    # the same in one step, with full profiles`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, limit, cancel, err := in.reading(cmd.Context())

@@ -1,0 +1,5 @@
+//go:build !race
+
+package docs
+
+const raceEnabled = false
