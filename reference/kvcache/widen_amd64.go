@@ -10,6 +10,12 @@ import "golang.org/x/sys/cpu"
 
 var useAVX512 = cpu.X86.HasAVX512F
 
+// widenBF16AVX512 is widenBF16Generic on n values, n%8 == 0 and n > 0:
+//
+//	for j := 0; j < n; j++ {
+//		dst[j] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*j:])) << 16))
+//	}
+//
 //go:noescape
 func widenBF16AVX512(dst *float64, src *byte, n int)
 

@@ -18,12 +18,53 @@ var useAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL
 // kernelsName names the inner loops this build runs (for benchmarks).
 var kernelsName = map[bool]string{true: "avx512", false: "generic"}[useAVX512]
 
+// scoresAVX512 is scoresGeneric, sixteen query rows a pass: for the query
+// rows packed transposed in qt (qt[e*stride+r] is q_r[e]; lanes past the
+// query's rows hold zeros), the nj cache rows of k, and m = r32 when
+// round32, else r64,
+//
+//	for j := 0; j < nj; j++ {
+//		for r := 0; r < stride; r++ {
+//			sx[j*stride+r], sr[j*stride+r] = blockDot(q_r, k[j*d:(j+1)*d], m)
+//		}
+//	}
+//
+// With fused, each product and its addition round once: the same bits when
+// every product q·k is exact in float64, which the caller checks.
+// stride%16 == 0, d%16 == 0, nj%4 == 0 and nj > 0.
+//
 //go:noescape
 func scoresAVX512(qt *float64, stride int, k *float64, d int, nj int, sx *float64, sr *float64, round32 bool, fused bool)
 
+// pvExactAVX512 is pvExactGeneric:
+//
+//	for r := 0; r < rows; r++ {
+//		for j := 0; j < nj; j++ {
+//			for i := 0; i < l; i++ {
+//				acc[r*accStride+i] = math.FMA(p[r*pStride+j], v[j*vStride+i], acc[r*accStride+i])
+//			}
+//		}
+//	}
+//
+// nj >= 1, l%32 == 0, rows%4 == 0 and rows > 0.
+//
 //go:noescape
 func pvExactAVX512(acc *float64, accStride int, p *float64, pStride int, v *float64, vStride int, nj int, l int, rows int)
 
+// pvExpected32AVX512 is pvExpected32Generic:
+//
+//	for r := 0; r < rows; r++ {
+//		for j := 0; j < nj; j++ {
+//			for i := 0; i < l; i++ {
+//				acc[r*accStride+i] = float32(acc[r*accStride+i] + float32(p[r*pStride+j]*v[j*l+i]))
+//			}
+//		}
+//	}
+//
+// as one fused multiply-add a term, the same bits because every product is
+// exact in fp32 (the caller checks). nj >= 1, l%64 == 0, rows%4 == 0 and
+// rows > 0.
+//
 //go:noescape
 func pvExpected32AVX512(acc *float32, accStride int, p *float32, pStride int, v *float32, nj int, l int, rows int)
 
@@ -71,9 +112,25 @@ func pvExpected32(acc []float32, accStride int, p []float32, pStride int, v []fl
 	}
 }
 
+// narrowAVX512 is narrowGeneric on n values, n%8 == 0 and n > 0:
+//
+//	for i := 0; i < n; i++ {
+//		dst[i] = float32(src[i])
+//		if a := math.Abs(src[i]); a < lo && a != 0 {
+//			lo = a
+//		}
+//	}
+//	return lo
+//
 //go:noescape
 func narrowAVX512(dst *float32, src *float64, n int, lo float64) float64
 
+// widenF32AVX512 is widenF32Generic on n values, n%8 == 0 and n > 0:
+//
+//	for i := 0; i < n; i++ {
+//		dst[i] = float64(src[i])
+//	}
+//
 //go:noescape
 func widenF32AVX512(dst *float64, src *float32, n int)
 
@@ -96,9 +153,26 @@ func widenF32(dst []float64, src []float32) {
 	widenF32Generic(dst[n:], src[n:])
 }
 
+// expVecAVX512 is expVecGeneric on n values, n%8 == 0 and n > 0, with
+// expDef's operations lane by lane:
+//
+//	for i := 0; i < n; i++ {
+//		dst[i] = expDef(src[i])
+//	}
+//
 //go:noescape
 func expVecAVX512(dst *float64, src *float64, n int)
 
+// exp2fVecAVX512 is exp2fVecGeneric on n values, n%8 == 0 and n > 0,
+//
+//	for i := 0; i < n; i++ {
+//		dst[i] = float64(splitk.Exp2F32(float32(src[i])))
+//	}
+//
+// by arithmetic of its own that settles a lane only where its result is
+// provably the correct rounding (Exp2F32's). It returns how many lanes it
+// left unsettled; the caller then runs the loop above over all n.
+//
 //go:noescape
 func exp2fVecAVX512(dst *float64, src *float64, n int) int
 

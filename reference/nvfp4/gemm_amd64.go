@@ -23,6 +23,24 @@ var useAVX512 = cpu.X86.HasAVX512F
 // kernelsName names the inner loop this build runs (for tests and benchmarks).
 var kernelsName = map[bool]string{true: "avx512", false: "generic"}[useAVX512]
 
+// gemmTileAVX512 is runGeneric's inner loops over one tile of asmTI = 8
+// rows of a (block values, row r at a[r*lda:]) by the asmTJ = 32 columns of
+// a panel of b (b[c*32+j] is column j's value at position c), nblk
+// 16-element blocks long:
+//
+//	for r := 0; r < 8; r++ {
+//		for j := 0; j < 32; j++ {
+//			for q := 0; q < nblk; q++ {
+//				s := blockSum(a[r*lda+16*q:][:16], column j of b's rows 16*q to 16*q+15)
+//				acc32[r*32+j] = float32(acc32[r*32+j] + s)
+//				acc64[r*32+j] += float64(s)
+//			}
+//		}
+//	}
+//
+// in fused multiply-adds of its own order: a block's products and partial
+// sums are exact in fp32 (see GEMM), so any order gives blockSum's bits.
+//
 //go:noescape
 func gemmTileAVX512(a *float32, lda int, b *float32, nblk int, acc32 *float32, acc64 *float64)
 
@@ -86,6 +104,20 @@ func (g *gemmJob) runAVX512(b *Matrix) error {
 	})
 }
 
+// panelAVX512 is panelGeneric for sixteen rows of b over nblk blocks, row
+// r's packed codes at packed[r*rowBytes:] and its scale codes at
+// scales[r*kb:]:
+//
+//	for r := 0; r < 16; r++ {
+//		for q := 0; q < nblk; q++ {
+//			s := e4m3Values32[scales[r*kb+q]]
+//			for t, v := range packed[r*rowBytes+8*q : r*rowBytes+8*q+8] {
+//				p[(16*q+2*t)*32+r] = e2m1Values32[v&0xF] * s
+//				p[(16*q+2*t+1)*32+r] = e2m1Values32[v>>4] * s
+//			}
+//		}
+//	}
+//
 //go:noescape
 func panelAVX512(p *float32, packed *uint8, rowBytes int, scales *uint8, kb int, nblk int)
 

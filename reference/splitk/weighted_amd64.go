@@ -11,9 +11,24 @@ import "golang.org/x/sys/cpu"
 
 var useAVX512 = cpu.X86.HasAVX512F
 
+// weightedSumAVX512 is weightedSumGeneric on columns [0, cols), cols%32 ==
+// 0 and cols > 0, over the n > 0 splits listed in splits, in its order:
+//
+//	for k := 0; k < n; k++ {
+//		ws, cs := w[k], cw[k]
+//		for i := 0; i < cols; i++ {
+//			v := o[splits[k]*l+i]
+//			ex[i] += float64(ws * v)
+//			xp[i] = float64(float32(xp[i] + cs*float64(float32(v))))
+//		}
+//	}
+//
 //go:noescape
 func weightedSumAVX512(ex *float64, xp *float64, o *float64, l int, splits *int, n int, w *float64, cw *float64, cols int)
 
+// weightedSum32AVX512 is weightedSumAVX512's loop over float32 partials
+// (v := float64(o[splits[k]*l+i]), exact; float32(v) is then o's value).
+//
 //go:noescape
 func weightedSum32AVX512(ex *float64, xp *float64, o *float32, l int, splits *int, n int, w *float64, cw *float64, cols int)
 
