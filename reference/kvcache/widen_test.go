@@ -4,11 +4,13 @@ import (
 	"encoding/binary"
 	"math"
 	"testing"
+
+	"github.com/kcheck-dev/kcheck/reference/internal/guard"
 )
 
 // TestWidenBF16EveryCode: every bf16 code, at every length and alignment
-// from 0 to 19 values (the vector loop's remainders), widens to the bits of
-// the generic definition (NaN payloads included: no arithmetic touches them).
+// from 0 to 19 values (the vector loop's remainders), widens into a slice
+// between NaN guards (package guard) to the bits of the generic definition (NaN payloads included: no arithmetic touches them).
 func TestWidenBF16EveryCode(t *testing.T) {
 	src := make([]byte, 2*65536)
 	for c := 0; c < 65536; c++ {
@@ -27,8 +29,12 @@ func TestWidenBF16EveryCode(t *testing.T) {
 	}
 	for n := 0; n < 20; n++ {
 		for off := 0; off < 3; off++ {
-			g, w := make([]float64, n), make([]float64, n)
+			gg, w := guard.Zeros[float64](n), make([]float64, n)
+			g := gg.S()
 			widenBF16(g, src[2*(1000+off):])
+			if err := gg.Overrun(); err != nil {
+				t.Fatalf("n=%d offset %d: %v", n, off, err)
+			}
 			widenBF16Generic(w, src[2*(1000+off):])
 			for i := range g {
 				if math.Float64bits(g[i]) != math.Float64bits(w[i]) {

@@ -4,10 +4,14 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/kcheck-dev/kcheck/reference/internal/guard"
 )
 
 // TestKernelsMatchDefinitions: the inner loops this build runs (assembly on
-// amd64 with AVX-512) give the bits of the plain-Go definitions, on shapes
+// amd64 with AVX-512) give the bits of the plain-Go definitions, between NaN
+// guards (package guard: a read past a slice shows as NaN, a write past it
+// as an overrun), on shapes
 // the assembly takes (D a multiple of 16, latent widths of 32 and 64
 // columns) and on shapes it leaves to the definitions, with values spanning
 // many binades, zeros, subnormal products and infinities.
@@ -39,7 +43,8 @@ func TestKernelsMatchDefinitions(t *testing.T) {
 	} {
 		for _, m := range []rmode{r32, r64, rBF16} {
 			q := fill(c.rows*c.d, false)
-			k := fill(Block*c.d, false)
+			kg := guard.New(fill(Block*c.d, false))
+			k := kg.S()
 			rows := make([]rowSpec, c.rows)
 			for r := range rows {
 				rows[r].q = r * c.d
@@ -47,11 +52,15 @@ func TestKernelsMatchDefinitions(t *testing.T) {
 			var p qpack
 			p.pack(q, rows, c.d)
 			n := Block * p.stride
-			sx, sr, gx, gr := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+			sxg, srg := guard.Zeros[float64](n), guard.Zeros[float64](n)
+			sx, sr, gx, gr := sxg.S(), srg.S(), make([]float64, n), make([]float64, n)
 			scoresGeneric(&p, k, c.d, c.nj, gx, gr, m)
 			// bf16 values: exact products, so the fused kernel may run too
 			for _, fused := range []bool{false, true} {
 				scores(&p, k, c.d, c.nj, sx, sr, m, fused)
+				noOverrun(t, "scores sx", sxg)
+				noOverrun(t, "scores sr", srg)
+				noOverrun(t, "scores k", kg)
 				for j := 0; j < c.nj; j++ {
 					for r := 0; r < c.rows; r++ {
 						i := j*p.stride + r
@@ -82,13 +91,16 @@ func TestKernelsMatchDefinitions(t *testing.T) {
 	for _, c := range []struct{ l, d, nj, rows int }{
 		{512, 576, 64, 64}, {512, 576, 1, 4}, {64, 80, 13, 7}, {37, 43, 9, 5}, {128, 128, 5, 2},
 	} {
-		acc, v := fill(c.rows*2*c.l, true), fill(Block*c.d, true)
-		p := make([]float64, c.rows*Block) // probabilities: full float64 significands
+		accg, vg := guard.New(fill(c.rows*2*c.l, true)), guard.New(fill(Block*c.d, true))
+		acc, v := accg.S(), vg.S()
+		pg := guard.Zeros[float64](c.rows * Block) // probabilities: full float64 significands
+		p := pg.S()
 		for i := range p {
 			p[i] = rng.Float64()
 		}
 		want := append([]float64(nil), acc...)
 		pvExact(acc, 2*c.l, p, Block, v, c.d, c.nj, c.l, c.rows)
+		noOverrun(t, "pvExact acc", accg)
 		pvExactGeneric(want, 2*c.l, p, Block, v, c.d, c.nj, c.l, c.rows)
 		for i := range acc {
 			if !sameFloat(acc[i], want[i]) {
@@ -96,7 +108,8 @@ func TestKernelsMatchDefinitions(t *testing.T) {
 			}
 		}
 		// fp32: bf16 values and P whose products are normal float32
-		a32, v32, p32 := make([]float32, c.rows*c.l), make([]float32, Block*c.l), make([]float32, c.rows*Block)
+		a32g, v32g, p32g := guard.Zeros[float32](c.rows*c.l), guard.Zeros[float32](Block*c.l), guard.Zeros[float32](c.rows*Block)
+		a32, v32, p32 := a32g.S(), v32g.S(), p32g.S()
 		for i := range a32 {
 			a32[i] = float32(rng.NormFloat64())
 		}
@@ -108,6 +121,7 @@ func TestKernelsMatchDefinitions(t *testing.T) {
 		}
 		w32 := append([]float32(nil), a32...)
 		pvExpected32(a32, c.l, p32, Block, v32, c.nj, c.l, c.rows)
+		noOverrun(t, "pvExpected32 acc", a32g)
 		pvExpected32Generic(w32, c.l, p32, Block, v32, c.nj, c.l, c.rows)
 		for i := range a32 {
 			if math.Float32bits(a32[i]) != math.Float32bits(w32[i]) {
@@ -124,7 +138,8 @@ func TestNarrowWidenMatchDefinitions(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	special := []float64{0, math.Copysign(0, -1), math.NaN(), math.Inf(1), math.Inf(-1), 1e-300, -3e-41, 1 + 0x1p-40}
 	for n := 0; n <= 40; n++ {
-		src := make([]float64, n)
+		srcg := guard.Zeros[float64](n)
+		src := srcg.S()
 		for i := range src {
 			if rng.IntN(4) == 0 {
 				src[i] = special[rng.IntN(len(special))]
@@ -133,8 +148,10 @@ func TestNarrowWidenMatchDefinitions(t *testing.T) {
 			}
 		}
 		for _, lo := range []float64{math.Inf(1), 1e-3, 0} {
-			g, w := make([]float32, n), make([]float32, n)
+			gg, w := guard.Zeros[float32](n), make([]float32, n)
+			g := gg.S()
 			gl, wl := narrow(g, src, lo), narrowGeneric(w, src, lo)
+			noOverrun(t, "narrow dst", gg)
 			if math.Float64bits(gl) != math.Float64bits(wl) {
 				t.Fatalf("narrow n=%d lo=%v: smallest %v, definition %v", n, lo, gl, wl)
 			}
@@ -143,8 +160,10 @@ func TestNarrowWidenMatchDefinitions(t *testing.T) {
 					t.Fatalf("narrow n=%d: value %d is %v, definition %v", n, i, g[i], w[i])
 				}
 			}
-			gw, ww := make([]float64, n), make([]float64, n)
-			widenF32(gw, w)
+			gwg, wg, ww := guard.Zeros[float64](n), guard.New(w), make([]float64, n)
+			gw := gwg.S()
+			widenF32(gw, wg.S())
+			noOverrun(t, "widenF32 dst", gwg)
 			widenF32Generic(ww, w)
 			for i := range gw {
 				if math.Float64bits(gw[i]) != math.Float64bits(ww[i]) {
@@ -199,7 +218,8 @@ func TestExpVectorsMatchDefinitions(t *testing.T) {
 		math.Inf(1), math.Inf(-1), math.NaN(), -1e300}
 	for _, n := range []int{1, 7, 8, 64, 1003} {
 		for trial := 0; trial < 200; trial++ {
-			src := make([]float64, n)
+			srcg := guard.Zeros[float64](n)
+			src := srcg.S()
 			for i := range src {
 				switch rng.IntN(10) {
 				case 0:
@@ -214,8 +234,10 @@ func TestExpVectorsMatchDefinitions(t *testing.T) {
 				name      string
 				vec, spec func(dst, src []float64)
 			}{{"exp", expVec, expVecGeneric}, {"exp2f", exp2fVec, exp2fVecGeneric}} {
-				got, want := make([]float64, n), make([]float64, n)
+				gotg, want := guard.Zeros[float64](n), make([]float64, n)
+				got := gotg.S()
 				f.vec(got, src)
+				noOverrun(t, f.name+" dst", gotg)
 				f.spec(want, src)
 				for i := range got {
 					if !sameFloat(got[i], want[i]) {
@@ -230,4 +252,13 @@ func TestExpVectorsMatchDefinitions(t *testing.T) {
 // sameFloat: the same bits, or both NaN (payloads may differ with operand order).
 func sameFloat(a, b float64) bool {
 	return math.Float64bits(a) == math.Float64bits(b) || (math.IsNaN(a) && math.IsNaN(b))
+}
+
+// noOverrun fails the test when a kernel wrote past the slice of b (the
+// assembly's stores are not bounds-checked).
+func noOverrun[T float32 | float64](t *testing.T, what string, b guard.Buffer[T]) {
+	t.Helper()
+	if err := b.Overrun(); err != nil {
+		t.Fatalf("%s (kernels %s): %v", what, kernelsName, err)
+	}
 }

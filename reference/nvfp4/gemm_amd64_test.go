@@ -6,10 +6,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/kcheck-dev/kcheck/reference/internal/guard"
 )
 
 // TestPanelMatchesBlockValues: the transposed panels the assembly tiles
-// read hold blockValues' bits, for every scale code (zeros, subnormals,
+// read hold blockValues' bits, written between NaN guards (package guard), for every scale code (zeros, subnormals,
 // 448, negative scales, the two NaNs) and every E2M1 code, in full panels,
 // ragged last panels (16 rows through panelAVX512, the rest through
 // panelGeneric) and K slices that start past 0.
@@ -31,8 +33,12 @@ func TestPanelMatchesBlockValues(t *testing.T) {
 		bv := b.blockValues()
 		for j0 := 0; j0 < n; j0 += asmTJ {
 			for _, ks := range [][2]int{{0, k}, {512, 1024}, {k - 16, k}} {
-				p := make([]float32, (ks[1]-ks[0])*asmTJ)
+				pg := guard.Zeros[float32]((ks[1] - ks[0]) * asmTJ)
+				p := pg.S()
 				b.panel(p, j0, ks[0], ks[1])
+				if err := pg.Overrun(); err != nil {
+					t.Fatalf("n=%d panel %d slice %v: %v", n, j0, ks, err)
+				}
 				for c := ks[0]; c < ks[1]; c++ {
 					for q := 0; q < asmTJ; q++ {
 						got, want := p[(c-ks[0])*asmTJ+q], float32(0)
