@@ -291,7 +291,7 @@ func init() {
 		Needs:    "scale_layout = swizzled_128x4 with padding that is read: M not a multiple of 128 for the quantizer, K/16 not a multiple of 4 for the GEMM",
 		BugClass: "swizzled scale buffer allocated with torch.empty and its padding never zeroed, read by a GEMM whose last K tile spans the padded scale columns",
 		Doc: "The quantizer leaves the padding of the 128x4 swizzled scales as it found it (here 0xFF, the E4M3 NaN a poisoned " +
-			"or recycled buffer holds; spec 5 says padding is zero). The GEMM's last K tile reads the padded scale columns " +
+			"or recycled buffer holds; reference/CONTRACTS.md §5 says padding is zero). The GEMM's last K tile reads the padded scale columns " +
 			"(K/16 not a multiple of 4) and multiplies them by its zero-filled out-of-range data: 0 x NaN poisons every " +
 			"output of a row whose padding is NaN.",
 		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {

@@ -284,8 +284,8 @@ func (j *fp4CodeJudge) ok(i int, code uint8) bool {
 
 // fp4ScaleOutput is the block_scale output in its layout and dtype. Values
 // are the E4M3 values for F8_E4M3 and the raw codes for U8. Swizzled
-// padding is expected to be zero (spec 5) but any byte is accepted there:
-// no GEMM reads it, and some engines leave it unwritten.
+// padding must be zero (spec 5; -0 is accepted): a GEMM whose last K tile
+// spans the padded columns reads it (Equivalent below).
 func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.Layout, d tensor.DType) (Output, error) {
 	exCodes, expCodes := exact.Scales, expected.Scales
 	shape := []int{rows, kSF}
