@@ -49,7 +49,7 @@ func TestContextExpr(t *testing.T) {
 }
 
 // The presets' softmax scales against the published configs: DeepSeek-V3
-// passes 192^-0.5 * (0.1 ln 40 + 1)^2 ~= 0.135234 (spec section 6).
+// passes 192^-0.5 * (0.1 ln 40 + 1)^2 ~= 0.135234 (reference/CONTRACTS.md §6).
 func TestPresetScales(t *testing.T) {
 	if got := Presets["deepseek-v3"].SoftmaxScale; math.Abs(got-0.1352337788608801) > 1e-15 {
 		t.Errorf("deepseek-v3 softmax scale %.16g, want 0.1352337788608801", got)

@@ -1,4 +1,4 @@
-// Package cases is the case catalog: model presets (spec section 6), the
+// Package cases is the case catalog: model presets (reference/CONTRACTS.md §6), the
 // shapes, cache dtypes, page sizes and context lengths worth running, and the
 // deterministic input generator that turns a case into contract tensors. The
 // catalog is data (catalog.json, embedded); user case files in the same
@@ -14,7 +14,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/suggest"
 )
 
-// Preset is a model's attention geometry (spec section 6).
+// Preset is a model's attention geometry (reference/CONTRACTS.md §6).
 type Preset struct {
 	Name         string
 	Heads        int // full query heads
@@ -32,7 +32,7 @@ func yarnScale(qkHeadDim, factor float64) float64 {
 	return math.Pow(qkHeadDim, -0.5) * m * m
 }
 
-// Presets are the models of spec section 6.
+// Presets are the models of reference/CONTRACTS.md §6.
 var Presets = map[string]Preset{
 	"deepseek-v3": {Name: "deepseek-v3", Heads: 128, Latent: 512, Rope: 64, SoftmaxScale: yarnScale(192, 40), Note: "yarn factor 40"},
 	"kimi-k2":     {Name: "kimi-k2", Heads: 64, Latent: 512, Rope: 64, SoftmaxScale: yarnScale(192, 64), Note: "yarn factor 64 (K2-0905 config)"},

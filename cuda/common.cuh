@@ -9,7 +9,7 @@
 //
 // The scalar conversions are __host__ __device__ so that hostcheck.cu can
 // test them on a machine without a GPU against the NVIDIA tables in
-// shared/data and the OCP rules restated in spec/CONTRACTS.md section 2.
+// shared/data and the OCP rules restated in reference/CONTRACTS.md §2.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -117,7 +117,7 @@ KC_D uint32_t kc_pack_bf16x2(float lo, float hi) {
 }
 
 // ---------------------------------------------------------------------------
-// E4M3FN (spec section 2): 1-4-3, bias 7, max 448 (0x7E), NaN 0x7F/0xFF.
+// E4M3FN (reference/CONTRACTS.md §2): 1-4-3, bias 7, max 448 (0x7E), NaN 0x7F/0xFF.
 
 // kc_e4m3_decode is exact: the 7 magnitude bits are placed at the top of an
 // fp32 mantissa/exponent and the exponent bias difference (127 - 7 = 120) is
@@ -245,7 +245,7 @@ KC_HD void kc_e2m1_pair_scaled(uint32_t byte, float s, float& lo, float& hi) {
 }
 
 // ---------------------------------------------------------------------------
-// The fp8_ds_mla tile scale (spec 3.4).
+// The fp8_ds_mla tile scale (reference/CONTRACTS.md §3.4).
 
 // kc_ds_tile_scale is the fp8_ds_mla tile scale for a tile whose largest
 // magnitude is amax. pow2: the smallest power of two >= max(amax/448, 1e-4),
@@ -260,7 +260,7 @@ KC_HD float kc_ds_tile_scale(float amax, bool pow2) {
 }
 
 // ---------------------------------------------------------------------------
-// The swizzled 128x4 scale layout (spec section 5).
+// The swizzled 128x4 scale layout (reference/CONTRACTS.md §5).
 
 KC_HD int64_t kc_sf_offset_128x4(int m, int k, int num_k_tiles) {
     return ((int64_t)(m >> 7) * num_k_tiles + (k >> 2)) * 512 + (m & 31) * 16 +

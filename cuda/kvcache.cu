@@ -1,5 +1,5 @@
 // kvcache.cu: paged latent-cache write and gather (contracts kv_cache_write,
-// kv_cache_gather: CONTRACTS.md 3.4 and 3.5).
+// kv_cache_gather: reference/CONTRACTS.md §3.4 and §3.5).
 //
 // kcheck:precision kv_cache_write acc=f32 p=none kv_dequant=none fp8_saturate=true
 //   fp8_e4m3: e4m3(fl(x / k_scale)), the quotient one IEEE division (as vLLM's

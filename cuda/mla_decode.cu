@@ -1,6 +1,6 @@
 // mla_decode.cu: absorbed MLA decode over a paged latent cache, split-K, and
 // the split-K combine (contracts mla_decode, mla_decode_sparse,
-// splitk_combine: CONTRACTS.md 3.6-3.8).
+// splitk_combine: reference/CONTRACTS.md §3.6-§3.8).
 //
 // kcheck:precision mla_decode acc=f32 p=bf16 kv_dequant=bf16 fp8_saturate=true softmax_block=32
 // kcheck:precision mla_decode_sparse acc=f32 p=bf16 kv_dequant=bf16 fp8_saturate=true softmax_block=32

@@ -1,12 +1,12 @@
 // nvfp4.cu: NVFP4 activation quantization, dequantization and the W4A4 GEMM
-// (contracts nvfp4_quantize, nvfp4_dequantize, nvfp4_gemm: CONTRACTS.md 3.1-3.3).
+// (contracts nvfp4_quantize, nvfp4_dequantize, nvfp4_gemm: reference/CONTRACTS.md §3.1-§3.3).
 //
 // kcheck:precision nvfp4_quantize acc=f32 p=none kv_dequant=none fp8_saturate=true
 //   The block scale is e4m3_satfinite(gs * (amax * rcp.approx(6))) and the
 //   element codes are e2m1(x * rcp.approx(s * rcp.approx(gs))), exactly the
 //   vLLM scaled_fp4_quant arithmetic: every step in fp32, two approximate
 //   reciprocals. A code may differ from exact division at a rounding tie
-//   (not a fault, spec 3.1).
+//   (not a fault, reference/CONTRACTS.md §3.1).
 // kcheck:precision nvfp4_dequantize acc=f32 p=none kv_dequant=none fp8_saturate=true
 //   out = (e2m1 * s) * g or (e2m1 * s) / gs: e2m1 * s is exact in fp32, the
 //   global step is one IEEE rounding (multiply or div.rn), then one rounding

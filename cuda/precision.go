@@ -8,7 +8,7 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-// Declared is what one CUDA kernel rounds where (spec 1.1): the EXPECTED
+// Declared is what one CUDA kernel rounds where (reference/CONTRACTS.md §1.1): the EXPECTED
 // reference a check uses for its output. The same facts are written in the
 // kernel's .cu file as a `kcheck:precision NAME acc=.. p=.. kv_dequant=..
 // fp8_saturate=.. [softmax_block=..]` line, and TestPrecisionMatchesSources
@@ -59,7 +59,7 @@ func Kernels() []string {
 	return names
 }
 
-// metaDType is how metadata spells a precision dtype (spec 1.1).
+// metaDType is how metadata spells a precision dtype (reference/CONTRACTS.md §1.1).
 var metaDType = map[tensor.DType]string{tensor.F64: "f64", tensor.F32: "f32", tensor.BF16: "bf16", tensor.F16: "f16"}
 
 // PrecisionMeta returns the metadata keys that declare kernel name's

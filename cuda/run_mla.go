@@ -23,7 +23,7 @@ func init() {
 
 const maxSplits = 64
 
-// lseParams reads lse_base and lse_empty (spec 3.6).
+// lseParams reads lse_base and lse_empty (reference/CONTRACTS.md §3.6).
 func lseParams(p kernel.Params) (base2, emptyPos bool, err error) {
 	b, err := p.Enum("lse_base", "e", "e", "2")
 	if err != nil {
@@ -119,7 +119,7 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 		}
 		idx := indexData(it)
 		for i, v := range idx {
-			// Any slot outside the cache means "not attended" (spec 3.7);
+			// Any slot outside the cache means "not attended" (reference/CONTRACTS.md §3.7);
 			// squash what int32 cannot hold to -1 on the way.
 			if v < 0 || v > math.MaxInt32 {
 				idx[i] = -1

@@ -15,7 +15,7 @@ func init() {
 	runners["nvfp4_gemm"] = runNVFP4GEMM
 }
 
-// padded128x4 is the swizzled scale shape for rows x kSF scales (spec 5).
+// padded128x4 is the swizzled scale shape for rows x kSF scales (reference/CONTRACTS.md §5).
 func padded128x4(rows, kSF int) (int, int) { return ceilDiv(rows, 128) * 128, ceilDiv(kSF, 4) * 4 }
 
 func fp4Layout(p kernel.Params) (swizzled bool, err error) {
@@ -108,7 +108,7 @@ func runNVFP4Quantize(d *Device, in kernel.Inputs, opt RunOptions) (*Result, err
 	if err != nil {
 		return nil, err
 	}
-	// Zeroed first: the swizzled layout's padding must read 0 (spec 5).
+	// Zeroed first: the swizzled layout's padding must read 0 (reference/CONTRACTS.md §5).
 	dsf, err := a.zeros(int64(tensor.NumElements(sfShape)))
 	if err != nil {
 		return nil, err

@@ -8,7 +8,7 @@
 //	kcheck-gpu info      # the device and the kernel modules, as JSON
 //	kcheck-gpu kernels   # the contract kernels the CUDA side implements
 //
-// The kernel's parameters are the input file's metadata (spec section 1);
+// The kernel's parameters are the input file's metadata (reference/CONTRACTS.md §1.2);
 // --kernel may be omitted when the file names it in kcheck.kernel. Where the
 // input file already holds a tensor named like an output (a capture being
 // re-run), the output is written in that tensor's dtype.

@@ -2,7 +2,7 @@
 // __host__ __device__) against independent sources: the NVIDIA conversion
 // tables in cuda/testdata (CUDA's own host conversion code), CUDA's host
 // conversion functions over large sweeps, the E2M1 rounding rules of
-// CONTRACTS.md section 2 and the swizzle formula of section 5 computed by
+// reference/CONTRACTS.md §2 and the swizzle formula of §5 computed by
 // hand. It needs nvcc (the helpers use CUDA types) but no GPU.
 //
 //   make kernels-hostcheck      (builds build/hostcheck and runs it)
@@ -125,7 +125,7 @@ static void check_bf16(const char* dir) {
     failures += (int)mism;
 }
 
-// E2M1 values by code, from CONTRACTS.md section 2.
+// E2M1 values by code, from reference/CONTRACTS.md §2.
 static const float kE2M1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 
 // nearest_e2m1 is an independent formulation: the magnitude code at the
@@ -191,7 +191,7 @@ static void check_pair_scaled() {
 }
 
 static void check_swizzle() {
-    // Hand-computed from the formula of CONTRACTS.md section 5.
+    // Hand-computed from the formula of reference/CONTRACTS.md §5.
     CHECK(kc_sf_offset_128x4(0, 0, 2) == 0, "swizzle (0,0)");
     CHECK(kc_sf_offset_128x4(0, 1, 2) == 1, "swizzle (0,1)");
     CHECK(kc_sf_offset_128x4(1, 0, 2) == 16, "swizzle (1,0)");

@@ -20,7 +20,7 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-// Verdicts, as spec section 7 spells them.
+// Verdicts, as reference/CONTRACTS.md §7.2 spells them.
 const (
 	Pass         = string(compare.Pass)
 	Fail         = string(compare.Fail)
@@ -146,7 +146,7 @@ func errorResult(file, kern string, err error) Result {
 	return Result{File: file, Kernel: kern, Verdict: Error, Error: &msg, Checks: []compare.Check{}}
 }
 
-// provenanceKeys are the metadata keys spec section 1 lists as provenance.
+// provenanceKeys are the metadata keys reference/CONTRACTS.md §1.2 lists as provenance.
 var provenanceKeys = []string{"source", "device", "driver", "kernel_build", "captured_at"}
 
 // Run checks one capture. A panic is turned into verdict error, so one
@@ -241,7 +241,7 @@ func withConventions(meta, conv map[string]string) map[string]string {
 }
 
 // params returns the kernel's parameters: metadata keys without a "kcheck."
-// prefix (spec section 1 stores each parameter under its own name).
+// prefix (reference/CONTRACTS.md §1.2 stores each parameter under its own name).
 func params(meta map[string]string) kernel.Params {
 	p := kernel.Params{}
 	for k, v := range meta {

@@ -454,7 +454,7 @@ func estimate(kname string, s shapes, p kernel.Params) Estimate {
 		page := s.pageSize(p, "kv_cache")
 		total, _ := s.tokens(mul(s.dim("block_table", 1), page))
 		splits := intParam(p, "num_splits", 0)
-		if po := s.dims["partial_out"]; len(po) == 5 { // a capture's partials give S (spec 8.1)
+		if po := s.dims["partial_out"]; len(po) == 5 { // a capture's partials give S (reference/CONTRACTS.md §3.6.1)
 			splits = max(splits, po[3])
 		}
 		if sb, ok := s.dims["split_bounds"]; ok && len(sb) == 2 {

@@ -511,7 +511,7 @@ func TestCacheEstimatesAtRealSize(t *testing.T) {
 }
 
 // A capture's partials give mla_decode's split count when no parameter
-// does (spec 8.1), so the estimate counts the partials the reference makes
+// does (reference/CONTRACTS.md §3.6.1), so the estimate counts the partials the reference makes
 // from them: a million splits of partial_out are refused before they are
 // allocated, with or without num_splits.
 func TestEstimateReadsSplitsFromPartials(t *testing.T) {

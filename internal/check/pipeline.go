@@ -20,7 +20,7 @@ type stage struct {
 }
 
 // parseStages reads kcheck.stages and each stage's kernel, params and links
-// (spec section 4), in time linear in the metadata: every key is walked
+// (reference/CONTRACTS.md §4), in time linear in the metadata: every key is walked
 // once through a trie of the stage prefixes (a capture of 100,000 stages
 // used to take a quarter of an hour, each stage scanning every key).
 func parseStages(meta map[string]string) ([]stage, error) {

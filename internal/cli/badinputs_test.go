@@ -442,7 +442,7 @@ func commonBadInputs() []badInput {
 			return []string{"check", "--json", path}
 		}, code: ExitUsage, want: []string{"not an earlier stage"}},
 
-		// The split count S is the partials' split dimension (spec 8.1, issue 11 item 1).
+		// The split count S is the partials' split dimension (reference/CONTRACTS.md §3.6.1, issue 11 item 1).
 		{name: "mla_decode partials with neither num_splits nor split_bounds (S from the shape)", setup: mut("mla_decode.safetensors", func(m map[string]string, _ map[string]*tensor.Tensor) {
 			delete(m, "num_splits")
 		}), code: ExitPass, want: []string{`"verdict":"pass"`, `"tensor":"partial_out"`, `"tensor":"partial_lse"`}},

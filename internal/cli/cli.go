@@ -1,7 +1,7 @@
 // Package cli is kcheck's command line: one cobra command per verb, each an
 // options struct with injected writers so tests drive it without a process,
 // data on stdout and diagnostics on stderr, and one table of exit codes
-// (spec section 7).
+// (reference/CONTRACTS.md §7.3).
 package cli
 
 import (
@@ -18,7 +18,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/version"
 )
 
-// ExitCode is the process status, as spec section 7 fixes it.
+// ExitCode is the process status, as reference/CONTRACTS.md §7.3 fixes it.
 type ExitCode int
 
 const (

@@ -22,7 +22,7 @@ func run(t *testing.T, args ...string) (ExitCode, string, string) {
 	return code, out.String(), errw.String()
 }
 
-// Exit status as spec section 7 fixes it, with and without --bisect.
+// Exit status as reference/CONTRACTS.md §7.3 fixes it, with and without --bisect.
 func TestCheckExitCodes(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.safetensors")
 	if err := os.WriteFile(bad, []byte("not a safetensors file"), 0o644); err != nil {
@@ -152,7 +152,7 @@ func TestRunFaultyBackendFails(t *testing.T) {
 	}
 }
 
-// kcheck faults --json keeps the fields of spec section 7 and carries each
+// kcheck faults --json keeps the fields of reference/CONTRACTS.md §7.4 and carries each
 // fault's simulation settings and the reason the simulation cannot show it,
 // as the catalog holds them.
 func TestFaultsJSON(t *testing.T) {

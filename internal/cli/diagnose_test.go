@@ -42,7 +42,7 @@ func TestDiagnoseExitCodes(t *testing.T) {
 	}
 }
 
-// The JSON object spec section 7 fixes: verdict, stage, first_step,
+// The JSON object reference/CONTRACTS.md §7.5 fixes: verdict, stage, first_step,
 // first_context_len and steps (step, prompt, context_len, error, floor).
 func TestDiagnoseJSON(t *testing.T) {
 	tests := []struct {

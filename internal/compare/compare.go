@@ -33,7 +33,7 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-// Verdict is the outcome of a check (spec section 7's vocabulary).
+// Verdict is the outcome of a check (reference/CONTRACTS.md §7.2's vocabulary).
 type Verdict string
 
 // The verdicts. Error is for a file whose inputs cannot be judged; Compare

@@ -101,7 +101,7 @@ func stepOf(prefix string) int {
 }
 
 // FromCheck lays out a checked capture for a human: the stage table, the
-// culprit and its evidence, and (spec 7) the per-step error curve of a
+// culprit and its evidence, and (reference/CONTRACTS.md §7.5) the per-step error curve of a
 // multi-step pipeline. A single-kernel capture is a one-stage pipeline.
 // contextLens gives each step's longest context (from the capture's
 // seq_lens), when known.
@@ -116,7 +116,7 @@ func FromCheck(res check.Result, contextLens map[int]int) *Report {
 	stages := res.Stages
 	if len(stages) == 0 {
 		// A single kernel is a one-stage pipeline named by its stage
-		// (spec section 7: stages are quant, cache, attn, combine
+		// (reference/CONTRACTS.md §7.1: stages are quant, cache, attn, combine
 		// everywhere, diagnose included).
 		stage := res.Kernel
 		if k, err := kernel.Lookup(res.Kernel); err == nil {

@@ -10,7 +10,7 @@ import (
 )
 
 // diagnose on a capture names every catalog fault's own stage (quant,
-// cache, attn, combine: spec section 7), single-kernel captures included.
+// cache, attn, combine: reference/CONTRACTS.md §7.1), single-kernel captures included.
 // (That the reference passes the same triggers is internal/faults' table
 // test.)
 func TestCaptureDiagnosisNamesEveryFaultsStage(t *testing.T) {

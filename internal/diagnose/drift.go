@@ -46,7 +46,7 @@ type Thresholds struct {
 // DefaultThresholds are 4x the floor, 2^-9 at least, and a 2x band.
 func DefaultThresholds() Thresholds { return Thresholds{FloorFactor: 4, MinError: 0x1p-9, Band: 2} }
 
-// StepResult is one decode step of the drift curve (spec 7: step, prompt,
+// StepResult is one decode step of the drift curve (reference/CONTRACTS.md §7.5: step, prompt,
 // context_len, error, floor).
 type StepResult struct {
 	// Step counts decode steps across prompts from 0.
@@ -86,7 +86,7 @@ type PromptSummary struct {
 	FirstStep *int          `json:"first_step"`
 }
 
-// Report is `kcheck diagnose`'s answer (spec 7: verdict, stage,
+// Report is `kcheck diagnose`'s answer (reference/CONTRACTS.md §7.5: verdict, stage,
 // first_step, first_context_len, steps).
 type Report struct {
 	Mode    string `json:"mode"` // "simulation" or "capture"

@@ -9,7 +9,7 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-// dsa_indexer (spec 3.9): the contract tensors adapted to reference/dsa.
+// dsa_indexer (reference/CONTRACTS.md §3.9): the contract tensors adapted to reference/dsa.
 
 func init() {
 	Register(&Kernel{

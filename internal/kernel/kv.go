@@ -9,7 +9,7 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-// kv_cache_write and kv_cache_gather (spec 3.4, 3.5): the contract tensors
+// kv_cache_write and kv_cache_gather (reference/CONTRACTS.md §3.4, §3.5): the contract tensors
 // and parameters adapted to reference/kvcache.
 
 var (

@@ -11,7 +11,7 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-// mla_decode and mla_decode_sparse (spec 3.6, 3.7): the contract tensors and
+// mla_decode and mla_decode_sparse (reference/CONTRACTS.md §3.6, §3.7): the contract tensors and
 // parameters adapted to reference/mla.
 //
 // Parameters beyond the spec's: `latent_dim` (L) for bf16 and fp8_e4m3
@@ -19,7 +19,7 @@ import (
 // when D > 64, else L = D, as kv_cache_gather does); `num_splits` (S) asks
 // for the split-K partials when neither captured partials nor a
 // split_bounds tensor give S (a capture's partials give S by their shape,
-// spec 8.1); `topk` for the sparse decode must agree with the indices
+// reference/CONTRACTS.md §3.6.1); `topk` for the sparse decode must agree with the indices
 // tensor when given.
 //
 // Coordinates. out [B, s_q, H, L] is named request, q_pos, head, latent;
@@ -286,7 +286,7 @@ func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes map[str
 // splitSpec returns the split count S (0: no partials) and the bounds (nil:
 // the default split). S is the split dimension of the captured partials
 // when there are any (partial_out [B, s_q, H, S, L], partial_lse
-// [B, s_q, H, S]: spec 8.1), else the columns of split_bounds [B, S+1], else
+// [B, s_q, H, S]: reference/CONTRACTS.md §3.6.1), else the columns of split_bounds [B, S+1], else
 // the num_splits parameter; whichever of them are given must agree, and an
 // error names the two that do not.
 func splitSpec(in Inputs, seqLens []int) (int, []int, error) {

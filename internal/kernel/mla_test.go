@@ -300,7 +300,7 @@ func sameBits(a, b []float64) bool {
 }
 
 // splitk_combine's S is partial_out's split dimension; a num_splits
-// parameter that says otherwise is an error (spec 8.1).
+// parameter that says otherwise is an error (reference/CONTRACTS.md §3.6.1).
 func TestSplitKCombineNumSplitsAgrees(t *testing.T) {
 	k, _ := Lookup("splitk_combine")
 	in := Inputs{Tensors: map[string]*tensor.Tensor{

@@ -9,7 +9,7 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-// nvfp4_quantize, nvfp4_dequantize and nvfp4_gemm (spec 3.1-3.3): the
+// nvfp4_quantize, nvfp4_dequantize and nvfp4_gemm (reference/CONTRACTS.md §3.1-§3.3): the
 // contract tensors and parameters adapted to reference/nvfp4.
 
 var (
@@ -284,7 +284,7 @@ func (j *fp4CodeJudge) ok(i int, code uint8) bool {
 
 // fp4ScaleOutput is the block_scale output in its layout and dtype. Values
 // are the E4M3 values for F8_E4M3 and the raw codes for U8. Swizzled
-// padding must be zero (spec 5; -0 is accepted): a GEMM whose last K tile
+// padding must be zero (reference/CONTRACTS.md §5; -0 is accepted): a GEMM whose last K tile
 // spans the padded columns reads it (Equivalent below).
 func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.Layout, d tensor.DType) (Output, error) {
 	exCodes, expCodes := exact.Scales, expected.Scales
@@ -340,7 +340,7 @@ func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.L
 		Equivalent: func(i int, actual float64) bool {
 			m, k := pos(i)
 			if m >= rows || k >= kSF {
-				// Padding must be zero (spec section 5): a GEMM that reads a
+				// Padding must be zero (reference/CONTRACTS.md §5): a GEMM that reads a
 				// padded tile multiplies by whatever is there, and an
 				// uninitialised buffer is a real bug. Expected holds 0 here,
 				// so only a zero of another spelling (-0 as E4M3 0x80) is

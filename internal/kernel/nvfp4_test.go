@@ -219,7 +219,7 @@ func TestNVFP4QuantizeEquivalence(t *testing.T) {
 				if len(scale.Shape) != 2 || scale.Shape[0] != 128 || scale.Shape[1] != 4 {
 					t.Errorf("swizzled block_scale shape %v, want [128 4]", scale.Shape)
 				}
-				// Padding is zero by contract (spec section 5): garbage there is a
+				// Padding is zero by contract (reference/CONTRACTS.md §5): garbage there is a
 				// fault a GEMM reading the padded tile would multiply by; -0
 				// (E4M3 0x80) is the same value.
 				if scale.Equivalent(2, val(0x55)) || scale.Expected.At(2) != 0 {

@@ -9,7 +9,7 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-// splitk_combine (spec 3.8): the contract tensors adapted to
+// splitk_combine (reference/CONTRACTS.md §3.8): the contract tensors adapted to
 // reference/splitk. out [N, L] is named row, latent; lse [N] row. Derived:
 // splits_used, the number of non-empty splits of the row (a combine that
 // mishandles empty splits errs exactly where it is below S), and tile128 for
@@ -46,7 +46,7 @@ func splitkCombine(ctx context.Context, in Inputs, prec Precision, outDTypes map
 		return nil, fmt.Errorf("tensor partial_out has shape %v: no split to combine (S = 0)", po.Shape)
 	}
 	// S is partial_out's split dimension; a num_splits parameter, when a
-	// capture carries one, must say the same (spec 8.1).
+	// capture carries one, must say the same (reference/CONTRACTS.md §3.6.1).
 	if ns, err := in.Params.Int("num_splits", s); err != nil {
 		return nil, err
 	} else if ns != s {

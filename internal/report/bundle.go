@@ -53,7 +53,7 @@ type Evidence struct {
 }
 
 // Diagnosis is a drift simulation's outcome, in the shape `kcheck diagnose
-// --json` prints (spec section 7; the extra fields of internal/diagnose's
+// --json` prints (reference/CONTRACTS.md §7.5; the extra fields of internal/diagnose's
 // Report that a report shows have the same names, so its JSON decodes
 // into this directly).
 type Diagnosis struct {

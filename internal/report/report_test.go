@@ -371,7 +371,7 @@ func TestLoadCheckJSONLines(t *testing.T) {
 
 func intp(v int) *int { return &v }
 
-// A diagnosis (spec section 7's shape) renders its drift table, swaps and
+// A diagnosis (reference/CONTRACTS.md §7.5's shape) renders its drift table, swaps and
 // the drift plot, and loads from `diagnose --json` output.
 func TestDiagnosisReport(t *testing.T) {
 	stage := "cache"

@@ -1,5 +1,5 @@
 // Package safetensors reads and writes the Hugging Face safetensors format,
-// kcheck's evidence file (spec section 1):
+// kcheck's evidence file (reference/CONTRACTS.md §1):
 //
 //	8 bytes   N, the header length, little-endian uint64
 //	N bytes   a JSON object: {"name": {"dtype": "F32", "shape": [2, 3],

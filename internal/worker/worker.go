@@ -14,7 +14,7 @@
 // killed at the timeout), a signal or an unreadable OUT becomes that run's
 // result, with the same status words as the cuda worker (ok, crash, hang,
 // garbage, unavailable, unsupported, bad_input, canceled), and the run of
-// the catalog goes on. reference/CONTRACTS.md ("Worker protocol") is the
+// the catalog goes on. reference/CONTRACTS.md §9 (the worker protocol) is the
 // user's documentation.
 package worker
 

@@ -33,7 +33,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import torch
 
 FAULTS = set()
-SOFTMAX_SCALE = 192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2  # deepseek-v3 (spec section 6)
+SOFTMAX_SCALE = 192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2  # deepseek-v3 (reference/CONTRACTS.md §6)
 L, R, D = 512, 64, 576
 
 _modules = {}
@@ -58,7 +58,7 @@ def modules():
 
 
 def _unswizzle(flat, rows, cols):
-    """The 128x4 swizzled scale layout (spec section 5) back to [rows, cols]."""
+    """The 128x4 swizzled scale layout (reference/CONTRACTS.md §5) back to [rows, cols]."""
     nrb, ncb = (rows + 127) // 128, (cols + 3) // 4
     t = flat.reshape(nrb, ncb, 32, 4, 4).permute(0, 3, 2, 1, 4).reshape(nrb * 128, ncb * 4)
     return t[:rows, :cols]

@@ -1,4 +1,4 @@
-"""The worker example of reference/CONTRACTS.md, run as a user would: taken
+"""The worker example of reference/CONTRACTS.md §9.2, run as a user would: taken
 from the document itself, through kcheck run --backend exec:."""
 
 import json

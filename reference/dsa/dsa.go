@@ -1,5 +1,5 @@
 // Package dsa is the reference for DeepSeek Sparse Attention's lightning
-// indexer (spec 3.9): for each request b and each cached token t < seq_len,
+// indexer (reference/CONTRACTS.md §3.9): for each request b and each cached token t < seq_len,
 //
 //	score[b, t] = Σ_h w[b, h] · relu(q[b, h] · k_t)
 //

@@ -367,7 +367,7 @@ func TestDecodeIgnoresHighBits(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------
-// E2M1 rounding (CONTRACTS.md section 2)
+// E2M1 rounding (reference/CONTRACTS.md §2)
 
 func TestE2M1Ties(t *testing.T) {
 	// Values by code: 0:0 1:0.5 2:1 3:1.5 4:2 5:3 6:4 7:6. An even

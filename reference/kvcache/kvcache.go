@@ -1,7 +1,7 @@
 // Package kvcache is the reference for MLA's paged latent cache: where a token
 // lives (block = slot / P, offset = slot % P), how its D = L + R values are
-// stored in each kv_cache_dtype (spec 3.4), how a writer fills it and how a
-// reader dequantizes it (spec 3.5).
+// stored in each kv_cache_dtype (reference/CONTRACTS.md §3.4), how a writer fills it and how a
+// reader dequantizes it (reference/CONTRACTS.md §3.5).
 //
 // Three layouts, as the engines store them:
 //
@@ -27,7 +27,7 @@ import (
 // Kind is a kv_cache_dtype value.
 type Kind string
 
-// The kv_cache_dtype values of spec 3.4.
+// The kv_cache_dtype values of reference/CONTRACTS.md §3.4.
 const (
 	BF16     Kind = "bf16"
 	FP8E4M3  Kind = "fp8_e4m3"

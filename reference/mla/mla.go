@@ -1,5 +1,5 @@
 // Package mla is the reference for absorbed multi-head latent attention
-// decode over a paged latent cache (spec 3.6 `mla_decode`, 3.7
+// decode over a paged latent cache (reference/CONTRACTS.md §3.6 `mla_decode`, §3.7
 // `mla_decode_sparse`), FlashMLA's layout: every query head attends the same
 // cache rows k_j = [c_kv (L) | k_pe (R)] (D = L + R), with the latent query
 // q = [q_nope·W_UK (L) | q_pe (R)] already absorbed, and the values are the
@@ -75,7 +75,7 @@ const MMAK = 16
 
 // Config holds a decode's parameters.
 type Config struct {
-	// SoftmaxScale multiplies q·k (spec 3.6: no default).
+	// SoftmaxScale multiplies q·k (reference/CONTRACTS.md §3.6: no default).
 	SoftmaxScale float64
 	// Causal masks bottom-right: query i of s_q sees tokens < seq_len - s_q + 1 + i.
 	// (Dense decode only: the sparse indices already say what a query sees.)
@@ -152,7 +152,7 @@ func Visible(seqLen, sq, i int, causal bool) int {
 	return max(0, min(seqLen, seqLen-sq+1+i))
 }
 
-// DefaultBounds is the split of spec 3.6 when split_bounds is absent:
+// DefaultBounds is the split of reference/CONTRACTS.md §3.6 when split_bounds is absent:
 // ceil(seq_len/S) tokens a split, the last one shorter, trailing splits empty.
 // The result is [B, S+1].
 func DefaultBounds(seqLens []int, s int) []int {
@@ -232,7 +232,7 @@ func (m rmode) round(x float64) float64 {
 }
 
 // exp2f is the correctly rounded fp32 2^x (kernels' ex2.approx is within 2
-// ulp of it; spec 1.1 calls that difference noise).
+// ulp of it; reference/CONTRACTS.md §1.1 calls that difference noise).
 func exp2f(x float64) float64 { return float64(splitk.Exp2F32(float32(x))) }
 
 // check validates what every decode shares.
@@ -391,7 +391,7 @@ func (p *Sparse) ValidSlots(b, i int) []int {
 	return out
 }
 
-// DecodeSparse runs the DSA sparse decode (spec 3.7).
+// DecodeSparse runs the DSA sparse decode (reference/CONTRACTS.md §3.7).
 func DecodeSparse(ctx context.Context, p *Sparse, cfg Config, prec Precision) (exact, expected *Outputs, err error) {
 	q := &p.Q
 	if err := q.check(p.Cache, &cfg, &prec); err != nil {

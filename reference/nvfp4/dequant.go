@@ -7,7 +7,7 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-// Dequantize returns the exact value of every element of a (spec 3.2),
+// Dequantize returns the exact value of every element of a (reference/CONTRACTS.md §3.2),
 // [Rows*K] row-major: e2m1(code) * e4m3(scale) * g for the dequant kind and
 // e2m1(code) * e4m3(scale) / g for the quant kind, each with a single
 // float64 rounding (the code-scale product is exact). A NaN scale gives NaN.

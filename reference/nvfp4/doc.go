@@ -13,10 +13,10 @@
 // weight_scale_2 = amax/2688) or its reciprocal (the "quant" kind: vLLM's
 // gs = 2688/amax). The block scales are stored either row-major ("linear")
 // or in the 128x4 tiled layout the tensor cores read ("swizzled_128x4",
-// spec section 5).
+// reference/CONTRACTS.md §5).
 //
 // Every function here comes in the two flavours kcheck judges kernels with
-// (spec 1.1): the EXACT value, computed in float64 with exact division, and
+// (reference/CONTRACTS.md §1.1): the EXACT value, computed in float64 with exact division, and
 // the EXPECTED value, which emulates in float32 what the engines' CUDA
 // kernels compute (approximate reciprocals, fp32 accumulation, a final
 // rounding to the output dtype). The difference between the two is the

@@ -14,7 +14,7 @@ import (
 const BlockSize = 16
 
 // CodeAt returns E2M1 code i of a packed buffer: element 2j is the low
-// nibble of byte j, element 2j+1 the high nibble (spec section 2).
+// nibble of byte j, element 2j+1 the high nibble (reference/CONTRACTS.md §2.1).
 func CodeAt(packed []uint8, i int) uint8 {
 	b := packed[i/2]
 	if i%2 == 1 {
@@ -46,7 +46,7 @@ func Unpack(packed []uint8) []uint8 {
 	return c
 }
 
-// e2m1Values are the 16 E2M1 values by code (spec section 2), as a table so
+// e2m1Values are the 16 E2M1 values by code (reference/CONTRACTS.md §2), as a table so
 // the hot loops do not decode.
 var e2m1Values = func() [16]float64 {
 	var v [16]float64
@@ -62,7 +62,7 @@ func CodeValue(c uint8) float64 { return e2m1Values[c&0xF] }
 // ScaleValue returns the value of an E4M3FN block scale code (NaN for 0x7F, 0xFF).
 func ScaleValue(c uint8) float64 { return formats.E4M3FN.Decode(c) }
 
-// GlobalKind says which way a per-tensor global scale points (spec 3.2).
+// GlobalKind says which way a per-tensor global scale points (reference/CONTRACTS.md §3.2).
 type GlobalKind int
 
 const (

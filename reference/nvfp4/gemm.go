@@ -10,7 +10,7 @@ import (
 
 // GEMM computes out[M, N] = dequant(a) · dequant(b)ᵀ for a [M, K] (the
 // activations) and b [N, K] (the weights, ModelOpt layout), as the engines'
-// W4A4 linear layers do (spec 3.3). It returns the exact result (float64
+// W4A4 linear layers do (reference/CONTRACTS.md §3.3). It returns the exact result (float64
 // accumulation) and the expected one: what a block-scaled tensor-core GEMM
 // writes in dtype out.
 //

@@ -80,7 +80,7 @@ func blockAmax(x []float64) (amax float64, hasNaN bool) {
 	return amax, false
 }
 
-// Quantize is the exact NVFP4 quantizer of spec 3.1 (vLLM
+// Quantize is the exact NVFP4 quantizer of reference/CONTRACTS.md §3.1 (vLLM
 // scaled_fp4_quant's semantics with exact arithmetic). For each 16-element
 // block of each row of x ([rows, k] row-major):
 //

@@ -16,7 +16,7 @@ func block16(vals ...float64) []float64 {
 	return b
 }
 
-// Hand-computed quantizations of single blocks (spec 3.1). E4M3 codes:
+// Hand-computed quantizations of single blocks (reference/CONTRACTS.md §3.1). E4M3 codes:
 // 1.0 = 0 0111 000 = 0x38, 1.125 = 0x39, 448 = 0x7E, 2^-9 = 0x01.
 // E2M1 codes: 0,0.5,1,1.5,2,3,4,6 = 0..7, negatives +8.
 func TestQuantizeByHand(t *testing.T) {

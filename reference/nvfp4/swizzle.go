@@ -19,7 +19,7 @@ func PaddedShape(rows, kSF int) (mPad, kPad int) {
 }
 
 // SwizzledOffset is the byte offset of scale (m, k) in the swizzled layout of
-// a scale matrix with kSF columns (spec section 5, TensorRT-LLM
+// a scale matrix with kSF columns (reference/CONTRACTS.md §5, TensorRT-LLM
 // get_sf_out_offset_128x4):
 //
 //	((m/128)*numKTiles + k/4)*512 + (m%32)*16 + ((m%128)/32)*4 + k%4
@@ -84,7 +84,7 @@ type Layout int
 const (
 	// Linear is row-major [rows, K/16].
 	Linear Layout = iota
-	// Swizzled128x4 is the padded 128x4 tiled layout of spec section 5.
+	// Swizzled128x4 is the padded 128x4 tiled layout of reference/CONTRACTS.md §5.
 	Swizzled128x4
 )
 

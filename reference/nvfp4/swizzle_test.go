@@ -4,7 +4,7 @@ import (
 	"testing"
 )
 
-// Offsets worked out by hand from spec section 5, not from SwizzledOffset:
+// Offsets worked out by hand from reference/CONTRACTS.md §5, not from SwizzledOffset:
 // offset = ((m/128)*numKTiles + k/4)*512 + (m%32)*16 + ((m%128)/32)*4 + k%4.
 func TestSwizzledOffsetByHand(t *testing.T) {
 	tests := []struct {

@@ -1,5 +1,5 @@
 // Package splitk is the reference for the flash-decoding split-K reduction
-// (spec 3.8, `splitk_combine`): attention over one row's tokens is computed
+// (reference/CONTRACTS.md §3.8, `splitk_combine`): attention over one row's tokens is computed
 // in S independent splits, each giving a partial output o_s (already
 // normalized by its own softmax sum) and its log-sum-exp lse_s; the combine
 // turns them into the row's output and lse:
@@ -199,7 +199,7 @@ func CombineRowExpected(o, lse []float64, l int, c Convention, outDType, lseDTyp
 // value of 2^x rounded once (math.Exp2 is within an ulp of float64, so this
 // is the correctly rounded value unless 2^x lies within 2^-52 of an fp32
 // rounding boundary). Kernels use ex2.approx (within 2 ulp of it); the
-// three-way verdict treats that difference as noise (spec 1.1).
+// three-way verdict treats that difference as noise (reference/CONTRACTS.md §1.1).
 //
 // It runs once per score in an attention reference, and math.Exp2 is slow,
 // so the value is first computed as 2^(k/64)·p(r) (x = k/64 + r, |r| <=

@@ -204,7 +204,7 @@ def _triton_mla_parts(call):
         "partial_lse": (pl, pl_id),
     }
     # num_splits is the call's num_kv_splits (S of attn_logits); the
-    # contract reads S from the shape too (spec 8.1), but not every kcheck
+    # contract reads S from the shape too (reference/CONTRACTS.md §3.6.1), but not every kcheck
     # build does yet.
     p = {"softmax_scale": call.params["sm_scale"], "kv_cache_dtype": kind, "page_size": call.params.get("page_size", "1"),
          "num_splits": str(S)}

@@ -44,7 +44,7 @@ def _is_tensor(v):
 
 
 def param_str(v):
-    """A non-tensor argument as metadata (spec section 1), or None when it
+    """A non-tensor argument as metadata (reference/CONTRACTS.md §1.2), or None when it
     is not a value metadata can hold."""
     import torch
 

@@ -99,7 +99,7 @@ ENGINE_DISTS = {"vllm": "vllm", "sglang": "sglang", "flashinfer": "flashinfer-py
 
 
 def provenance(engine, call, device):
-    """The spec's provenance keys (section 1) and the capture's own.
+    """The provenance keys of reference/CONTRACTS.md §1.2 and the capture's own.
 
     source: engine and version and the call; device: the GPU's name (or
     cpu); driver: the CUDA runtime torch was built with and the driver

@@ -1,7 +1,7 @@
 """Engine kernels behind kcheck's worker protocol.
 
-kcheck starts a worker once per kernel run (reference/CONTRACTS.md, "Worker
-protocol")::
+kcheck starts a worker once per kernel run (reference/CONTRACTS.md §9, the worker
+protocol)::
 
     python -m kcheck.worker NAME [--set KEY=VALUE]... run --kernel KERNEL --in IN --out OUT
 
