@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	_ "github.com/kcheck-dev/kcheck/internal/kernels/all" // every kernel registers itself
 	"io"
 	"os"
 	"sort"

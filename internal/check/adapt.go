@@ -25,11 +25,11 @@ type Observation struct {
 	Policy      compare.Policy
 }
 
-func (o Options) observe(k *kernel.Kernel, p kernel.Params, ref *kernel.Output, actual *tensor.Tensor, c compare.Check) {
+func (o Options) observe(k kernel.Kernel, p kernel.Params, ref *kernel.Output, actual *tensor.Tensor, c compare.Check) {
 	if o.Observe == nil {
 		return
 	}
-	o.Observe(Observation{Stage: o.stage, Kind: o.kind, Kernel: k.Name, Params: p, Ref: ref, Actual: actual, Check: c, Policy: o.policy()})
+	o.Observe(Observation{Stage: o.stage, Kind: o.kind, Kernel: k.Spec().Name, Params: p, Ref: ref, Actual: actual, Check: c, Policy: o.policy()})
 }
 
 // forStage labels the observations of one pipeline stage.

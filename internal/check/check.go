@@ -264,7 +264,7 @@ func runSingle(c Capture, kname string, meta map[string]string, opts Options) Re
 	}
 	in, outs, notes := split(k, c.Tensors, "")
 	if len(outs) == 0 {
-		return errorResult(c.Name, kname, fmt.Errorf("the file holds none of %s's outputs (%s): nothing to check", kname, specNames(k.Outputs)))
+		return errorResult(c.Name, kname, fmt.Errorf("the file holds none of %s's outputs (%s): nothing to check", kname, specNames(k.Spec().Outputs)))
 	}
 	notes = append(notes, inputAnomalies(k, kernel.Inputs{Tensors: in, Params: p})...)
 	checks, err := compareOutputs(k, kernel.Inputs{Tensors: in, Params: p}, prec, outs, opts)
@@ -295,16 +295,16 @@ const maxNamedNotes = 20
 
 // split sorts a capture's tensors (names under prefix) into the kernel's
 // inputs and outputs; anything else is noted and ignored.
-func split(k *kernel.Kernel, tensors map[string]*tensor.Tensor, prefix string) (in, out map[string]*tensor.Tensor, notes []string) {
+func split(k kernel.Kernel, tensors map[string]*tensor.Tensor, prefix string) (in, out map[string]*tensor.Tensor, notes []string) {
 	in, out = map[string]*tensor.Tensor{}, map[string]*tensor.Tensor{}
 	known := map[string]bool{}
-	for _, s := range k.Inputs {
+	for _, s := range k.Spec().Inputs {
 		known[s.Name] = true
 		if t, ok := tensors[prefix+s.Name]; ok {
 			in[s.Name] = t
 		}
 	}
-	for _, s := range k.Outputs {
+	for _, s := range k.Spec().Outputs {
 		known[s.Name] = true
 		if t, ok := tensors[prefix+s.Name]; ok {
 			out[s.Name] = t
@@ -319,10 +319,10 @@ func split(k *kernel.Kernel, tensors map[string]*tensor.Tensor, prefix string) (
 		}
 		sort.Strings(extra)
 		for _, name := range extra[:min(len(extra), maxNamedNotes)] {
-			notes = append(notes, fmt.Sprintf("tensor %s is not part of the %s contract: ignored", name, k.Name))
+			notes = append(notes, fmt.Sprintf("tensor %s is not part of the %s contract: ignored", name, k.Spec().Name))
 		}
 		if more := len(extra) - maxNamedNotes; more > 0 {
-			notes = append(notes, fmt.Sprintf("and %d more tensors are not part of the %s contract: ignored", more, k.Name))
+			notes = append(notes, fmt.Sprintf("and %d more tensors are not part of the %s contract: ignored", more, k.Spec().Name))
 		}
 	}
 	return in, out, notes
@@ -343,9 +343,9 @@ func specNames(specs []kernel.TensorSpec) string {
 // cache that no request attends (poisoned with NaN by engines and by
 // kcheck's own generator, on purpose) and the -inf of an empty split's
 // partial lse are left out (kernel.TensorSpec's Read and Meaningful).
-func inputAnomalies(k *kernel.Kernel, in kernel.Inputs) []string {
+func inputAnomalies(k kernel.Kernel, in kernel.Inputs) []string {
 	var notes []string
-	for _, s := range k.Inputs {
+	for _, s := range k.Spec().Inputs {
 		t, ok := in.Tensors[s.Name]
 		if !ok || !t.DType.IsFloat() || t.Check() != nil {
 			continue
@@ -381,7 +381,7 @@ func inputAnomalies(k *kernel.Kernel, in kernel.Inputs) []string {
 }
 
 // compareOutputs runs the reference on in and compares each captured output.
-func compareOutputs(k *kernel.Kernel, in kernel.Inputs, prec kernel.Precision, outs map[string]*tensor.Tensor, opts Options) ([]compare.Check, error) {
+func compareOutputs(k kernel.Kernel, in kernel.Inputs, prec kernel.Precision, outs map[string]*tensor.Tensor, opts Options) ([]compare.Check, error) {
 	for name, t := range outs {
 		if err := t.Check(); err != nil {
 			return nil, fmt.Errorf("tensor %s: %v", name, err)
@@ -396,15 +396,15 @@ func compareOutputs(k *kernel.Kernel, in kernel.Inputs, prec kernel.Precision, o
 	if err := opts.interrupted(); err != nil {
 		return nil, err
 	}
-	if err := CheckKernelMemory(k.Name, inputsAndOutputs(in.Tensors, outs), in.Params, opts.MaxMemory); err != nil {
+	if err := CheckKernelMemory(k.Spec().Name, inputsAndOutputs(in.Tensors, outs), in.Params, opts.MaxMemory); err != nil {
 		return nil, err
 	}
-	refs, err := k.Reference(opts.context(), in, prec, dtypes)
+	refs, err := kernel.Evaluate(opts.context(), k, in, prec, dtypes)
 	if err != nil {
 		return nil, opts.stopped(err)
 	}
 	var checks []compare.Check
-	for _, spec := range k.Outputs {
+	for _, spec := range k.Spec().Outputs {
 		actual, ok := outs[spec.Name]
 		if !ok {
 			continue

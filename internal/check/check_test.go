@@ -142,7 +142,7 @@ func TestInputAnomalyNotesMeanSomething(t *testing.T) {
 	partly := map[string]bool{}
 	for _, name := range kernel.Names() {
 		k, _ := kernel.Lookup(name)
-		for _, s := range k.Inputs {
+		for _, s := range k.Spec().Inputs {
 			partly[name] = partly[name] || s.Read != nil || len(s.Meaningful) > 0
 		}
 	}
@@ -292,7 +292,7 @@ func TestCoordinatesExplained(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		outs, err := k.Reference(context.Background(), in, kernel.DefaultPrecision(), nil)
+		outs, err := kernel.Evaluate(context.Background(), k, in, kernel.DefaultPrecision(), nil)
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}

@@ -168,7 +168,7 @@ func contractSpec(meta map[string]string, name string) (kernel.TensorSpec, bool)
 	if err != nil {
 		return kernel.TensorSpec{}, false
 	}
-	for _, s := range append(append([]kernel.TensorSpec(nil), k.Inputs...), k.Outputs...) {
+	for _, s := range append(append([]kernel.TensorSpec(nil), k.Spec().Inputs...), k.Spec().Outputs...) {
 		if s.Name == name {
 			return s, true
 		}

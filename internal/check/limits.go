@@ -864,7 +864,7 @@ func estimateCapture(c Capture) Estimate {
 		if err != nil {
 			continue
 		}
-		e := EstimateKernel(st.k.Name, in, st.params)
+		e := EstimateKernel(st.k.Spec().Name, in, st.params)
 		if e.Bytes > largest.Bytes {
 			largest = e
 		}

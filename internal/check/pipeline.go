@@ -13,7 +13,7 @@ import (
 // stage is one resolved pipeline stage.
 type stage struct {
 	prefix string
-	k      *kernel.Kernel
+	k      kernel.Kernel
 	params kernel.Params
 	prec   kernel.Precision
 	links  map[string]string // input name -> "<earlier prefix>.<tensor>"
@@ -82,7 +82,7 @@ func parseStages(meta map[string]string) ([]stage, error) {
 	for i, st := range stages {
 		for input, src := range st.links {
 			if !hasInput(st.k, input) {
-				return nil, fmt.Errorf("metadata kcheck.%s.from.%s: %s has no input %s", st.prefix, input, st.k.Name, input)
+				return nil, fmt.Errorf("metadata kcheck.%s.from.%s: %s has no input %s", st.prefix, input, st.k.Spec().Name, input)
 			}
 			dot := strings.LastIndex(src, ".")
 			if dot <= 0 {
@@ -94,7 +94,7 @@ func parseStages(meta map[string]string) ([]stage, error) {
 				return nil, fmt.Errorf("metadata kcheck.%s.from.%s = %q: %s is not an earlier stage", st.prefix, input, src, srcPrefix)
 			}
 			if earlier := stages[j]; !hasOutput(earlier.k, srcTensor) {
-				return nil, fmt.Errorf("metadata kcheck.%s.from.%s = %q: stage %s (%s) has no output %s", st.prefix, input, src, srcPrefix, earlier.k.Name, srcTensor)
+				return nil, fmt.Errorf("metadata kcheck.%s.from.%s = %q: stage %s (%s) has no output %s", st.prefix, input, src, srcPrefix, earlier.k.Spec().Name, srcTensor)
 			}
 		}
 	}
@@ -141,8 +141,8 @@ func (n *prefixNode) each(key string, fn func(stage int, rest string)) {
 	}
 }
 
-func hasInput(k *kernel.Kernel, name string) bool {
-	for _, s := range k.Inputs {
+func hasInput(k kernel.Kernel, name string) bool {
+	for _, s := range k.Spec().Inputs {
 		if s.Name == name {
 			return true
 		}
@@ -150,8 +150,8 @@ func hasInput(k *kernel.Kernel, name string) bool {
 	return false
 }
 
-func hasOutput(k *kernel.Kernel, name string) bool {
-	for _, s := range k.Outputs {
+func hasOutput(k kernel.Kernel, name string) bool {
+	for _, s := range k.Spec().Outputs {
 		if s.Name == name {
 			return true
 		}
@@ -159,8 +159,8 @@ func hasOutput(k *kernel.Kernel, name string) bool {
 	return false
 }
 
-func specOf(k *kernel.Kernel, name string) kernel.TensorSpec {
-	for _, s := range k.Inputs {
+func specOf(k kernel.Kernel, name string) kernel.TensorSpec {
+	for _, s := range k.Spec().Inputs {
 		if s.Name == name {
 			return s
 		}
@@ -191,7 +191,7 @@ func fitLink(src *tensor.Tensor, spec kernel.TensorSpec, stored *tensor.Tensor, 
 // reference chain's for the propagated one).
 func stageInputs(st stage, captured map[string]*tensor.Tensor, outputs map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
 	in := map[string]*tensor.Tensor{}
-	for _, s := range st.k.Inputs {
+	for _, s := range st.k.Spec().Inputs {
 		stored := captured[st.prefix+"."+s.Name]
 		src, linked := st.links[s.Name]
 		if !linked {
@@ -236,7 +236,7 @@ func runPipeline(c Capture, meta map[string]string, opts Options) Result {
 		if err := opts.interrupted(); err != nil {
 			return errorResult(c.Name, "pipeline", fmt.Errorf("before stage %s: %v", st.prefix, err))
 		}
-		sr := StageResult{Prefix: st.prefix, Kernel: st.k.Name, Stage: st.k.Stage, Local: []compare.Check{}}
+		sr := StageResult{Prefix: st.prefix, Kernel: st.k.Spec().Name, Stage: st.k.Spec().Stage, Local: []compare.Check{}}
 		_, outs, _ := split(st.k, c.Tensors, st.prefix+".")
 		local, err := stageInputs(st, c.Tensors, c.Tensors)
 		if err == nil {
@@ -259,7 +259,7 @@ func runPipeline(c Capture, meta map[string]string, opts Options) Result {
 			}
 		}
 		if err != nil {
-			msg := fmt.Sprintf("stage %s (%s): %v", st.prefix, st.k.Name, err)
+			msg := fmt.Sprintf("stage %s (%s): %v", st.prefix, st.k.Spec().Name, err)
 			return errorResult(c.Name, "pipeline", fmt.Errorf("%s", msg))
 		}
 		if len(outs) == 0 {

@@ -71,7 +71,7 @@ func FuzzPipeline(f *testing.F) {
 				k, _ := kernel.Lookup(c.Metadata["kcheck."+st+".kernel"])
 				inputs := []string{"bogus"}
 				if k != nil {
-					for _, s := range k.Inputs {
+					for _, s := range k.Spec().Inputs {
 						inputs = append(inputs, s.Name)
 					}
 				}

@@ -71,7 +71,7 @@ func TestInputsNeverWritten(t *testing.T) {
 		kname := f.Metadata["kcheck.kernel"]
 		if k, err := kernel.Lookup(kname); err == nil {
 			in := kernel.Inputs{Tensors: map[string]*tensor.Tensor{}, Params: params(f.Metadata)}
-			for _, s := range k.Inputs {
+			for _, s := range k.Spec().Inputs {
 				if t, ok := f.Tensors[s.Name]; ok {
 					in.Tensors[s.Name] = t
 				}

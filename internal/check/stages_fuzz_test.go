@@ -84,9 +84,9 @@ func FuzzStages(f *testing.F) {
 		}
 		for i := range stages {
 			got, w := stages[i], want[i]
-			if got.prefix != w.prefix || got.k.Name != w.k.Name || !reflect.DeepEqual(got.params, w.params) ||
+			if got.prefix != w.prefix || got.k.Spec().Name != w.k.Spec().Name || !reflect.DeepEqual(got.params, w.params) ||
 				!reflect.DeepEqual(got.links, w.links) || got.prec != w.prec {
-				t.Fatalf("stage %d: got %s %s %v %v, the definition %s %s %v %v", i, got.prefix, got.k.Name, got.params, got.links, w.prefix, w.k.Name, w.params, w.links)
+				t.Fatalf("stage %d: got %s %s %v %v, the definition %s %s %v %v", i, got.prefix, got.k.Spec().Name, got.params, got.links, w.prefix, w.k.Spec().Name, w.params, w.links)
 			}
 		}
 	})
@@ -134,7 +134,7 @@ func parseStagesNaive(meta map[string]string) ([]stage, error) {
 	for i, st := range stages {
 		for input, src := range st.links {
 			if !hasInput(st.k, input) {
-				return nil, fmt.Errorf("metadata kcheck.%s.from.%s: %s has no input %s", st.prefix, input, st.k.Name, input)
+				return nil, fmt.Errorf("metadata kcheck.%s.from.%s: %s has no input %s", st.prefix, input, st.k.Spec().Name, input)
 			}
 			dot := strings.LastIndex(src, ".")
 			if dot <= 0 {
@@ -146,7 +146,7 @@ func parseStagesNaive(meta map[string]string) ([]stage, error) {
 				if earlier.prefix == srcPrefix {
 					found = hasOutput(earlier.k, srcTensor)
 					if !found {
-						return nil, fmt.Errorf("metadata kcheck.%s.from.%s = %q: stage %s (%s) has no output %s", st.prefix, input, src, srcPrefix, earlier.k.Name, srcTensor)
+						return nil, fmt.Errorf("metadata kcheck.%s.from.%s = %q: stage %s (%s) has no output %s", st.prefix, input, src, srcPrefix, earlier.k.Spec().Name, srcTensor)
 					}
 				}
 			}

@@ -122,7 +122,7 @@ func TestThreeWayOnCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	k, _ := kernel.Lookup("nvfp4_quantize")
-	refs, err := k.Reference(context.Background(), in, kernel.DefaultPrecision(), nil)
+	refs, err := kernel.Evaluate(context.Background(), k, in, kernel.DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

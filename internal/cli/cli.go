@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	_ "github.com/kcheck-dev/kcheck/internal/kernels/all" // every kernel registers itself
 	"io"
 	"strconv"
 	"strings"

@@ -54,8 +54,8 @@ func TestDeclaredPrecisionReferencePasses(t *testing.T) {
 		if err != nil {
 			t.Fatalf("case %s: %v", c.Name, err)
 		}
-		if tried[k.Name] == nil {
-			tried[k.Name] = map[string]map[tensor.DType]bool{}
+		if tried[k.Spec().Name] == nil {
+			tried[k.Spec().Name] = map[string]map[tensor.DType]bool{}
 		}
 		in, err := c.Inputs()
 		if err != nil {
@@ -67,7 +67,7 @@ func TestDeclaredPrecisionReferencePasses(t *testing.T) {
 		}
 		// The contract's defaults first (what the reference backend stores),
 		// then each rotation of the dtypes of the outputs the case makes.
-		outs, err := k.Reference(context.Background(), in, prec, nil)
+		outs, err := kernel.Evaluate(context.Background(), k, in, prec, nil)
 		if err != nil {
 			t.Fatalf("case %s: the reference refuses the catalog's own inputs: %v", c.Name, err)
 		}
@@ -75,16 +75,16 @@ func TestDeclaredPrecisionReferencePasses(t *testing.T) {
 		for _, o := range outs {
 			defaults[o.Name] = o.DType
 		}
-		checkDeclared(t, c.Name, outs, nil, tried[k.Name])
+		checkDeclared(t, c.Name, outs, nil, tried[k.Spec().Name])
 		variants := 1
-		for _, s := range k.Outputs {
+		for _, s := range k.Spec().Outputs {
 			if _, made := defaults[s.Name]; made {
 				variants = max(variants, len(s.DTypes))
 			}
 		}
 		for v := 0; v < variants; v++ {
 			dtypes := map[string]tensor.DType{}
-			for _, s := range k.Outputs {
+			for _, s := range k.Spec().Outputs {
 				if _, made := defaults[s.Name]; made {
 					dtypes[s.Name] = s.DTypes[v%len(s.DTypes)]
 				}
@@ -92,14 +92,14 @@ func TestDeclaredPrecisionReferencePasses(t *testing.T) {
 			if maps.Equal(dtypes, defaults) {
 				continue
 			}
-			outs, err := k.Reference(context.Background(), in, prec, dtypes)
+			outs, err := kernel.Evaluate(context.Background(), k, in, prec, dtypes)
 			if err != nil {
 				// A dtype the contract allows in general but not in this
 				// setting (cache_after BF16 over an fp8 cache): the
 				// coverage check below sees that it is tried elsewhere.
 				continue
 			}
-			checkDeclared(t, c.Name, outs, dtypes, tried[k.Name])
+			checkDeclared(t, c.Name, outs, dtypes, tried[k.Spec().Name])
 		}
 	}
 	for _, name := range kernel.Names() {
@@ -108,7 +108,7 @@ func TestDeclaredPrecisionReferencePasses(t *testing.T) {
 			t.Errorf("kernel %s has no catalog case", name)
 			continue
 		}
-		for _, s := range k.Outputs {
+		for _, s := range k.Spec().Outputs {
 			for _, d := range s.DTypes {
 				if !tried[name][s.Name][d] {
 					t.Errorf("kernel %s: no case stores output %s as %s, which its contract allows", name, s.Name, d)

@@ -36,7 +36,7 @@ func (Exact) Run(ctx context.Context, name string, in kernel.Inputs) (map[string
 	if err != nil {
 		return nil, err
 	}
-	outs, err := k.Reference(ctx, in, prec, nil)
+	outs, err := kernel.Evaluate(ctx, k, in, prec, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func (s Swapped) Run(ctx context.Context, name string, in kernel.Inputs) (map[st
 	if err != nil {
 		return nil, err
 	}
-	if k.Stage == s.Stage {
+	if k.Spec().Stage == s.Stage {
 		return backend.Reference{}.Run(ctx, name, in)
 	}
 	return s.Base.Run(ctx, name, in)
@@ -89,7 +89,7 @@ func (o Only) Run(ctx context.Context, name string, in kernel.Inputs) (map[strin
 	if err != nil {
 		return nil, err
 	}
-	if k.Stage != o.Stage {
+	if k.Spec().Stage != o.Stage {
 		return backend.Reference{}.Run(ctx, name, in)
 	}
 	return o.Base.Run(ctx, name, in)

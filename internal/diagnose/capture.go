@@ -120,7 +120,7 @@ func FromCheck(res check.Result, contextLens map[int]int) *Report {
 		// everywhere, diagnose included).
 		stage := res.Kernel
 		if k, err := kernel.Lookup(res.Kernel); err == nil {
-			stage = k.Stage
+			stage = k.Spec().Stage
 		}
 		stages = []check.StageResult{{Prefix: stage, Kernel: res.Kernel, Stage: stage, Verdict: res.Verdict, Local: res.Checks}}
 	}

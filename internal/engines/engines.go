@@ -401,7 +401,7 @@ func Hint(meta map[string]string, names []string) string {
 			}
 			contract := map[string]bool{}
 			if k, err := kernel.Lookup(v.kernel); err == nil {
-				for _, s := range append(append([]kernel.TensorSpec(nil), k.Inputs...), k.Outputs...) {
+				for _, s := range append(append([]kernel.TensorSpec(nil), k.Spec().Inputs...), k.Spec().Outputs...) {
 					contract[s.Name] = true
 				}
 			}

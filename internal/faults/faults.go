@@ -146,8 +146,8 @@ func (f *Fault) Applies(kernels ...string) error {
 // outputs of kernel k on in (what Run returned), are byte for byte what a
 // correct kernel writes on in: the bug did not fire on these inputs. It
 // runs the reference once more, on the unplanted inputs.
-func (f *Fault) Fired(ctx context.Context, k *kernel.Kernel, in kernel.Inputs, out map[string]*tensor.Tensor) error {
-	if err := f.Applies(k.Name); err != nil {
+func (f *Fault) Fired(ctx context.Context, k kernel.Kernel, in kernel.Inputs, out map[string]*tensor.Tensor) error {
+	if err := f.Applies(k.Spec().Name); err != nil {
 		return err
 	}
 	prec, err := kernel.PrecisionFrom(in.Params)
@@ -164,7 +164,7 @@ func (f *Fault) Fired(ctx context.Context, k *kernel.Kernel, in kernel.Inputs, o
 		}
 	}
 	return fmt.Errorf("fault %s did not fire: %s's outputs on these inputs are byte for byte a correct kernel's, so a pass would prove nothing; %s",
-		f.Name, k.Name, f.needs())
+		f.Name, k.Spec().Name, f.needs())
 }
 
 // needs says what the fault needs to fire, for the errors above.
@@ -216,12 +216,12 @@ func (f *Fault) Showed(changed bool) error {
 
 // Run produces kernel k's outputs with the fault planted (the plain
 // reference when the fault does not live in k); it stops when ctx is done.
-func (f *Fault) Run(ctx context.Context, k *kernel.Kernel, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
+func (f *Fault) Run(ctx context.Context, k kernel.Kernel, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
 	prec, err := kernel.PrecisionFrom(in.Params)
 	if err != nil {
 		return nil, err
 	}
-	if !f.Affects(k.Name) {
+	if !f.Affects(k.Spec().Name) {
 		return kernel.Produce(ctx, k, in, prec, nil)
 	}
 	run := kernel.Inputs{Tensors: in.Tensors, Params: in.Params}

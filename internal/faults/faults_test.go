@@ -92,8 +92,8 @@ func TestCatalogIsWellFormed(t *testing.T) {
 				t.Errorf("%s: %v", f.Name, err)
 				continue
 			}
-			if k.Stage != f.Stage {
-				t.Errorf("%s (stage %s) lives in %s, a %s kernel", f.Name, f.Stage, kn, k.Stage)
+			if k.Spec().Stage != f.Stage {
+				t.Errorf("%s (stage %s) lives in %s, a %s kernel", f.Name, f.Stage, kn, k.Spec().Stage)
 			}
 		}
 	}

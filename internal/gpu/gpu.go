@@ -354,19 +354,19 @@ func (w *Worker) Run(ctx context.Context, name string, in kernel.Inputs) (map[st
 // readOutputs reads the worker's output file and returns every tensor that
 // is not an unchanged input, copied out of the file's mapping; reason says
 // why the file is garbage.
-func readOutputs(path string, contract *kernel.Kernel, in kernel.Inputs) (map[string]*tensor.Tensor, map[string]string, string) {
+func readOutputs(path string, contract kernel.Kernel, in kernel.Inputs) (map[string]*tensor.Tensor, map[string]string, string) {
 	f, err := safetensors.Open(path)
 	if err != nil {
 		return nil, nil, "the worker exited 0 but its output is unreadable: " + err.Error()
 	}
 	defer f.Close()
-	for _, o := range contract.Outputs {
+	for _, o := range contract.Spec().Outputs {
 		if _, ok := f.Tensors[o.Name]; !ok && !o.Optional {
 			return nil, nil, fmt.Sprintf("the worker exited 0 but its output has no tensor %s", o.Name)
 		}
 	}
 	isOutput := map[string]bool{}
-	for _, o := range contract.Outputs {
+	for _, o := range contract.Spec().Outputs {
 		isOutput[o.Name] = true
 	}
 	outs := map[string]*tensor.Tensor{}

@@ -1,11 +1,17 @@
-// Package kernel is the vocabulary the rest of kcheck shares: a kernel
-// contract (name, stage, tensors, parameters), the declared precision a
-// kernel computes at, and the reference side of each output check (the exact
-// float64 value, the value a correct kernel of the declared precision gives,
-// and the coordinates that name an element in the kernel's own terms).
+// Package kernel is the framework every kernel is built on and the
+// vocabulary the rest of kcheck shares: a kernel's contract (Spec: name,
+// stage, tensors, documented parameters), the one validation of its inputs
+// (Validate, which turns them into a typed Problem), the declared precision
+// a kernel computes at, the reference side of each output check (the exact
+// float64 value, the value a correct kernel of the declared precision
+// gives, and the coordinates that name an element in the kernel's own
+// terms), and the optional capabilities the tools ask a kernel for (its
+// cost, its inputs for a catalog case, its slicing, its contexts, its
+// minimum traffic).
 //
-// Each kernel family registers itself from its own file (nvfp4.go, kv.go,
-// mla.go...), so adding a kernel adds one file and touches no switch.
+// It holds no kernel: each family lives in its own folder under
+// internal/kernels and registers itself, and internal/kernels/all is the
+// one list of them. Adding a kernel adds a folder and touches no switch.
 package kernel
 
 import (
@@ -21,7 +27,7 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-// The stage names of reference/CONTRACTS.md §7.1.
+// The stage names of spec section 7.
 const (
 	StageQuant   = "quant"
 	StageCache   = "cache"
@@ -30,7 +36,7 @@ const (
 )
 
 // Params are a kernel's parameters as the evidence file's metadata states
-// them (strings, reference/CONTRACTS.md §1.2).
+// them (strings, spec section 1).
 type Params map[string]string
 
 // String returns the parameter or def when absent.
@@ -112,7 +118,7 @@ func (p Params) Bool(name string, def bool) (bool, error) {
 	return false, fmt.Errorf("parameter %s = %q: want true or false", name, s)
 }
 
-// Precision is what a kernel declares it rounds where (reference/CONTRACTS.md §1.1). The
+// Precision is what a kernel declares it rounds where (spec 1.1). The
 // EXPECTED reference emulates it; the EXACT reference ignores it.
 type Precision struct {
 	// Acc is the dtype of every reduction's accumulator (acc_dtype, F32).
@@ -189,7 +195,7 @@ type Inputs struct {
 	// stored, by name, when there are any (a capture's); nil when a
 	// backend is to make them. A size that only an output's shape gives
 	// is read here: the split count S of mla_decode's partials, which
-	// engines do not pass as a parameter (reference/CONTRACTS.md §3.6.1). The reference's
+	// engines do not pass as a parameter (spec 8.1). The reference's
 	// shapes are still checked against the actual ones.
 	OutputShapes map[string][]int
 }
@@ -295,33 +301,87 @@ func (s TensorSpec) Anomalous(v float64) bool {
 	return true
 }
 
-// Kernel is one contract of reference/CONTRACTS.md §3.
-type Kernel struct {
+// Spec is one contract of spec section 3: what a kernel is called, the
+// pipeline stage it belongs to, its tensors and its parameters.
+type Spec struct {
 	Name    string
 	Stage   string
 	Summary string
 	Inputs  []TensorSpec
 	Outputs []TensorSpec
-	// Reference validates the inputs (naming the tensor and index of any
-	// inconsistency), then returns the reference side of every output.
-	// Register has it check presence and dtypes against Inputs first.
-	// outDTypes gives the dtype of each output as the kernel under test
-	// stored it (from the capture); an output it does not name gets the
-	// contract's default dtype. Expected is rounded to that dtype, so
-	// Produce can store it without a second rounding.
+	// Params are the parameters the kernel reads from the evidence file's
+	// metadata, each documented; the precision parameters (acc_dtype,
+	// p_dtype...) are every kernel's and are not repeated here.
+	Params []ParamSpec
+}
+
+// Problem is what a kernel's Validate made of its inputs: the tensors and
+// parameters, checked and typed. Only the kernel that made it reads its
+// fields; everyone else passes it on.
+type Problem interface {
+	// Inputs returns the inputs the problem was made from.
+	Inputs() Inputs
+}
+
+// OutDTypes gives the dtype of each output as the kernel under test stored
+// it (from the capture); an output it does not name gets the contract's
+// default dtype.
+type OutDTypes map[string]tensor.DType
+
+// Kernel is one kernel family member: its contract, the one validation of
+// its inputs, and its reference.
+//
+// Every kernel also implements the capabilities of capabilities.go
+// (Coster, Generator, Slicer, Contexter, Roofliner); the registry test
+// (internal/kernels/all) fails a kernel that lacks one.
+type Kernel interface {
+	Spec() *Spec
+	// Validate checks the inputs against what the spec's TensorSpecs
+	// cannot say (shapes, values, parameters), naming the tensor and index
+	// of any inconsistency, and returns the typed problem. Call it through
+	// kernel.Validate, which checks presence and dtypes first.
+	Validate(in Inputs) (Problem, error)
+	// Reference returns the reference side of every output of p at
+	// precision prec. Expected is rounded to out's dtype for each output,
+	// so Produce can store it without a second rounding.
 	//
 	// A reference stops soon after ctx is done (between units of work:
 	// rows, heads, tiles, blocks of tokens) and returns ctx.Err(), so a
 	// check past its deadline frees its memory instead of running on.
-	Reference func(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error)
+	Reference(ctx context.Context, p Problem, prec Precision, out OutDTypes) ([]Output, error)
+}
+
+// Validate is the one validation of a kernel's inputs: each required
+// input present and each present one of an accepted dtype, in the order
+// the contract lists them, then the kernel's own Validate.
+func Validate(k Kernel, in Inputs) (Problem, error) {
+	if err := checkInputs(k.Spec().Inputs, in); err != nil {
+		return nil, err
+	}
+	return k.Validate(in)
+}
+
+// Evaluate validates in and runs k's reference on it: what a check does.
+func Evaluate(ctx context.Context, k Kernel, in Inputs, prec Precision, out OutDTypes) ([]Output, error) {
+	if err := checkInputs(k.Spec().Inputs, in); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p, err := k.Validate(in)
+	if err != nil {
+		return nil, err
+	}
+	return k.Reference(ctx, p, prec, out)
 }
 
 // Produce runs k's reference at precision prec and stores each output's
 // Expected values in its dtype: what a correct kernel of that precision
 // writes. It is the reference backend and the fixture generator. An output
 // computed on demand is written straight into its tensor (Materialize).
-func Produce(ctx context.Context, k *Kernel, in Inputs, prec Precision, outDTypes map[string]tensor.DType) (map[string]*tensor.Tensor, error) {
-	outs, err := k.Reference(ctx, in, prec, outDTypes)
+func Produce(ctx context.Context, k Kernel, in Inputs, prec Precision, outDTypes OutDTypes) (map[string]*tensor.Tensor, error) {
+	outs, err := Evaluate(ctx, k, in, prec, outDTypes)
 	if err != nil {
 		return nil, err
 	}
@@ -332,29 +392,17 @@ func Produce(ctx context.Context, k *Kernel, in Inputs, prec Precision, outDType
 	return res, nil
 }
 
-var registry = map[string]*Kernel{}
+var registry = map[string]Kernel{}
 
-// Register adds k; registering a name twice is a programming error.
-//
-// The inputs are checked against k.Inputs before k.Reference runs (each
-// required one present, each present one of an accepted dtype, in the
-// order the contract lists them), so a reference reads in.Tensors[name]
-// and checks only what the specs cannot say: shapes, values, parameters.
-func Register(k *Kernel) {
-	if _, dup := registry[k.Name]; dup {
-		panic("kernel: " + k.Name + " registered twice")
+// Register adds k; registering a name twice is a programming error. The
+// families register from their init functions; internal/kernels/all
+// imports every family.
+func Register(k Kernel) {
+	name := k.Spec().Name
+	if _, dup := registry[name]; dup {
+		panic("kernel: " + name + " registered twice")
 	}
-	ref := k.Reference
-	k.Reference = func(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
-		if err := checkInputs(k.Inputs, in); err != nil {
-			return nil, err
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		return ref(ctx, in, prec, outDTypes)
-	}
-	registry[k.Name] = k
+	registry[name] = k
 }
 
 // checkInputs reports the first input, in contract order, that is missing
@@ -376,12 +424,21 @@ func checkInputs(specs []TensorSpec, in Inputs) error {
 }
 
 // Lookup returns the kernel named name.
-func Lookup(name string) (*Kernel, error) {
+func Lookup(name string) (Kernel, error) {
 	k, ok := registry[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown kernel %q%s (known: %s)", name, suggest.DidYouMean(name, Names()), strings.Join(Names(), ", "))
 	}
 	return k, nil
+}
+
+// All returns every registered kernel, sorted by name.
+func All() []Kernel {
+	var ks []Kernel
+	for _, n := range Names() {
+		ks = append(ks, registry[n])
+	}
+	return ks
 }
 
 // Names lists the registered kernels, sorted.
@@ -444,4 +501,35 @@ func fmtShape(s []int) string {
 		}
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// Checked is the Problem of an Adapter: inputs whose presence and dtypes
+// Validate checked, whose shapes and values the adapter's Compute checks
+// before any work.
+type Checked struct{ In Inputs }
+
+// Inputs implements Problem.
+func (c Checked) Inputs() Inputs { return c.In }
+
+// Adapter is a Kernel whose Compute validates the shapes and values of its
+// inputs as it reads them, before any work: the form every kernel had
+// before Validate and Problem were separated. A family embeds it and adds
+// its capabilities; it moves its checks into a Validate of its own, and a
+// typed problem, when a launcher needs them (splitk_combine's
+// CombineProblem is the example to follow).
+type Adapter struct {
+	Contract Spec
+	Compute  func(ctx context.Context, in Inputs, prec Precision, out OutDTypes) ([]Output, error)
+}
+
+// Spec implements Kernel.
+func (a *Adapter) Spec() *Spec { return &a.Contract }
+
+// Validate implements Kernel: the spec's checks are kernel.Validate's, the
+// rest are Compute's.
+func (a *Adapter) Validate(in Inputs) (Problem, error) { return Checked{in}, nil }
+
+// Reference implements Kernel.
+func (a *Adapter) Reference(ctx context.Context, p Problem, prec Precision, out OutDTypes) ([]Output, error) {
+	return a.Compute(ctx, p.Inputs(), prec, out)
 }

@@ -1,7 +1,8 @@
-package kernel
+package nvfp4
 
 import (
 	"context"
+	. "github.com/kcheck-dev/kcheck/internal/kernel"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -125,7 +126,7 @@ func TestNVFP4AdapterErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = k.Reference(context.Background(), tc.in, DefaultPrecision(), tc.dtypes)
+		_, err = Evaluate(context.Background(), k, tc.in, DefaultPrecision(), tc.dtypes)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to contain %q", tc.kernel, err, tc.want)
 		}
@@ -143,7 +144,7 @@ func TestNVFP4QuantizeNaNInput(t *testing.T) {
 	in := Inputs{Tensors: map[string]*tensor.Tensor{
 		"x": tensor.FromFloat64s(tensor.BF16, []int{1, 32}, vals), "global_scale": fp4Scalar(1)}}
 	k, _ := Lookup("nvfp4_quantize")
-	outs, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
+	outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatalf("NaN input rejected: %v", err)
 	}
@@ -173,7 +174,7 @@ func TestNVFP4QuantizeEquivalence(t *testing.T) {
 				"x": tensor.FromFloat64s(tensor.BF16, []int{1, 32}, vals), "global_scale": fp4Scalar(1)},
 				Params: Params{"scale_layout": layout}}
 			k, _ := Lookup("nvfp4_quantize")
-			outs, err := k.Reference(context.Background(), in, DefaultPrecision(), map[string]tensor.DType{"block_scale": sd})
+			outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), map[string]tensor.DType{"block_scale": sd})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -275,7 +276,7 @@ func TestNVFP4ProduceChain(t *testing.T) {
 			"a_packed": q["packed"], "a_scale": q["block_scale"], "a_global": gs,
 			"b_packed": q["packed"], "b_scale": q["block_scale"], "b_global": gs},
 			Params: Params{"scale_layout": layout, "a_global_kind": "quant", "b_global_kind": "quant"}}
-		outs, err := gk.Reference(context.Background(), gin, DefaultPrecision(), nil)
+		outs, err := Evaluate(context.Background(), gk, gin, DefaultPrecision(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,7 +310,7 @@ func TestNVFP4QuantizeExactIsEquivalent(t *testing.T) {
 	differ := map[string]int{}
 	for _, shape := range [][2]int{{64, 256}, {128, 512}, {96, 1024}} {
 		in, _ := fp4Quantized(t, shape[0], shape[1], "swizzled_128x4")
-		outs, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
+		outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +340,7 @@ func TestNVFP4DequantizeByHand(t *testing.T) {
 	scale.Data[0] = 0x3C
 	in := Inputs{Tensors: map[string]*tensor.Tensor{"packed": packed, "block_scale": scale, "global_scale": fp4Scalar(2)}}
 	k, _ := Lookup("nvfp4_dequantize")
-	outs, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
+	outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

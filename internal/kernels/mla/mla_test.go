@@ -1,7 +1,9 @@
-package kernel
+package mla
 
 import (
 	"context"
+	. "github.com/kcheck-dev/kcheck/internal/kernel"
+	_ "github.com/kcheck-dev/kcheck/internal/kernels/splitk" // mla_decode's partials feed splitk_combine in the tests
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -78,7 +80,7 @@ func TestMLADecodeContractPartialsCombine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
+	outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +94,7 @@ func TestMLADecodeContractPartialsCombine(t *testing.T) {
 	}
 	n := 3 * 1 * 3
 	comb, _ := Lookup("splitk_combine")
-	couts, err := comb.Reference(context.Background(), Inputs{
+	couts, err := Evaluate(context.Background(), comb, Inputs{
 		Tensors: map[string]*tensor.Tensor{
 			"partial_out": Materialize(tensor.F32, []int{n, 4, 12}, po.Exact),
 			"partial_lse": Materialize(tensor.F32, []int{n, 4}, pl.Exact),
@@ -121,8 +123,8 @@ func TestMLADecodeContractPartialsCombine(t *testing.T) {
 	}
 	// coordinates: request 2, head 1, latent 5
 	c := out.Coords.Name([]int{2, 0, 1, 5})
-	want := []Coord{{"request", 2}, {"q_pos", 0}, {"head", 1}, {"latent", 5},
-		{"context_len", 23}, {"visible", 23}, {"last_page_fill", 3}, {"head_tile", 0}, {"tile128", 0}}
+	want := []Coord{{Name: "request", Value: 2}, {Name: "q_pos", Value: 0}, {Name: "head", Value: 1}, {Name: "latent", Value: 5},
+		{Name: "context_len", Value: 23}, {Name: "visible", Value: 23}, {Name: "last_page_fill", Value: 3}, {Name: "head_tile", Value: 0}, {Name: "tile128", Value: 0}}
 	if len(c) != len(want) {
 		t.Fatalf("coords %v, want %v", c, want)
 	}
@@ -133,7 +135,7 @@ func TestMLADecodeContractPartialsCombine(t *testing.T) {
 	}
 	// split 1 of request 2: ceil(23/4) = 6 tokens a split, [6, 12)
 	pc := po.Coords.Name([]int{2, 0, 1, 1, 0})
-	if pc[5] != (Coord{"context_len", 23}) || pc[6] != (Coord{"split_start", 6}) || pc[7] != (Coord{"split_len", 6}) {
+	if pc[5] != (Coord{Name: "context_len", Value: 23}) || pc[6] != (Coord{Name: "split_start", Value: 6}) || pc[7] != (Coord{Name: "split_len", Value: 6}) {
 		t.Errorf("partial coords %v", pc)
 	}
 }
@@ -150,7 +152,7 @@ func TestMLADecodeProduceAndNoise(t *testing.T) {
 	if res["out"].DType != tensor.BF16 || len(res["out"].Shape) != 4 || res["lse"].Shape[2] != 2 {
 		t.Fatalf("produced out %s %v lse %v", res["out"].DType, res["out"].Shape, res["lse"].Shape)
 	}
-	outs, _ := k.Reference(context.Background(), in, DefaultPrecision(), nil)
+	outs, _ := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
 	o := outputNamed(t, outs, "out")
 	vmax := 0.0 // largest |value| in the cache
 	for _, v := range in.Tensors["kv_cache"].Float64s() {
@@ -169,7 +171,7 @@ func TestMLADecodeProduceAndNoise(t *testing.T) {
 func TestMLADecodeInputErrors(t *testing.T) {
 	k, _ := Lookup("mla_decode")
 	in := mlaInputs(rand.New(rand.NewPCG(9, 9)), []int{5, 0}, 1, 2, 12, 4, 6)
-	if _, err := k.Reference(context.Background(), in, DefaultPrecision(), map[string]tensor.DType{"partial_out": tensor.F32}); err == nil ||
+	if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), map[string]tensor.DType{"partial_out": tensor.F32}); err == nil ||
 		!strings.Contains(err.Error(), "tensor partial_out is present but nothing says how many splits") {
 		t.Errorf("partials without S: error %v", err)
 	}
@@ -204,7 +206,7 @@ func TestMLADecodeInputErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := mlaInputs(rand.New(rand.NewPCG(9, 9)), []int{5, 0}, 1, 2, 12, 4, 6)
 			tc.mod(in)
-			_, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
+			_, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
@@ -226,7 +228,7 @@ func TestMLADecodeSplitCountFromShape(t *testing.T) {
 	partials := map[string]tensor.DType{"partial_out": tensor.F32, "partial_lse": tensor.F32}
 	want := inputs()
 	want.Params["num_splits"] = "4"
-	ref, err := k.Reference(context.Background(), want, DefaultPrecision(), nil)
+	ref, err := Evaluate(context.Background(), k, want, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +247,7 @@ func TestMLADecodeSplitCountFromShape(t *testing.T) {
 			for name := range tc.shapes {
 				dtypes[name] = partials[name]
 			}
-			outs, err := k.Reference(context.Background(), in, DefaultPrecision(), dtypes)
+			outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), dtypes)
 			if err != nil {
 				t.Fatalf("S from the shape: %v", err)
 			}
@@ -278,7 +280,7 @@ func TestMLADecodeSplitCountFromShape(t *testing.T) {
 			in := inputs()
 			in.OutputShapes = tc.shapes
 			tc.mod(in)
-			_, err := k.Reference(context.Background(), in, DefaultPrecision(), partials)
+			_, err := Evaluate(context.Background(), k, in, DefaultPrecision(), partials)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
@@ -306,11 +308,11 @@ func TestSplitKCombineNumSplitsAgrees(t *testing.T) {
 	in := Inputs{Tensors: map[string]*tensor.Tensor{
 		"partial_out": tensor.New(tensor.F32, 2, 3, 4), "partial_lse": tensor.New(tensor.F32, 2, 3),
 	}, Params: Params{"num_splits": "3"}}
-	if _, err := k.Reference(context.Background(), in, DefaultPrecision(), nil); err != nil {
+	if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err != nil {
 		t.Fatalf("num_splits = S: %v", err)
 	}
 	in.Params["num_splits"] = "4"
-	if _, err := k.Reference(context.Background(), in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "parameter num_splits = 4 but tensor partial_out has S = 3 splits (shape [2 3 4])") {
+	if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "parameter num_splits = 4 but tensor partial_out has S = 3 splits (shape [2 3 4])") {
 		t.Fatalf("num_splits = 4 over S = 3: error %v", err)
 	}
 }
@@ -319,7 +321,7 @@ func TestMLADecodeSparseContract(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	in := mlaInputs(rng, []int{8}, 1, 2, 12, 4, 4)
 	dense, _ := Lookup("mla_decode")
-	douts, err := dense.Reference(context.Background(), in, DefaultPrecision(), nil)
+	douts, err := Evaluate(context.Background(), dense, in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +339,7 @@ func TestMLADecodeSparseContract(t *testing.T) {
 		"indices": tensor.FromInt64s(tensor.I32, []int{1, 1, len(idx)}, idx),
 	}, Params: in.Params}
 	sparse, _ := Lookup("mla_decode_sparse")
-	souts, err := sparse.Reference(context.Background(), sin, DefaultPrecision(), nil)
+	souts, err := Evaluate(context.Background(), sparse, sin, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,11 +351,11 @@ func TestMLADecodeSparseContract(t *testing.T) {
 			}
 		}
 	}
-	if c := outputNamed(t, souts, "out").Coords.Name([]int{0, 0, 1, 0}); c[4] != (Coord{"context_len", 8}) {
+	if c := outputNamed(t, souts, "out").Coords.Name([]int{0, 0, 1, 0}); c[4] != (Coord{Name: "context_len", Value: 8}) {
 		t.Errorf("sparse coords %v: context_len should count the 8 attended slots", c)
 	}
 	sin.Params["topk"] = "7"
-	if _, err := sparse.Reference(context.Background(), sin, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "topk = 7") {
+	if _, err := Evaluate(context.Background(), sparse, sin, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "topk = 7") {
 		t.Errorf("topk mismatch: error %v", err)
 	}
 }
@@ -370,7 +372,7 @@ func TestSplitKCombineContract(t *testing.T) {
 		"partial_out": tensor.FromFloat64s(tensor.F32, []int{2, 2, 2}, []float64{1, 0, 0, 1, 0, 0, 0, 0}),
 		"partial_lse": tensor.FromFloat64s(tensor.F32, []int{2, 2}, []float64{0, math.Log(3), ninf, ninf}),
 	}, Params: Params{"lse_empty": "+inf"}}
-	outs, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
+	outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +389,7 @@ func TestSplitKCombineContract(t *testing.T) {
 	if math.Abs(lse.Exact.At(0)-math.Log(4)) > 1e-7 || !math.IsInf(lse.Exact.At(1), 1) || !math.IsInf(lse.Expected.At(1), 1) {
 		t.Errorf("lse = %v / %v, want ln 4 and +inf", lse.Exact, lse.Expected)
 	}
-	if c := out.Coords.Name([]int{1, 0}); c[2] != (Coord{"splits_used", 0}) {
+	if c := out.Coords.Name([]int{1, 0}); c[2] != (Coord{Name: "splits_used", Value: 0}) {
 		t.Errorf("coords %v: row 1 uses no split", c)
 	}
 	for _, tc := range []struct {
@@ -405,7 +407,7 @@ func TestSplitKCombineContract(t *testing.T) {
 				"partial_lse": tensor.New(tensor.F32, 2, 2),
 			}, Params: Params{}}
 			tc.mod(in)
-			_, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
+			_, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}

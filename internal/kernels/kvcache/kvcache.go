@@ -1,8 +1,17 @@
-package kernel
+// Package kvcache is kv_cache_write and kv_cache_gather (spec 3.4, 3.5), the paged MLA latent cache's writer and reader: the contract, the reference adapter over
+// reference/kvcache, the coordinates that name an output element, and what the
+// tools ask of each kernel (cost, case inputs, slicing, contexts,
+// roofline).
+//
+// The family is written in the framework's vocabulary, dot-imported: its
+// code reads as it did inside internal/kernel, where it was born.
+package kvcache
 
 import (
 	"context"
 	"fmt"
+	. "github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/kernels/paged"
 
 	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
@@ -12,134 +21,41 @@ import (
 // kv_cache_write and kv_cache_gather (reference/CONTRACTS.md §3.4, §3.5): the contract tensors
 // and parameters adapted to reference/kvcache.
 
-var (
-	cacheDTypes = []tensor.DType{tensor.BF16, tensor.U8, tensor.F8E4M3}
-	indexDTypes = []tensor.DType{tensor.I32, tensor.I64}
-)
+// write is write.
+type write struct{ Adapter }
+
+// gather is gather.
+type gather struct{ Adapter }
 
 func init() {
-	Register(&Kernel{
+	Register(&write{Adapter{Contract: Spec{
 		Name:    "kv_cache_write",
 		Stage:   StageCache,
 		Summary: "paged MLA latent cache write (vLLM concat_and_cache_mla, DeepSeek-V3.2 fp8_ds_mla)",
 		Inputs: []TensorSpec{
 			{Name: "kv_c", DTypes: []tensor.DType{tensor.BF16}},
 			{Name: "k_pe", DTypes: []tensor.DType{tensor.BF16}},
-			{Name: "slot_mapping", DTypes: indexDTypes},
-			{Name: "cache_before", DTypes: cacheDTypes, Read: readsNothing},
+			{Name: "slot_mapping", DTypes: paged.IndexDTypes},
+			{Name: "cache_before", DTypes: paged.CacheDTypes, Read: paged.ReadsNothing},
 			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
 		},
-		Outputs:   []TensorSpec{{Name: "cache_after", DTypes: cacheDTypes}},
-		Reference: kvCacheWrite,
-	})
-	Register(&Kernel{
+		Outputs: []TensorSpec{{Name: "cache_after", DTypes: paged.CacheDTypes}},
+	}, Compute: kvCacheWrite}})
+	Register(&gather{Adapter{Contract: Spec{
 		Name:    "kv_cache_gather",
 		Stage:   StageCache,
 		Summary: "paged latent cache lookup and dequantization (vLLM gather_and_maybe_dequant_cache)",
 		Inputs: []TensorSpec{
-			{Name: "cache", DTypes: cacheDTypes, Read: attendedRows("cache")},
-			{Name: "block_table", DTypes: indexDTypes},
-			{Name: "seq_lens", DTypes: indexDTypes},
+			{Name: "cache", DTypes: paged.CacheDTypes, Read: paged.AttendedRows("cache")},
+			{Name: "block_table", DTypes: paged.IndexDTypes},
+			{Name: "seq_lens", DTypes: paged.IndexDTypes},
 			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
 		},
-		Outputs:   []TensorSpec{{Name: "gathered", DTypes: []tensor.DType{tensor.BF16, tensor.F32}}},
-		Reference: kvCacheGather,
-	})
+		Outputs: []TensorSpec{{Name: "gathered", DTypes: []tensor.DType{tensor.BF16, tensor.F32}}},
+	}, Compute: kvCacheGather}})
 }
 
-// readsNothing is the Read of an input whose values the kernel never reads
-// as numbers: a writer's cache_before, whose entries it either overwrites
-// or leaves byte for byte as they were.
-func readsNothing(Inputs) (func(int) bool, error) { return func(int) bool { return false }, nil }
-
-// attendedRows is the Read of a paged cache [NB, P, entry]: the entries of
-// token t < seq_lens[b] of every request b, at block_table[b, t/P], t%P.
-func attendedRows(cache string) func(Inputs) (func(int) bool, error) {
-	return func(in Inputs) (func(int) bool, error) {
-		ct, bt, sl := in.Tensors[cache], in.Tensors["block_table"], in.Tensors["seq_lens"]
-		if ct == nil || bt == nil || sl == nil || len(ct.Shape) != 3 {
-			return nil, fmt.Errorf("tensors %s, block_table or seq_lens missing or misshapen", cache)
-		}
-		pages, err := kvcache.NewPages(bt, sl, ct.Shape[1], ct.Shape[0])
-		if err != nil {
-			return nil, err
-		}
-		read := make([]bool, ct.Shape[0]*ct.Shape[1])
-		for b, n := range pages.SeqLens {
-			for t := 0; t < n; t++ {
-				blk, off := pages.Locate(b, t)
-				read[blk*ct.Shape[1]+off] = true
-			}
-		}
-		return rowsRead(read, ct.Shape[2]), nil
-	}
-}
-
-// rowsRead turns a set of cache entries (rows of width elements) into a
-// Read.
-func rowsRead(rows []bool, width int) func(int) bool {
-	return func(i int) bool { r := i / max(width, 1); return r < len(rows) && rows[r] }
-}
-
-// cacheLayout reads kv_cache_dtype, page_size and ds_mla_scale for a cache
-// tensor; page_size defaults to the cache's second dimension. l and r are the
-// latent and rope widths (fp8_ds_mla's are fixed).
-func cacheLayout(p Params, prec Precision, name string, cache *tensor.Tensor, l, r int) (kvcache.Layout, error) {
-	kind, err := p.Enum("kv_cache_dtype", string(kvcache.BF16), kvcache.Kinds...)
-	if err != nil {
-		return kvcache.Layout{}, err
-	}
-	conv, err := p.Enum("ds_mla_scale", string(kvcache.ScaleAmax), kvcache.ScaleConventions...)
-	if err != nil {
-		return kvcache.Layout{}, err
-	}
-	if len(cache.Shape) != 3 {
-		return kvcache.Layout{}, fmt.Errorf("tensor %s has shape %v; the contract wants [NB, P, entry]", name, cache.Shape)
-	}
-	ps, err := p.Int("page_size", cache.Shape[1])
-	if err != nil {
-		return kvcache.Layout{}, err
-	}
-	if kvcache.Kind(kind) == kvcache.FP8DSMLA {
-		l, r = kvcache.DSLatent, kvcache.DSRope
-	}
-	lay := kvcache.Layout{Kind: kvcache.Kind(kind), L: l, R: r, PageSize: ps,
-		DSScale: kvcache.ScaleConvention(conv), Saturate: prec.FP8Saturate}
-	return lay, lay.Validate()
-}
-
-// kScale returns k_scale when the layout has one (an error naming it when it
-// is missing or unusable), else 0.
-func kScale(in Inputs, lay kvcache.Layout) (float64, error) {
-	if !lay.NeedsKScale() {
-		return 0, nil
-	}
-	t, err := Need(in, "k_scale", tensor.F32)
-	if err != nil {
-		return 0, fmt.Errorf("%v (kv_cache_dtype %s divides by it)", err, lay.Kind)
-	}
-	v, err := t.Scalar()
-	if err != nil {
-		return 0, fmt.Errorf("tensor k_scale: %v", err)
-	}
-	return v, kvcache.CheckKScale(v)
-}
-
-// asDType views t's bytes as dtype d (U8 and F8_E4M3 caches are the same
-// bytes), when the layout allows d.
-func asDType(name string, t *tensor.Tensor, d tensor.DType, lay kvcache.Layout) (*tensor.Tensor, error) {
-	if d == "" || d == t.DType {
-		return t, nil
-	}
-	for _, ok := range lay.CacheDTypes() {
-		if ok == d && d.Size() == t.DType.Size() {
-			return &tensor.Tensor{DType: d, Shape: t.Shape, Data: t.Data}, nil
-		}
-	}
-	return nil, fmt.Errorf("tensor %s has dtype %s but the cache it is written over is %s (kv_cache_dtype %s)", name, d, t.DType, lay.Kind)
-}
-
-func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
 	kvc := in.Tensors["kv_c"]
 	kpe := in.Tensors["k_pe"]
 	sm := in.Tensors["slot_mapping"]
@@ -153,15 +69,15 @@ func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes map[
 	if err := CheckShape("slot_mapping", sm, -1); err != nil {
 		return nil, err
 	}
-	lay, err := cacheLayout(in.Params, prec, "cache_before", before, kvc.Shape[1], kpe.Shape[1])
+	lay, err := paged.CacheLayout(in.Params, prec, "cache_before", before, kvc.Shape[1], kpe.Shape[1])
 	if err != nil {
 		return nil, err
 	}
-	ks, err := kScale(in, lay)
+	ks, err := paged.KScale(in, lay)
 	if err != nil {
 		return nil, err
 	}
-	if before, err = asDType("cache_after", before, outDTypes["cache_after"], lay); err != nil {
+	if before, err = paged.AsDType("cache_after", before, outDTypes["cache_after"], lay); err != nil {
 		return nil, err
 	}
 	slots := make([]int64, sm.Len())
@@ -174,9 +90,9 @@ func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes map[
 	}
 	derived := func(idx []int) []Coord {
 		part, tile := lay.PartOf(idx[2])
-		c := []Coord{{"part", int(part)}, {"token", ov.TokenAt(idx[0]*lay.PageSize + idx[1])}}
+		c := []Coord{{Name: "part", Value: int(part)}, {Name: "token", Value: ov.TokenAt(idx[0]*lay.PageSize + idx[1])}}
 		if lay.Kind == kvcache.FP8DSMLA {
-			c = append(c, Coord{"tile128", tile})
+			c = append(c, Coord{Name: "tile128", Value: tile})
 		}
 		return c
 	}
@@ -233,7 +149,7 @@ func (c *cacheAfter) At(i int) float64 {
 	return c.entry.Float64At(i - c.slot*c.e)
 }
 
-func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
 	ct := in.Tensors["cache"]
 	bt := in.Tensors["block_table"]
 	sl := in.Tensors["seq_lens"]
@@ -248,11 +164,11 @@ func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes map
 	if d > 64 {
 		r = 64
 	}
-	lay, err := cacheLayout(in.Params, prec, "cache", ct, d-r, r)
+	lay, err := paged.CacheLayout(in.Params, prec, "cache", ct, d-r, r)
 	if err != nil {
 		return nil, err
 	}
-	ks, err := kScale(in, lay)
+	ks, err := paged.KScale(in, lay)
 	if err != nil {
 		return nil, err
 	}
@@ -282,8 +198,8 @@ func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes map
 		if idx[1] >= lay.L {
 			part = kvcache.PartRope
 		}
-		return []Coord{{"request", b}, {"token", t}, {"page", t / lay.PageSize}, {"page_offset", off},
-			{"block", blk}, {"part", int(part)}}
+		return []Coord{{Name: "request", Value: b}, {Name: "token", Value: t}, {Name: "page", Value: t / lay.PageSize}, {Name: "page_offset", Value: off},
+			{Name: "block", Value: blk}, {Name: "part", Value: int(part)}}
 	}
 	return []Output{{
 		Name:      "gathered",

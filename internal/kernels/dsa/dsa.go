@@ -1,8 +1,17 @@
-package kernel
+// Package dsa is dsa_indexer (spec 3.9), DeepSeek Sparse Attention's lightning indexer: the contract, the reference adapter over
+// reference/dsa, the coordinates that name an output element, and what the
+// tools ask of each kernel (cost, case inputs, slicing, contexts,
+// roofline).
+//
+// The family is written in the framework's vocabulary, dot-imported: its
+// code reads as it did inside internal/kernel, where it was born.
+package dsa
 
 import (
 	"context"
 	"fmt"
+	. "github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/kernels/paged"
 
 	"github.com/kcheck-dev/kcheck/reference/dsa"
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
@@ -11,24 +20,26 @@ import (
 
 // dsa_indexer (reference/CONTRACTS.md §3.9): the contract tensors adapted to reference/dsa.
 
+// indexer is indexer.
+type indexer struct{ Adapter }
+
 func init() {
-	Register(&Kernel{
+	Register(&indexer{Adapter{Contract: Spec{
 		Name:    "dsa_indexer",
 		Stage:   StageAttn,
 		Summary: "DeepSeek Sparse Attention lightning indexer scores and top-k",
 		Inputs: []TensorSpec{
 			{Name: "q", DTypes: []tensor.DType{tensor.BF16}},
-			{Name: "k_cache", DTypes: []tensor.DType{tensor.BF16}, Read: attendedRows("k_cache")},
+			{Name: "k_cache", DTypes: []tensor.DType{tensor.BF16}, Read: paged.AttendedRows("k_cache")},
 			{Name: "weights", DTypes: []tensor.DType{tensor.F32}},
-			{Name: "block_table", DTypes: indexDTypes},
-			{Name: "seq_lens", DTypes: indexDTypes},
+			{Name: "block_table", DTypes: paged.IndexDTypes},
+			{Name: "seq_lens", DTypes: paged.IndexDTypes},
 		},
 		Outputs: []TensorSpec{
 			{Name: "scores", DTypes: []tensor.DType{tensor.F32}},
 			{Name: "topk_indices", DTypes: []tensor.DType{tensor.I32}},
 		},
-		Reference: dsaIndexer,
-	})
+	}, Compute: dsaIndexer}})
 }
 
 // outWidth is an output's second dimension: the parameter when given, else
@@ -44,7 +55,7 @@ func outWidth(in Inputs, param, output string, def int) (int, error) {
 	return def, nil
 }
 
-func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
 	q := in.Tensors["q"]
 	kc := in.Tensors["k_cache"]
 	w := in.Tensors["weights"]
@@ -87,7 +98,7 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes map[st
 		if t < pages.SeqLens[b] {
 			blk, _ = pages.Locate(b, t)
 		}
-		return []Coord{{"page", t / ps}, {"page_offset", t % ps}, {"block", blk}}
+		return []Coord{{Name: "page", Value: t / ps}, {Name: "page_offset", Value: t % ps}, {Name: "block", Value: blk}}
 	}
 	return []Output{
 		{

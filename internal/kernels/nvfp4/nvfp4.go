@@ -1,8 +1,16 @@
-package kernel
+// Package nvfp4 is nvfp4_quantize, nvfp4_dequantize and nvfp4_gemm (spec 3.1-3.3): the contract, the reference adapter over
+// reference/nvfp4, the coordinates that name an output element, and what the
+// tools ask of each kernel (cost, case inputs, slicing, contexts,
+// roofline).
+//
+// The family is written in the framework's vocabulary, dot-imported: its
+// code reads as it did inside internal/kernel, where it was born.
+package nvfp4
 
 import (
 	"context"
 	"fmt"
+	. "github.com/kcheck-dev/kcheck/internal/kernel"
 
 	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/nvfp4"
@@ -19,8 +27,17 @@ var (
 	fp4Kinds        = []string{"dequant", "quant"}
 )
 
+// quantize is quantize.
+type quantize struct{ Adapter }
+
+// dequantize is dequantize.
+type dequantize struct{ Adapter }
+
+// gemm is gemm.
+type gemm struct{ Adapter }
+
 func init() {
-	Register(&Kernel{
+	Register(&quantize{Adapter{Contract: Spec{
 		Name:    "nvfp4_quantize",
 		Stage:   StageQuant,
 		Summary: "NVFP4 activation quantization (vLLM scaled_fp4_quant)",
@@ -32,9 +49,8 @@ func init() {
 			{Name: "packed", DTypes: []tensor.DType{tensor.U8}},
 			{Name: "block_scale", DTypes: fp4ScaleDTypes},
 		},
-		Reference: nvfp4Quantize,
-	})
-	Register(&Kernel{
+	}, Compute: nvfp4Quantize}})
+	Register(&dequantize{Adapter{Contract: Spec{
 		Name:    "nvfp4_dequantize",
 		Stage:   StageQuant,
 		Summary: "NVFP4 dequantization (E2M1 code x E4M3 block scale x global scale)",
@@ -43,10 +59,9 @@ func init() {
 			{Name: "block_scale", DTypes: fp4ScaleDTypes},
 			{Name: "global_scale", DTypes: []tensor.DType{tensor.F32}},
 		},
-		Outputs:   []TensorSpec{{Name: "out", DTypes: fp4FloatOutputs}},
-		Reference: nvfp4Dequantize,
-	})
-	Register(&Kernel{
+		Outputs: []TensorSpec{{Name: "out", DTypes: fp4FloatOutputs}},
+	}, Compute: nvfp4Dequantize}})
+	Register(&gemm{Adapter{Contract: Spec{
 		Name:    "nvfp4_gemm",
 		Stage:   StageQuant,
 		Summary: "NVFP4 W4A4 GEMM out = dequant(A) dequant(B)^T (the engines' NVFP4 linear layers)",
@@ -58,9 +73,8 @@ func init() {
 			{Name: "b_scale", DTypes: fp4ScaleDTypes},
 			{Name: "b_global", DTypes: []tensor.DType{tensor.F32}},
 		},
-		Outputs:   []TensorSpec{{Name: "out", DTypes: fp4FloatOutputs}},
-		Reference: nvfp4GEMM,
-	})
+		Outputs: []TensorSpec{{Name: "out", DTypes: fp4FloatOutputs}},
+	}, Compute: nvfp4GEMM}})
 }
 
 // fp4Global reads a global scale tensor: F32 of shape [] or [1].
@@ -172,11 +186,11 @@ func fp4ElementCoords(rowAxis, colAxis string) Coords {
 		if len(idx) != 2 {
 			return nil
 		}
-		return []Coord{{"block16", idx[1] / nvfp4.BlockSize}, {"tile128", idx[0] / nvfp4.TileRows}, {"nibble", idx[1] % 2}}
+		return []Coord{{Name: "block16", Value: idx[1] / nvfp4.BlockSize}, {Name: "tile128", Value: idx[0] / nvfp4.TileRows}, {Name: "nibble", Value: idx[1] % 2}}
 	}}
 }
 
-func nvfp4Quantize(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func nvfp4Quantize(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
 	x := in.Tensors["x"]
 	if err := x.Check(); err != nil {
 		return nil, fmt.Errorf("tensor x: %v", err)
@@ -227,7 +241,7 @@ func nvfp4Quantize(ctx context.Context, in Inputs, prec Precision, outDTypes map
 			if len(idx) != 2 {
 				return nil
 			}
-			return []Coord{{"col", 2 * idx[1]}, {"block16", idx[1] / (nvfp4.BlockSize / 2)}, {"tile128", idx[0] / nvfp4.TileRows}}
+			return []Coord{{Name: "col", Value: 2 * idx[1]}, {Name: "block16", Value: idx[1] / (nvfp4.BlockSize / 2)}, {Name: "tile128", Value: idx[0] / nvfp4.TileRows}}
 		}},
 	}
 	scale, err := fp4ScaleOutput(exact, expected, m, k/nvfp4.BlockSize, lay, scaleDType)
@@ -294,7 +308,7 @@ func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.L
 		if len(idx) != 2 {
 			return nil
 		}
-		return []Coord{{"tile128", idx[0] / nvfp4.TileRows}}
+		return []Coord{{Name: "tile128", Value: idx[0] / nvfp4.TileRows}}
 	}}
 	if lay == nvfp4.Swizzled128x4 {
 		var err error
@@ -322,7 +336,7 @@ func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.L
 			if m >= rows || k >= kSF {
 				pad = 1
 			}
-			return []Coord{{"row", m}, {"block16", k}, {"tile128", m / nvfp4.TileRows}, {"padding", pad}}
+			return []Coord{{Name: "row", Value: m}, {Name: "block16", Value: k}, {Name: "tile128", Value: m / nvfp4.TileRows}, {Name: "padding", Value: pad}}
 		}}
 	}
 	decode := func(c uint8) float64 {
@@ -364,7 +378,7 @@ func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.L
 	}, nil
 }
 
-func nvfp4Dequantize(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func nvfp4Dequantize(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
 	lay, err := fp4Layout(in.Params)
 	if err != nil {
 		return nil, err
@@ -395,7 +409,7 @@ func nvfp4Dequantize(ctx context.Context, in Inputs, prec Precision, outDTypes m
 	}}, nil
 }
 
-func nvfp4GEMM(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func nvfp4GEMM(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
 	lay, err := fp4Layout(in.Params)
 	if err != nil {
 		return nil, err
@@ -439,7 +453,7 @@ func nvfp4GEMM(ctx context.Context, in Inputs, prec Precision, outDTypes map[str
 			if len(idx) != 2 {
 				return nil
 			}
-			return []Coord{{"tile128", idx[0] / nvfp4.TileRows}, {"col_tile128", idx[1] / nvfp4.TileRows}}
+			return []Coord{{Name: "tile128", Value: idx[0] / nvfp4.TileRows}, {Name: "col_tile128", Value: idx[1] / nvfp4.TileRows}}
 		}},
 	}}, nil
 }

@@ -1,7 +1,8 @@
-package kernel
+package kvcache
 
 import (
 	"context"
+	. "github.com/kcheck-dev/kcheck/internal/kernel"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -57,7 +58,7 @@ func TestKVCacheWriteDSMLA(t *testing.T) {
 	}
 	before := tensor.New(tensor.U8, 3, 2, 656)
 	in := writeInputs("fp8_ds_mla", "amax", before, kv, 512, []int64{3, -1}, 0)
-	outs, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
+	outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestKVCacheWriteDSMLA(t *testing.T) {
 	}
 	// slot 3 = block 1, offset 1; byte 600 is rope, byte 515 is tile 0's scale MSB
 	c := o.Coords.Name([]int{1, 1, 515})
-	want := []Coord{{"block", 1}, {"page_offset", 1}, {"column", 515}, {"part", 1}, {"token", 0}, {"tile128", 0}}
+	want := []Coord{{Name: "block", Value: 1}, {Name: "page_offset", Value: 1}, {Name: "column", Value: 515}, {Name: "part", Value: 1}, {Name: "token", Value: 0}, {Name: "tile128", Value: 0}}
 	if len(c) != len(want) {
 		t.Fatalf("coords %v, want %v", c, want)
 	}
@@ -81,7 +82,7 @@ func TestKVCacheWriteDSMLA(t *testing.T) {
 			break
 		}
 	}
-	if c := o.Coords.Name([]int{2, 0, 600}); c[3] != (Coord{"part", 2}) || c[4] != (Coord{"token", -1}) {
+	if c := o.Coords.Name([]int{2, 0, 600}); c[3] != (Coord{Name: "part", Value: 2}) || c[4] != (Coord{Name: "token", Value: -1}) {
 		t.Errorf("rope column of an empty slot: %v", c)
 	}
 
@@ -93,7 +94,7 @@ func TestKVCacheWriteDSMLA(t *testing.T) {
 
 	// the same write in the pow2 convention, checked as amax: a fault
 	inP := writeInputs("fp8_ds_mla", "pow2", before, kv, 512, []int64{3, -1}, 0)
-	po, err := k.Reference(context.Background(), inP, DefaultPrecision(), nil)
+	po, err := Evaluate(context.Background(), k, inP, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestKVCacheWriteDTypes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		outs, err := k.Reference(context.Background(), in, prec, map[string]tensor.DType{"cache_after": c.out})
+		outs, err := Evaluate(context.Background(), k, in, prec, map[string]tensor.DType{"cache_after": c.out})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +146,7 @@ func TestKVCacheInputErrors(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name string
-		k    *Kernel
+		k    Kernel
 		in   Inputs
 		edit func(Inputs)
 		want string
@@ -161,7 +162,7 @@ func TestKVCacheInputErrors(t *testing.T) {
 		if c.edit != nil {
 			c.edit(c.in)
 		}
-		_, err := c.k.Reference(context.Background(), c.in, DefaultPrecision(), nil)
+		_, err := Evaluate(context.Background(), c.k, c.in, DefaultPrecision(), nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error containing %q", c.name, err, c.want)
 		}
@@ -184,7 +185,7 @@ func TestKVCacheGather(t *testing.T) {
 		"seq_lens":    tensor.FromInt64s(tensor.I32, []int{2}, []int64{1, 3}),
 		"k_scale":     tensor.FromFloat64s(tensor.F32, []int{1}, []float64{0.1}),
 	}, Params: Params{"kv_cache_dtype": "fp8_e4m3", "page_size": "2"}}
-	outs, err := g.Reference(context.Background(), in, DefaultPrecision(), nil)
+	outs, err := Evaluate(context.Background(), g, in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +198,7 @@ func TestKVCacheGather(t *testing.T) {
 	}
 	// row 3 = request 1 token 2: page 1 of its table = block 0, offset 0
 	c := o.Coords.Name([]int{3, 1})
-	want := []Coord{{"row", 3}, {"dim", 1}, {"request", 1}, {"token", 2}, {"page", 1}, {"page_offset", 0}, {"block", 0}, {"part", 0}}
+	want := []Coord{{Name: "row", Value: 3}, {Name: "dim", Value: 1}, {Name: "request", Value: 1}, {Name: "token", Value: 2}, {Name: "page", Value: 1}, {Name: "page_offset", Value: 0}, {Name: "block", Value: 0}, {Name: "part", Value: 0}}
 	for i := range want {
 		if i >= len(c) || c[i] != want[i] {
 			t.Fatalf("coords %v, want %v", c, want)
@@ -249,7 +250,7 @@ func TestCacheValuesOnDemand(t *testing.T) {
 			t.Fatal(err)
 		}
 		k, _ := Lookup("kv_cache_write")
-		outs, err := k.Reference(context.Background(), in, DefaultPrecision(), nil)
+		outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -280,7 +281,7 @@ func TestCacheValuesOnDemand(t *testing.T) {
 			"seq_lens":    tensor.FromInt64s(tensor.I32, []int{2}, lens),
 			"k_scale":     tensor.FromFloat64s(tensor.F32, []int{}, []float64{0.03}),
 		}, Params: Params{"kv_cache_dtype": kind}}
-		gouts, err := g.Reference(context.Background(), gin, DefaultPrecision(), nil)
+		gouts, err := Evaluate(context.Background(), g, gin, DefaultPrecision(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,8 +1,17 @@
-package kernel
+// Package mla is mla_decode and mla_decode_sparse (spec 3.6, 3.7), absorbed MLA decode attention over a paged latent cache: the contract, the reference adapter over
+// reference/mla, the coordinates that name an output element, and what the
+// tools ask of each kernel (cost, case inputs, slicing, contexts,
+// roofline).
+//
+// The family is written in the framework's vocabulary, dot-imported: its
+// code reads as it did inside internal/kernel, where it was born.
+package mla
 
 import (
 	"context"
 	"fmt"
+	. "github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/kernels/paged"
 	"math"
 
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
@@ -39,20 +48,26 @@ import (
 
 const headTileRows = 64
 
+// decode is decode.
+type decode struct{ Adapter }
+
+// sparseDecode is sparseDecode.
+type sparseDecode struct{ Adapter }
+
 func init() {
 	qTypes := []tensor.DType{tensor.BF16, tensor.F16, tensor.F32}
 	outTypes := []tensor.DType{tensor.BF16, tensor.F32, tensor.F16}
-	Register(&Kernel{
+	Register(&decode{Adapter{Contract: Spec{
 		Name:    "mla_decode",
 		Stage:   StageAttn,
 		Summary: "absorbed MLA decode over a paged latent cache (FlashMLA layout), optional split-K partials",
 		Inputs: []TensorSpec{
 			{Name: "q", DTypes: qTypes},
-			{Name: "kv_cache", DTypes: cacheDTypes, Read: attendedRows("kv_cache")},
-			{Name: "block_table", DTypes: indexDTypes},
-			{Name: "seq_lens", DTypes: indexDTypes},
+			{Name: "kv_cache", DTypes: paged.CacheDTypes, Read: paged.AttendedRows("kv_cache")},
+			{Name: "block_table", DTypes: paged.IndexDTypes},
+			{Name: "seq_lens", DTypes: paged.IndexDTypes},
 			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
-			{Name: "split_bounds", DTypes: indexDTypes, Optional: true},
+			{Name: "split_bounds", DTypes: paged.IndexDTypes, Optional: true},
 		},
 		Outputs: []TensorSpec{
 			{Name: "out", DTypes: outTypes},
@@ -60,24 +75,22 @@ func init() {
 			{Name: "partial_out", DTypes: []tensor.DType{tensor.F32}, Optional: true, Rank: 5},
 			{Name: "partial_lse", DTypes: []tensor.DType{tensor.F32}, Optional: true, Rank: 4},
 		},
-		Reference: mlaDecode,
-	})
-	Register(&Kernel{
+	}, Compute: mlaDecode}})
+	Register(&sparseDecode{Adapter{Contract: Spec{
 		Name:    "mla_decode_sparse",
 		Stage:   StageAttn,
 		Summary: "DeepSeek-V3.2 sparse MLA decode over top-k cache slots",
 		Inputs: []TensorSpec{
 			{Name: "q", DTypes: qTypes},
-			{Name: "kv_cache", DTypes: cacheDTypes, Read: indexedRows},
-			{Name: "indices", DTypes: indexDTypes},
+			{Name: "kv_cache", DTypes: paged.CacheDTypes, Read: indexedRows},
+			{Name: "indices", DTypes: paged.IndexDTypes},
 			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
 		},
 		Outputs: []TensorSpec{
 			{Name: "out", DTypes: outTypes},
 			{Name: "lse", DTypes: []tensor.DType{tensor.F32}},
 		},
-		Reference: mlaDecodeSparse,
-	})
+	}, Compute: mlaDecodeSparse}})
 }
 
 // indexedRows is the sparse decode's Read of kv_cache: the entries whose
@@ -94,7 +107,7 @@ func indexedRows(in Inputs) (func(int) bool, error) {
 			read[s] = true
 		}
 	}
-	return rowsRead(read, ct.Shape[2]), nil
+	return paged.RowsRead(read, ct.Shape[2]), nil
 }
 
 // mlaCommon is what both decodes read the same way.
@@ -107,15 +120,7 @@ type mlaCommon struct {
 	qShape []int
 }
 
-func outDType(outDTypes map[string]tensor.DType, name string, def tensor.DType, allowed ...tensor.DType) (tensor.DType, error) {
-	d, ok := outDTypes[name]
-	if !ok || d == "" {
-		return def, nil
-	}
-	return d, CheckDType(name, &tensor.Tensor{DType: d}, allowed...)
-}
-
-func readMLACommon(in Inputs, prec Precision, outDTypes map[string]tensor.DType) (*mlaCommon, error) {
+func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes) (*mlaCommon, error) {
 	qt := in.Tensors["q"]
 	if err := CheckShape("q", qt, -1, -1, -1, -1); err != nil {
 		return nil, err
@@ -140,14 +145,14 @@ func readMLACommon(in Inputs, prec Precision, outDTypes map[string]tensor.DType)
 	if l < 1 || l > d {
 		return nil, fmt.Errorf("parameter latent_dim = %d: want 1 <= L <= D = %d", l, d)
 	}
-	lay, err := cacheLayout(in.Params, prec, "kv_cache", ct, l, d-l)
+	lay, err := paged.CacheLayout(in.Params, prec, "kv_cache", ct, l, d-l)
 	if err != nil {
 		return nil, err
 	}
 	if lay.D() != d {
 		return nil, fmt.Errorf("tensor q has D = %d but kv_cache_dtype %s rows hold D = L + R = %d + %d = %d", d, lay.Kind, lay.L, lay.R, lay.D())
 	}
-	ks, err := kScale(in, lay)
+	ks, err := paged.KScale(in, lay)
 	if err != nil {
 		return nil, err
 	}
@@ -176,14 +181,14 @@ func readMLACommon(in Inputs, prec Precision, outDTypes map[string]tensor.DType)
 	}
 	mp := mla.DefaultPrecision()
 	mp.Acc, mp.P, mp.KVDequant, mp.SoftmaxBlock = prec.Acc, prec.P, prec.KVDequant, prec.SoftmaxBlock
-	if mp.Out, err = outDType(outDTypes, "out", tensor.BF16, tensor.BF16, tensor.F32, tensor.F16); err != nil {
+	if mp.Out, err = OutDType(outDTypes, "out", tensor.BF16, tensor.BF16, tensor.F32, tensor.F16); err != nil {
 		return nil, err
 	}
 	for _, o := range []struct {
 		name string
 		dst  *tensor.DType
 	}{{"lse", &mp.LSE}, {"partial_out", &mp.PartialOut}, {"partial_lse", &mp.PartialLSE}} {
-		if *o.dst, err = outDType(outDTypes, o.name, tensor.F32, tensor.F32); err != nil {
+		if *o.dst, err = OutDType(outDTypes, o.name, tensor.F32, tensor.F32); err != nil {
 			return nil, err
 		}
 	}
@@ -192,7 +197,7 @@ func readMLACommon(in Inputs, prec Precision, outDTypes map[string]tensor.DType)
 		cfg: mla.Config{SoftmaxScale: scale, Causal: causal, LSE: splitk.Convention{Base: base, Empty: empty}}}, nil
 }
 
-func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
 	c, err := readMLACommon(in, prec, outDTypes)
 	if err != nil {
 		return nil, err
@@ -223,14 +228,14 @@ func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes map[str
 	rowCoords := func(b, i, h int) []Coord {
 		n := pages.SeqLens[b]
 		vis := mla.Visible(n, SQ, i, c.cfg.Causal)
-		return []Coord{{"context_len", n}, {"visible", vis}, {"last_page_fill", vis % P}, {"head_tile", (i*H + h) / headTileRows}}
+		return []Coord{{Name: "context_len", Value: n}, {Name: "visible", Value: vis}, {Name: "last_page_fill", Value: vis % P}, {Name: "head_tile", Value: (i*H + h) / headTileRows}}
 	}
 	outs := []Output{
 		{
 			Name: "out", Shape: []int{B, SQ, H, L}, DType: c.prec.Out, Exact: Dense(ex.Out), Expected: Dense(xp.Out),
 			Mode: Numeric, Reduction: maxSeq,
 			Coords: Coords{Axes: []string{"request", "q_pos", "head", "latent"}, Derived: func(idx []int) []Coord {
-				return append(rowCoords(idx[0], idx[1], idx[2]), Coord{"tile128", idx[3] / 128})
+				return append(rowCoords(idx[0], idx[1], idx[2]), Coord{Name: "tile128", Value: idx[3] / 128})
 			}},
 		},
 		{
@@ -263,15 +268,15 @@ func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes map[str
 	splitCoords := func(b, i, h, k int) []Coord {
 		lo, hi := pex.Bounds[b*(s+1)+k], pex.Bounds[b*(s+1)+k+1]
 		vis := max(0, min(hi, mla.Visible(pages.SeqLens[b], SQ, i, c.cfg.Causal))-lo)
-		return []Coord{{"context_len", pages.SeqLens[b]}, {"split_start", lo}, {"split_len", hi - lo},
-			{"visible", vis}, {"last_page_fill", (lo + vis) % P}, {"head_tile", (i*H + h) / headTileRows}}
+		return []Coord{{Name: "context_len", Value: pages.SeqLens[b]}, {Name: "split_start", Value: lo}, {Name: "split_len", Value: hi - lo},
+			{Name: "visible", Value: vis}, {Name: "last_page_fill", Value: (lo + vis) % P}, {Name: "head_tile", Value: (i*H + h) / headTileRows}}
 	}
 	return append(outs,
 		Output{
 			Name: "partial_out", Shape: []int{B, SQ, H, s, L}, DType: c.prec.PartialOut, Exact: Dense(pex.Out), Expected: Dense(pxp.Out),
 			Mode: Numeric, Reduction: maxSplit,
 			Coords: Coords{Axes: []string{"request", "q_pos", "head", "split", "latent"}, Derived: func(idx []int) []Coord {
-				return append(splitCoords(idx[0], idx[1], idx[2], idx[3]), Coord{"tile128", idx[4] / 128})
+				return append(splitCoords(idx[0], idx[1], idx[2], idx[3]), Coord{Name: "tile128", Value: idx[4] / 128})
 			}},
 		},
 		Output{
@@ -313,7 +318,7 @@ func splitSpec(in Inputs, seqLens []int) (int, []int, error) {
 	}
 	bt, hasBounds := in.Tensors["split_bounds"]
 	if hasBounds {
-		if err := CheckDType("split_bounds", bt, indexDTypes...); err != nil {
+		if err := CheckDType("split_bounds", bt, paged.IndexDTypes...); err != nil {
 			return 0, nil, err
 		}
 		if len(bt.Shape) != 2 || bt.Shape[0] != len(seqLens) || bt.Shape[1] < 2 {
@@ -356,7 +361,7 @@ func splitSpec(in Inputs, seqLens []int) (int, []int, error) {
 	return s, bounds, mla.CheckBounds(bounds, seqLens, s)
 }
 
-func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes map[string]tensor.DType) ([]Output, error) {
+func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
 	c, err := readMLACommon(in, prec, outDTypes)
 	if err != nil {
 		return nil, err
@@ -389,7 +394,7 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes m
 		}
 	}
 	rowCoords := func(b, i, h int) []Coord {
-		return []Coord{{"context_len", attended[b*SQ+i]}, {"head_tile", (i*H + h) / headTileRows}}
+		return []Coord{{Name: "context_len", Value: attended[b*SQ+i]}, {Name: "head_tile", Value: (i*H + h) / headTileRows}}
 	}
 	red := max(1, topk)
 	return []Output{
@@ -397,7 +402,7 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes m
 			Name: "out", Shape: []int{B, SQ, H, L}, DType: c.prec.Out, Exact: Dense(ex.Out), Expected: Dense(xp.Out),
 			Mode: Numeric, Reduction: red,
 			Coords: Coords{Axes: []string{"request", "q_pos", "head", "latent"}, Derived: func(idx []int) []Coord {
-				return append(rowCoords(idx[0], idx[1], idx[2]), Coord{"tile128", idx[3] / 128})
+				return append(rowCoords(idx[0], idx[1], idx[2]), Coord{Name: "tile128", Value: idx[3] / 128})
 			}},
 		},
 		{

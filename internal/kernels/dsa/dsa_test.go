@@ -1,7 +1,8 @@
-package kernel
+package dsa
 
 import (
 	"context"
+	. "github.com/kcheck-dev/kcheck/internal/kernel"
 	"math"
 	"strings"
 	"testing"
@@ -29,7 +30,7 @@ func TestDSAIndexer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs, err := k.Reference(context.Background(), dsaInputs(), DefaultPrecision(), nil)
+	outs, err := Evaluate(context.Background(), k, dsaInputs(), DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func TestDSAIndexer(t *testing.T) {
 	}
 	// token 3 is block 0 offset 1 of page 1
 	cs := sc.Coords.Name([]int{0, 3})
-	if cs[2] != (Coord{"page", 1}) || cs[3] != (Coord{"page_offset", 1}) || cs[4] != (Coord{"block", 0}) {
+	if cs[2] != (Coord{Name: "page", Value: 1}) || cs[3] != (Coord{Name: "page_offset", Value: 1}) || cs[4] != (Coord{Name: "block", Value: 0}) {
 		t.Errorf("coords of token 3: %v", cs)
 	}
 
@@ -64,7 +65,7 @@ func TestDSAIndexer(t *testing.T) {
 	in.Params = Params{}
 	in.Tensors["scores"] = tensor.New(tensor.F32, 1, 5)
 	in.Tensors["topk_indices"] = tensor.New(tensor.I32, 1, 3)
-	outs, err = k.Reference(context.Background(), in, DefaultPrecision(), nil)
+	outs, err = Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,12 +73,12 @@ func TestDSAIndexer(t *testing.T) {
 		t.Errorf("shapes %v %v, want [1 5] [1 3]", outs[0].Shape, outs[1].Shape)
 	}
 	delete(in.Tensors, "topk_indices")
-	if _, err := k.Reference(context.Background(), in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "parameter topk is missing") {
+	if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "parameter topk is missing") {
 		t.Errorf("no topk: %v", err)
 	}
 	in = dsaInputs()
 	in.Tensors["block_table"] = tensor.FromInt64s(tensor.I32, []int{1, 3}, []int64{1, 7, -1})
-	if _, err := k.Reference(context.Background(), in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "block_table[0,1] = 7 is outside the cache (NB = 2)") {
+	if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "block_table[0,1] = 7 is outside the cache (NB = 2)") {
 		t.Errorf("block outside: %v", err)
 	}
 }

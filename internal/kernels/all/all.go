@@ -1,0 +1,12 @@
+// Package all imports every kernel family, so that each registers itself:
+// the one list of kcheck's kernels. A program or test that looks kernels
+// up by name imports it for its side effect.
+package all
+
+import (
+	_ "github.com/kcheck-dev/kcheck/internal/kernels/dsa"
+	_ "github.com/kcheck-dev/kcheck/internal/kernels/kvcache"
+	_ "github.com/kcheck-dev/kcheck/internal/kernels/mla"
+	_ "github.com/kcheck-dev/kcheck/internal/kernels/nvfp4"
+	_ "github.com/kcheck-dev/kcheck/internal/kernels/splitk"
+)

@@ -1,0 +1,110 @@
+// Package paged holds what the kernels that read a paged KV cache share
+// (kv_cache_write and kv_cache_gather, mla_decode, dsa_indexer): the
+// cache and index dtypes, the cache layout read from the parameters, the
+// k_scale input and which cache entries a batch reads.
+package paged
+
+import (
+	"fmt"
+
+	. "github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/kvcache"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+var (
+	CacheDTypes = []tensor.DType{tensor.BF16, tensor.U8, tensor.F8E4M3}
+	IndexDTypes = []tensor.DType{tensor.I32, tensor.I64}
+)
+
+// ReadsNothing is the Read of an input whose values the kernel never reads
+// as numbers: a writer's cache_before, whose entries it either overwrites
+// or leaves byte for byte as they were.
+func ReadsNothing(Inputs) (func(int) bool, error) { return func(int) bool { return false }, nil }
+
+// AttendedRows is the Read of a paged cache [NB, P, entry]: the entries of
+// token t < seq_lens[b] of every request b, at block_table[b, t/P], t%P.
+func AttendedRows(cache string) func(Inputs) (func(int) bool, error) {
+	return func(in Inputs) (func(int) bool, error) {
+		ct, bt, sl := in.Tensors[cache], in.Tensors["block_table"], in.Tensors["seq_lens"]
+		if ct == nil || bt == nil || sl == nil || len(ct.Shape) != 3 {
+			return nil, fmt.Errorf("tensors %s, block_table or seq_lens missing or misshapen", cache)
+		}
+		pages, err := kvcache.NewPages(bt, sl, ct.Shape[1], ct.Shape[0])
+		if err != nil {
+			return nil, err
+		}
+		read := make([]bool, ct.Shape[0]*ct.Shape[1])
+		for b, n := range pages.SeqLens {
+			for t := 0; t < n; t++ {
+				blk, off := pages.Locate(b, t)
+				read[blk*ct.Shape[1]+off] = true
+			}
+		}
+		return RowsRead(read, ct.Shape[2]), nil
+	}
+}
+
+// RowsRead turns a set of cache entries (rows of width elements) into a
+// Read.
+func RowsRead(rows []bool, width int) func(int) bool {
+	return func(i int) bool { r := i / max(width, 1); return r < len(rows) && rows[r] }
+}
+
+// CacheLayout reads kv_cache_dtype, page_size and ds_mla_scale for a cache
+// tensor; page_size defaults to the cache's second dimension. l and r are the
+// latent and rope widths (fp8_ds_mla's are fixed).
+func CacheLayout(p Params, prec Precision, name string, cache *tensor.Tensor, l, r int) (kvcache.Layout, error) {
+	kind, err := p.Enum("kv_cache_dtype", string(kvcache.BF16), kvcache.Kinds...)
+	if err != nil {
+		return kvcache.Layout{}, err
+	}
+	conv, err := p.Enum("ds_mla_scale", string(kvcache.ScaleAmax), kvcache.ScaleConventions...)
+	if err != nil {
+		return kvcache.Layout{}, err
+	}
+	if len(cache.Shape) != 3 {
+		return kvcache.Layout{}, fmt.Errorf("tensor %s has shape %v; the contract wants [NB, P, entry]", name, cache.Shape)
+	}
+	ps, err := p.Int("page_size", cache.Shape[1])
+	if err != nil {
+		return kvcache.Layout{}, err
+	}
+	if kvcache.Kind(kind) == kvcache.FP8DSMLA {
+		l, r = kvcache.DSLatent, kvcache.DSRope
+	}
+	lay := kvcache.Layout{Kind: kvcache.Kind(kind), L: l, R: r, PageSize: ps,
+		DSScale: kvcache.ScaleConvention(conv), Saturate: prec.FP8Saturate}
+	return lay, lay.Validate()
+}
+
+// KScale returns k_scale when the layout has one (an error naming it when it
+// is missing or unusable), else 0.
+func KScale(in Inputs, lay kvcache.Layout) (float64, error) {
+	if !lay.NeedsKScale() {
+		return 0, nil
+	}
+	t, err := Need(in, "k_scale", tensor.F32)
+	if err != nil {
+		return 0, fmt.Errorf("%v (kv_cache_dtype %s divides by it)", err, lay.Kind)
+	}
+	v, err := t.Scalar()
+	if err != nil {
+		return 0, fmt.Errorf("tensor k_scale: %v", err)
+	}
+	return v, kvcache.CheckKScale(v)
+}
+
+// AsDType views t's bytes as dtype d (U8 and F8_E4M3 caches are the same
+// bytes), when the layout allows d.
+func AsDType(name string, t *tensor.Tensor, d tensor.DType, lay kvcache.Layout) (*tensor.Tensor, error) {
+	if d == "" || d == t.DType {
+		return t, nil
+	}
+	for _, ok := range lay.CacheDTypes() {
+		if ok == d && d.Size() == t.DType.Size() {
+			return &tensor.Tensor{DType: d, Shape: t.Shape, Data: t.Data}, nil
+		}
+	}
+	return nil, fmt.Errorf("tensor %s has dtype %s but the cache it is written over is %s (kv_cache_dtype %s)", name, d, t.DType, lay.Kind)
+}
