@@ -132,7 +132,7 @@ func cmdRun(argv []string, stdout, stderr io.Writer) int {
 	}
 	in := kernel.Inputs{Tensors: f.Tensors, Params: kernel.Params(f.Metadata)}
 	opt := cuda.RunOptions{Repeat: *repeat, OutDTypes: map[string]tensor.DType{}}
-	for _, o := range contract.Outputs {
+	for _, o := range contract.Spec().Outputs {
 		if t, ok := f.Tensors[o.Name]; ok {
 			opt.OutDTypes[o.Name] = t.DType
 		}

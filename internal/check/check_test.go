@@ -152,7 +152,7 @@ func TestInputAnomalyNotesMeanSomething(t *testing.T) {
 			continue
 		}
 		key := c.Kernel + "/" + c.KVCacheDType
-		if old, ok := smallest[key]; !ok || EstimateCase(c).Bytes < EstimateCase(old).Bytes {
+		if old, ok := smallest[key]; !ok || EstimateCase(c.Sizes()).Bytes < EstimateCase(old.Sizes()).Bytes {
 			smallest[key] = c
 		}
 	}
@@ -280,7 +280,7 @@ func TestCoordinatesExplained(t *testing.T) {
 	all = append(all, cases.Case{Name: "small_gemm", Kernel: "nvfp4_gemm", M: 8, N: 48, K: 256, Seed: 3}) // the catalog's are large
 	done := map[string]bool{}
 	for _, c := range all {
-		if done[c.Kernel] || c.HasTag("long") || EstimateCase(c).Bytes > 64<<20 {
+		if done[c.Kernel] || c.HasTag("long") || EstimateCase(c.Sizes()).Bytes > 64<<20 {
 			continue
 		}
 		done[c.Kernel] = true

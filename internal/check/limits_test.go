@@ -62,11 +62,11 @@ func TestEstimateBoundsAllocation(t *testing.T) {
 	perKernel := map[string]int{}
 	all = append(all, cases.Case{Name: "small_gemm", Kernel: "nvfp4_gemm", M: 8, N: 48, K: 256, Seed: 3})
 	for _, c := range all {
-		if c.HasTag("long") || perKernel[c.Kernel] >= 2 || EstimateCase(c).Bytes > 64<<20 {
+		if c.HasTag("long") || perKernel[c.Kernel] >= 2 || EstimateCase(c.Sizes()).Bytes > 64<<20 {
 			continue
 		}
 		perKernel[c.Kernel]++
-		e := EstimateCase(c)
+		e := EstimateCase(c.Sizes())
 		var in kernel.Inputs
 		var outs map[string]*tensor.Tensor
 		got := allocDuring(func() {
@@ -110,7 +110,7 @@ func TestCatalogWithinBounds(t *testing.T) {
 		if c.HasTag("long") {
 			continue
 		}
-		if err := CheckCaseMemory(c, 2<<30); err != nil {
+		if err := CheckCaseMemory(c.Sizes(), 2<<30); err != nil {
 			t.Errorf("%v", err)
 		}
 	}
@@ -303,7 +303,7 @@ func TestCaseBounds(t *testing.T) {
 		{"huge gemm", cases.Case{Name: "g", Kernel: "nvfp4_gemm", M: 1 << 20, N: 1 << 20, K: 1 << 12}, "output out [1048576, 1048576]"},
 	}
 	for _, tc := range tests {
-		err := CheckCaseMemory(tc.c, 1<<30)
+		err := CheckCaseMemory(tc.c.Sizes(), 1<<30)
 		if err == nil || !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "case "+tc.c.Name) {
 			t.Errorf("%s: err = %v, want a refusal naming %q", tc.name, err, tc.want)
 		}
@@ -327,43 +327,12 @@ func TestCaseBatchEstimatedWithoutAllocating(t *testing.T) {
 		{cases.Case{Name: "b", Kernel: "mla_decode_sparse", Batch: 1 << 40}, "more than 2^61 B"},
 	} {
 		var err error
-		got := allocDuring(func() { err = CheckCaseMemory(tc.c, 8<<30) })
+		got := allocDuring(func() { err = CheckCaseMemory(tc.c.Sizes(), 8<<30) })
 		if err == nil || !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s batch %d: err = %v, want a refusal saying %q", tc.c.Kernel, tc.c.Batch, err, tc.want)
 		}
 		if got > 1<<20 {
 			t.Errorf("%s batch %d: estimating allocated %d bytes", tc.c.Kernel, tc.c.Batch, got)
-		}
-	}
-}
-
-// The closed forms of a run of default contexts agree with the same
-// contexts as a list, summed one by one.
-func TestContextRunSums(t *testing.T) {
-	for first := int64(1); first <= 40; first += 3 {
-		for n := int64(0); n <= 70; n += 7 {
-			run := contexts{first: first, n: n}
-			list := contexts{list: []int64{}}
-			for i := int64(0); i < n; i++ {
-				list.list = append(list.list, first+i)
-			}
-			for page := int64(1); page <= 17; page += 4 {
-				rt, rm := run.blocks(page)
-				lt, lm := list.blocks(page)
-				if rt != lt || rm != lm {
-					t.Errorf("first %d, n %d, page %d: blocks %d (most %d), want %d (most %d)", first, n, page, rt, rm, lt, lm)
-				}
-			}
-			for _, capacity := range []int64{0, 1, first, first + n/2, first + n, sat} {
-				rt, rl := run.tokens(capacity)
-				lt, ll := list.tokens(capacity)
-				if rt != lt || rl != ll {
-					t.Errorf("first %d, n %d, capacity %d: tokens %d (longest %d), want %d (longest %d)", first, n, capacity, rt, rl, lt, ll)
-				}
-			}
-			if run.count() != list.count() {
-				t.Errorf("first %d, n %d: count %d, want %d", first, n, run.count(), list.count())
-			}
 		}
 	}
 }
@@ -500,7 +469,7 @@ func TestCacheEstimatesAtRealSize(t *testing.T) {
 	}, p)
 	for _, c := range []struct {
 		name string
-		e    Estimate
+		e    kernel.Estimate
 		out  int64 // the stored output's bytes, which the estimate must cover
 	}{{"kv_cache_write", write, cacheBytes}, {"kv_cache_gather", gather, 2 * cacheBytes}} {
 		if c.e.Bytes < c.out || c.e.Bytes > c.out+512<<20 {

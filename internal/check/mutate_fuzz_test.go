@@ -350,7 +350,7 @@ func estimateOps(c Capture) int64 {
 		}
 		// Linked inputs come from another stage: count the largest tensor
 		// a link could bring as this stage's too.
-		ops = add(ops, 3*EstimateKernel(c.Metadata["kcheck."+prefix+".kernel"], ts, p).Ops)
+		ops = kernel.AddSizes(ops, 3*EstimateKernel(c.Metadata["kcheck."+prefix+".kernel"], ts, p).Ops)
 	}
 	return ops
 }

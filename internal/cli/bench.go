@@ -117,30 +117,14 @@ func optional(v float64, format string) string {
 	return fmt.Sprintf(format, v)
 }
 
-// minBytes is what kernel name must move at least on in: for attention the
-// KV entries of every request's context, q and the output; otherwise every
-// input once and every output once.
-func minBytes(name string, in kernel.Inputs, outs map[string]*tensor.Tensor) int64 {
-	var n int64
-	switch name {
-	case "mla_decode":
-		cache, sl := in.Tensors["kv_cache"], in.Tensors["seq_lens"]
-		if cache != nil && sl != nil && len(cache.Shape) == 3 {
-			entry := int64(cache.Shape[2] * cache.DType.Size())
-			for i := 0; i < sl.Len(); i++ {
-				n += sl.Int64At(i) * entry
-			}
-			n += int64(len(in.Tensors["q"].Data))
-		}
-	default:
-		for _, t := range in.Tensors {
-			n += int64(len(t.Data))
-		}
+// roofline is what kernel name must move and compute at least on in
+// (the kernel's Roofliner).
+func roofline(name string, in kernel.Inputs, outs map[string]*tensor.Tensor) (int64, float64) {
+	k, err := kernel.Lookup(name)
+	if err != nil {
+		return kernel.StreamedBytes(in, outs), 0
 	}
-	for _, t := range outs {
-		n += int64(len(t.Data))
-	}
-	return n
+	return k.(kernel.Roofliner).Roofline(in, outs)
 }
 
 func benchCase(ctx context.Context, c cases.Case, be backend.Backend, repeat int) benchRow {
@@ -150,10 +134,7 @@ func benchCase(ctx context.Context, c cases.Case, be backend.Backend, repeat int
 		row.Error = err.Error()
 		return row
 	}
-	if c.Kernel == "nvfp4_gemm" {
-		a, b := in.Tensors["a_packed"], in.Tensors["b_packed"]
-		row.FLOPs = 2 * float64(a.Shape[0]) * float64(b.Shape[0]) * float64(2*a.Shape[1])
-	}
+	_, row.FLOPs = roofline(c.Kernel, in, nil)
 	var outs map[string]*tensor.Tensor
 	if g, ok := be.(*gpu.Backend); ok {
 		// One worker run times the kernel repeat times and a copy of the
@@ -165,7 +146,7 @@ func benchCase(ctx context.Context, c cases.Case, be backend.Backend, repeat int
 			row.Error = err.Error()
 			return row
 		}
-		w.CopyBytes = minBytes(c.Kernel, in, probe)
+		w.CopyBytes, _ = roofline(c.Kernel, in, probe)
 		var info gpu.RunInfo
 		outs, info, err = w.Run(ctx, c.Kernel, in)
 		if err != nil {
@@ -189,7 +170,7 @@ func benchCase(ctx context.Context, c cases.Case, be backend.Backend, repeat int
 		}
 		row.MS = float64(best.Microseconds()) / 1e3
 	}
-	row.Bytes = minBytes(c.Kernel, in, outs)
+	row.Bytes, _ = roofline(c.Kernel, in, outs)
 	if row.MS > 0 {
 		row.GBps = float64(row.Bytes) / row.MS / 1e6
 		row.TFLOPs = row.FLOPs / row.MS / 1e9

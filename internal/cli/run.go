@@ -321,7 +321,7 @@ func RunCase(ctx context.Context, c cases.Case, be backend.Backend, opts check.O
 		msg := err.Error()
 		return check.Result{File: c.Name, Kernel: c.Kernel, Verdict: check.Error, Error: &msg, Checks: []compare.Check{}}
 	}
-	if err := check.CheckCaseMemory(c, opts.MaxMemory); err != nil {
+	if err := check.CheckCaseMemory(c.Sizes(), opts.MaxMemory); err != nil {
 		return errResult(err)
 	}
 	if fb, ok := be.(faults.Backend); ok {
@@ -335,7 +335,7 @@ func RunCase(ctx context.Context, c cases.Case, be backend.Backend, opts check.O
 	}
 	started := time.Now()
 	gctx, cancel := fileContext(ctx, timeout)
-	r, finished, err := check.Charged(gctx, check.EstimateCase(c).Bytes, opts.MaxMemory, func() captured {
+	r, finished, err := check.Charged(gctx, check.EstimateCase(c.Sizes()).Bytes, opts.MaxMemory, func() captured {
 		capt, err := Capture(gctx, c, be, 0)
 		return captured{capt, err}
 	})

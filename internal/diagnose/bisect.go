@@ -3,6 +3,7 @@ package diagnose
 import (
 	"context"
 	"fmt"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"math"
 
 	"github.com/kcheck-dev/kcheck/cases"
@@ -129,12 +130,14 @@ func BisectContext(ctx context.Context, c cases.Case, be backend.Backend, opts c
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	switch c.Kernel {
-	case "mla_decode", "kv_cache_write", "kv_cache_gather", "dsa_indexer":
-	default:
+	k, err := kernel.Lookup(c.Kernel)
+	if err != nil {
+		return nil, err
+	}
+	if !k.(kernel.Contexter).CaseContexts() {
 		return nil, fmt.Errorf("case %s (%s) has no context length to bisect", c.Name, c.Kernel)
 	}
-	if err := check.CheckCaseMemory(c, opts.MaxMemory); err != nil {
+	if err := check.CheckCaseMemory(c.Sizes(), opts.MaxMemory); err != nil {
 		return nil, err
 	}
 	longest := 0

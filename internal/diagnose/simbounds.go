@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"fmt"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
 
 	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/check"
@@ -23,15 +24,15 @@ const tracesHeld = 4
 // EstimateSim estimates the simulation of cfg (defaults filled in; cfg must
 // be valid): its weights and inputs, the cache and traces of the runs it
 // holds at once, and the largest kernel reference one of its steps calls.
-func EstimateSim(cfg SimConfig) (check.Estimate, error) {
+func EstimateSim(cfg SimConfig) (kernel.Estimate, error) {
 	cfg = cfg.withDefaults()
 	p, err := cases.LookupPreset(cfg.Preset)
 	if err != nil {
-		return check.Estimate{}, err
+		return kernel.Estimate{}, err
 	}
 	heads, err := p.HeadsFor(cfg.TP)
 	if err != nil {
-		return check.Estimate{}, err
+		return kernel.Estimate{}, err
 	}
 	H, L, R := int64(heads), int64(p.Latent), int64(p.Rope)
 	D := L + R
@@ -41,7 +42,7 @@ func EstimateSim(cfg SimConfig) (check.Estimate, error) {
 	}
 	hidden, batch, sq, page, splits := int64(cfg.Hidden), int64(cfg.Batch), int64(cfg.SQ), int64(cfg.PageSize), int64(cfg.Splits)
 	prompts, steps := int64(cfg.Prompts), int64(cfg.Steps)
-	sum, prod := check.AddSizes, check.MulSizes
+	sum, prod := kernel.AddSizes, kernel.MulSizes
 	n := sum(prod(H, nope+R), L, R) // the projection's width
 	graphBatch := int64(1)
 	for graphBatch < batch && graphBatch < 1<<62 {
@@ -96,7 +97,7 @@ func EstimateSim(cfg SimConfig) (check.Estimate, error) {
 			"block_table": t(tensor.I32, batch, maxBlocks)}, map[string]string{"num_splits": fmt.Sprint(splits)}},
 		{"splitk_combine", map[string]*tensor.Tensor{"partial_out": t(tensor.F32, N, splits, L), "partial_lse": t(tensor.F32, N, splits)}, nil},
 	}
-	var largest check.Estimate
+	var largest kernel.Estimate
 	for _, c := range calls {
 		k := check.EstimateKernel(c.kernel, c.in, c.params)
 		if k.Bytes > largest.Bytes {

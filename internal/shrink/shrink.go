@@ -19,6 +19,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"sort"
 	"strings"
 
@@ -141,7 +142,7 @@ func Case(ctx context.Context, c cases.Case, be backend.Backend, opts Options) (
 		ctx = context.Background()
 	}
 	// Refused before anything is built, as kcheck run refuses it.
-	if err := check.CheckCaseMemory(c, opts.Check.MaxMemory); err != nil {
+	if err := check.CheckCaseMemory(c.Sizes(), opts.Check.MaxMemory); err != nil {
 		return nil, err
 	}
 	c = materialize(c)
@@ -198,13 +199,23 @@ func Case(ctx context.Context, c cases.Case, be backend.Backend, opts Options) (
 	return r, nil
 }
 
+// sizesOf is what c's kernel reads of a case (none for an unknown kernel:
+// the case is refused before it runs).
+func sizesOf(c cases.Case) kernel.CaseSizes {
+	k, err := kernel.Lookup(c.Kernel)
+	if err != nil {
+		return kernel.CaseSizes{}
+	}
+	return k.(kernel.Slicer).CaseSizes()
+}
+
 // materialize makes a case's implicit sizes explicit (the generator's
 // defaults), so that shrinking can reduce them.
 func materialize(c cases.Case) cases.Case {
 	c.SeqLens = append([]int(nil), c.SeqLens...)
 	c.Params = copyParams(c.Params)
-	switch c.Kernel {
-	case "mla_decode", "mla_decode_sparse", "kv_cache_write", "kv_cache_gather", "dsa_indexer":
+	sz := sizesOf(c)
+	if sz.SeqLens {
 		if len(c.SeqLens) == 0 {
 			if in, err := c.Inputs(); err == nil {
 				if sl, ok := in.Tensors["seq_lens"]; ok {
@@ -215,17 +226,15 @@ func materialize(c cases.Case) cases.Case {
 			}
 		}
 		if c.PageSize == 0 {
-			c.PageSize = 64
+			c.PageSize = sz.PageSize
 		}
-	case "nvfp4_quantize", "nvfp4_dequantize", "nvfp4_gemm":
-		if c.M == 0 {
-			c.M = 32
-		}
-		if c.K == 0 {
-			c.K = 256
-		}
-		if c.N == 0 && c.Kernel == "nvfp4_gemm" {
-			c.N = 64
+	}
+	for _, f := range []struct {
+		v   *int
+		def int
+	}{{&c.M, sz.M}, {&c.K, sz.K}, {&c.N, sz.N}} {
+		if *f.v == 0 {
+			*f.v = f.def
 		}
 	}
 	if c.Preset != "" && c.Heads == 0 {
@@ -311,23 +320,15 @@ func candidates(c cases.Case) []candidate {
 	if c.K >= 32 && (c.K/2)%16 == 0 {
 		halve("k", c.K, 16, func(n *cases.Case, v int) { n.K = v })
 	}
-	if c.KVCacheDType != "fp8_ds_mla" && isAttentionOrCache(c.Kernel) {
+	if sz := sizesOf(c); c.KVCacheDType != "fp8_ds_mla" && sz.Latent > 0 {
 		l := c.Latent
 		if l == 0 {
-			l = 512
+			l = sz.Latent
 		}
 		halve("latent", l, 16, func(n *cases.Case, v int) { n.Latent = v })
 	}
 	halve("page_size", c.PageSize, 1, func(n *cases.Case, v int) { n.PageSize = v })
 	return out
-}
-
-func isAttentionOrCache(k string) bool {
-	switch k {
-	case "mla_decode", "mla_decode_sparse", "kv_cache_write", "kv_cache_gather":
-		return true
-	}
-	return false
 }
 
 // Describe renders the shrunk case's non-default fields, for reports.

@@ -20,7 +20,7 @@ import (
 
 // dsa_indexer (reference/CONTRACTS.md §3.9): the contract tensors adapted to reference/dsa.
 
-// indexer is indexer.
+// indexer is dsa_indexer.
 type indexer struct{ Adapter }
 
 func init() {

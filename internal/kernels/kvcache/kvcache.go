@@ -21,10 +21,10 @@ import (
 // kv_cache_write and kv_cache_gather (reference/CONTRACTS.md §3.4, §3.5): the contract tensors
 // and parameters adapted to reference/kvcache.
 
-// write is write.
+// write is kv_cache_write.
 type write struct{ Adapter }
 
-// gather is gather.
+// gather is kv_cache_gather.
 type gather struct{ Adapter }
 
 func init() {

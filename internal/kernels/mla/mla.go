@@ -48,10 +48,10 @@ import (
 
 const headTileRows = 64
 
-// decode is decode.
+// decode is mla_decode.
 type decode struct{ Adapter }
 
-// sparseDecode is sparseDecode.
+// sparseDecode is mla_decode_sparse.
 type sparseDecode struct{ Adapter }
 
 func init() {

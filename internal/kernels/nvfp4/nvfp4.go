@@ -27,17 +27,21 @@ var (
 	fp4Kinds        = []string{"dequant", "quant"}
 )
 
-// quantize is quantize.
+// quantize is nvfp4_quantize.
 type quantize struct{ Adapter }
 
-// dequantize is dequantize.
+// dequantize is nvfp4_dequantize.
 type dequantize struct{ Adapter }
 
-// gemm is gemm.
+// gemm is nvfp4_gemm.
 type gemm struct{ Adapter }
 
+// quantizeKernel is nvfp4_quantize, which the generators of the other two
+// quantize their inputs with.
+var quantizeKernel *quantize
+
 func init() {
-	Register(&quantize{Adapter{Contract: Spec{
+	quantizeKernel = &quantize{Adapter{Contract: Spec{
 		Name:    "nvfp4_quantize",
 		Stage:   StageQuant,
 		Summary: "NVFP4 activation quantization (vLLM scaled_fp4_quant)",
@@ -49,7 +53,8 @@ func init() {
 			{Name: "packed", DTypes: []tensor.DType{tensor.U8}},
 			{Name: "block_scale", DTypes: fp4ScaleDTypes},
 		},
-	}, Compute: nvfp4Quantize}})
+	}, Compute: nvfp4Quantize}}
+	Register(quantizeKernel)
 	Register(&dequantize{Adapter{Contract: Spec{
 		Name:    "nvfp4_dequantize",
 		Stage:   StageQuant,

@@ -1,0 +1,78 @@
+package all
+
+import (
+	"testing"
+
+	"github.com/kcheck-dev/kcheck/internal/kernel"
+)
+
+// capabilities are what the tools ask every kernel for: a kernel without
+// one would fall through a tool silently (no memory bound, no inputs for
+// its cases...), so the registry requires each.
+var capabilities = []struct {
+	name string
+	has  func(kernel.Kernel) bool
+}{
+	{"Coster (the memory bound, internal/check)", func(k kernel.Kernel) bool { _, ok := k.(kernel.Coster); return ok }},
+	{"Generator (the inputs of catalog cases, package cases)", func(k kernel.Kernel) bool { _, ok := k.(kernel.Generator); return ok }},
+	{"Slicer (kcheck shrink)", func(k kernel.Kernel) bool { _, ok := k.(kernel.Slicer); return ok }},
+	{"Contexter (kcheck bisect --context)", func(k kernel.Kernel) bool { _, ok := k.(kernel.Contexter); return ok }},
+	{"Roofliner (kcheck bench)", func(k kernel.Kernel) bool { _, ok := k.(kernel.Roofliner); return ok }},
+}
+
+// missingCapabilities lists, for each kernel, the capabilities it lacks.
+func missingCapabilities(ks []kernel.Kernel) []string {
+	var missing []string
+	for _, k := range ks {
+		for _, c := range capabilities {
+			if !c.has(k) {
+				missing = append(missing, k.Spec().Name+" lacks "+c.name)
+			}
+		}
+	}
+	return missing
+}
+
+// TestEveryKernelHasEveryCapability: the registry holds the families
+// this package imports, and each of their kernels answers every tool.
+func TestEveryKernelHasEveryCapability(t *testing.T) {
+	ks := kernel.All()
+	if len(ks) != 9 {
+		t.Errorf("%d kernels registered (%v), want the 9 of the five families", len(ks), kernel.Names())
+	}
+	for _, m := range missingCapabilities(ks) {
+		t.Error(m)
+	}
+}
+
+// A kernel that lacks a capability is named, with the capability: the
+// check above has teeth.
+func TestMissingCapabilityIsNamed(t *testing.T) {
+	bare := &kernel.Adapter{Contract: kernel.Spec{Name: "bare_kernel"}}
+	got := missingCapabilities([]kernel.Kernel{bare})
+	if len(got) != len(capabilities) {
+		t.Fatalf("a kernel with no capability: %v, want every capability named", got)
+	}
+	for i, c := range capabilities {
+		if want := "bare_kernel lacks " + c.name; got[i] != want {
+			t.Errorf("got %q, want %q", got[i], want)
+		}
+	}
+}
+
+// Every spec names its kernel, its stage and its tensors, and documents
+// each parameter it declares.
+func TestSpecsAreComplete(t *testing.T) {
+	stages := map[string]bool{kernel.StageQuant: true, kernel.StageCache: true, kernel.StageAttn: true, kernel.StageCombine: true}
+	for _, k := range kernel.All() {
+		s := k.Spec()
+		if s.Name == "" || s.Summary == "" || !stages[s.Stage] || len(s.Inputs) == 0 || len(s.Outputs) == 0 {
+			t.Errorf("kernel %q: incomplete spec (stage %q, %d inputs, %d outputs)", s.Name, s.Stage, len(s.Inputs), len(s.Outputs))
+		}
+		for _, p := range s.Params {
+			if p.Name == "" || p.Doc == "" || (p.Kind == kernel.ParamEnum) != (len(p.Allowed) > 0) {
+				t.Errorf("kernel %s: parameter %q is not documented (kind %v, allowed %v)", s.Name, p.Name, p.Kind, p.Allowed)
+			}
+		}
+	}
+}

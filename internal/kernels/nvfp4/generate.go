@@ -1,0 +1,152 @@
+package nvfp4
+
+import (
+	"context"
+
+	. "github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// The default sizes of a case that gives none: M rows (tokens) of K, and N
+// weight rows for the GEMM.
+const defaultM, defaultK, defaultN = 32, 256, 64
+
+// shape is the case's M and K.
+func shape(c Case) (m, k int) {
+	m, k = c.M, c.K
+	if m == 0 {
+		m = defaultM
+	}
+	if k == 0 {
+		k = defaultK
+	}
+	return m, k
+}
+
+// activations returns bf16-representable values like a layer's: normal
+// with a few outlier channels (the reason per-block scales exist).
+func activations(r *RNG, n, cols int) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		x := r.Normal()
+		if (i%cols)%97 == 13 {
+			x *= 20 // an outlier channel
+		}
+		v[i] = formats.RoundBF16(x)
+	}
+	return v
+}
+
+// quantized runs the nvfp4_quantize reference on x to make packed codes
+// and block scales the way an engine would.
+func quantized(ctx context.Context, x []float64, rows, k int, layout string) (packed, scale *tensor.Tensor, gs float64, err error) {
+	gs = 448 * 6 / AbsMax(x)
+	out, err := Produce(ctx, quantizeKernel, Inputs{
+		Tensors: map[string]*tensor.Tensor{"x": BF16([]int{rows, k}, x), "global_scale": F32Scalar(gs)},
+		Params:  Params{"scale_layout": layout},
+	}, DefaultPrecision(), nil)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	return out["packed"], out["block_scale"], float64(float32(gs)), nil
+}
+
+// globalFor expresses a quant-direction global scale gs in the direction
+// the case declares.
+func globalFor(gs float64, kind string) float64 {
+	if kind == "quant" {
+		return gs
+	}
+	return 1 / gs
+}
+
+// Defaults implements Generator: none beyond the case's.
+func (*quantize) Defaults(Case) Params { return Params{} }
+
+// Defaults implements Generator: none beyond the case's.
+func (*dequantize) Defaults(Case) Params { return Params{} }
+
+// Defaults implements Generator: none beyond the case's.
+func (*gemm) Defaults(Case) Params { return Params{} }
+
+// Generate implements Generator.
+func (*quantize) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tensor.Tensor, error) {
+	m, k := shape(c)
+	x := activations(r, m*k, k)
+	return map[string]*tensor.Tensor{"x": BF16([]int{m, k}, x), "global_scale": F32Scalar(448 * 6 / AbsMax(x))}, nil
+}
+
+// Generate implements Generator: activations quantized by the reference.
+func (*dequantize) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tensor.Tensor, error) {
+	m, k := shape(c)
+	x := activations(r, m*k, k)
+	packed, scale, gs, err := quantized(ctx, x, m, k, c.Params.String("scale_layout", "linear"))
+	if err != nil {
+		return nil, err
+	}
+	return map[string]*tensor.Tensor{"packed": packed, "block_scale": scale,
+		"global_scale": F32Scalar(globalFor(gs, c.Params.String("global_scale_kind", "dequant")))}, nil
+}
+
+// Generate implements Generator: activations and init-like weights, both
+// quantized by the reference.
+func (*gemm) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tensor.Tensor, error) {
+	m, k := shape(c)
+	n := c.N
+	if n == 0 {
+		n = defaultN
+	}
+	a := activations(r, m*k, k)
+	w := make([]float64, n*k)
+	for i := range w {
+		w[i] = formats.RoundBF16(r.Normal() * 0.02) // init-like weights
+	}
+	layout := c.Params.String("scale_layout", "linear")
+	ap, as, ags, err := quantized(ctx, a, m, k, layout)
+	if err != nil {
+		return nil, err
+	}
+	bp, bs, bgs, err := quantized(ctx, w, n, k, layout)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]*tensor.Tensor{
+		"a_packed": ap, "a_scale": as, "a_global": F32Scalar(globalFor(ags, c.Params.String("a_global_kind", "dequant"))),
+		"b_packed": bp, "b_scale": bs, "b_global": F32Scalar(globalFor(bgs, c.Params.String("b_global_kind", "dequant"))),
+	}, nil
+}
+
+// planCost is what the three generators build, estimated alike (generated
+// float64, bf16, quantized), with the shapes every one of them reads.
+func planCost(c Case, cost *Cost, gemm bool) Shapes {
+	m, k, n := int64(c.M), int64(c.K), int64(c.N)
+	if m == 0 {
+		m = defaultM
+	}
+	if k == 0 {
+		k = defaultK
+	}
+	if n == 0 {
+		n = defaultN
+	}
+	s := NewShapes()
+	cost.Input("x", []int64{m, k}, 48)
+	s.Dims["x"] = []int64{m, k}
+	s.Dims["packed"] = []int64{m, k / 2}
+	s.Dims["a_packed"] = []int64{m, k / 2}
+	s.Dims["b_packed"] = []int64{n, k / 2}
+	if gemm {
+		cost.Input("b", []int64{n, k}, 48)
+	}
+	return s
+}
+
+// PlanCost implements Generator.
+func (*quantize) PlanCost(c Case, cost *Cost) Shapes { return planCost(c, cost, false) }
+
+// PlanCost implements Generator.
+func (*dequantize) PlanCost(c Case, cost *Cost) Shapes { return planCost(c, cost, false) }
+
+// PlanCost implements Generator.
+func (*gemm) PlanCost(c Case, cost *Cost) Shapes { return planCost(c, cost, true) }

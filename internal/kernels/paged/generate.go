@@ -1,0 +1,202 @@
+package paged
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+
+	. "github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// What the generators of the paged kernels share: a shuffled block
+// allocation, caches filled through the one writer the checker trusts, and
+// the memory a case of them needs before it is built.
+
+// Paging is a block allocation for a batch: a shuffled block table (so a
+// kernel that assumes contiguous pages fails) and two spare blocks that no
+// request owns (poisoned, so a kernel that reads past its pages sees NaN, as
+// FlashMLA's tests poison unused pages).
+type Paging struct {
+	NB, MaxBlocks int
+	Table         []int64 // [B, MaxBlocks]
+}
+
+// NewPaging allocates the pages of seqLens.
+func NewPaging(r *RNG, seqLens []int, page int) Paging {
+	used, maxBlocks := 0, 1
+	for _, s := range seqLens {
+		n := (s + page - 1) / page
+		used += n
+		maxBlocks = max(maxBlocks, n)
+	}
+	p := Paging{NB: used + 2, MaxBlocks: maxBlocks, Table: make([]int64, len(seqLens)*maxBlocks)}
+	order := r.Perm(p.NB)
+	next := 0
+	for req, s := range seqLens {
+		for j := 0; j < (s+page-1)/page; j++ {
+			p.Table[req*maxBlocks+j] = int64(order[next])
+			next++
+		}
+	}
+	return p
+}
+
+// Slot is token t of request req's global cache slot, block*P + offset.
+func (p Paging) Slot(req, t, page int) int64 {
+	return p.Table[req*p.MaxBlocks+t/page]*int64(page) + int64(t%page)
+}
+
+// entryWidth is the last dimension of a cache of kv_cache_dtype.
+func entryWidth(cacheDType string, d int) int {
+	if cacheDType == "fp8_ds_mla" {
+		return 656
+	}
+	return d
+}
+
+// EmptyCache returns a cache of nb blocks filled with fill: "poison"
+// (NaN in every field) or "random" (earlier content a write must keep).
+func EmptyCache(r *RNG, cacheDType string, nb, page, d int, fill string) (*tensor.Tensor, error) {
+	var t *tensor.Tensor
+	switch cacheDType {
+	case "bf16":
+		t = tensor.New(tensor.BF16, nb, page, d)
+	case "fp8_e4m3", "fp8_ds_mla":
+		t = tensor.New(tensor.U8, nb, page, entryWidth(cacheDType, d))
+	default:
+		return nil, fmt.Errorf("kv_cache_dtype %q: want bf16, fp8_e4m3 or fp8_ds_mla", cacheDType)
+	}
+	for i := range t.Data {
+		if fill == "poison" {
+			t.Data[i] = 0xFF // bf16 0xFFFF, e4m3 0xFF, f32 0xFFFFFFFF: NaN in every field
+		} else {
+			t.Data[i] = byte(r.Uint64())
+		}
+	}
+	if fill != "poison" && cacheDType == "bf16" {
+		for i := 0; i < t.Len(); i++ {
+			t.SetFloat64(i, r.Normal())
+		}
+	}
+	return t, nil
+}
+
+// Tokens returns bf16 kv_c [T, L] and k_pe [T, R] values.
+func Tokens(r *RNG, n, l, rope int) (kvc, kpe []float64) {
+	kvc = make([]float64, n*l)
+	for i := range kvc {
+		kvc[i] = formats.RoundBF16(r.Normal())
+	}
+	kpe = make([]float64, n*rope)
+	for i := range kpe {
+		kpe[i] = formats.RoundBF16(r.Normal())
+	}
+	return kvc, kpe
+}
+
+// writeCache stores tokens at slots through the registered kv_cache_write
+// reference, so every layout is produced by the one writer the checker trusts.
+func writeCache(ctx context.Context, before *tensor.Tensor, kvc, kpe []float64, l, r int, slots []int64, params Params, kScale float64) (*tensor.Tensor, error) {
+	w, err := Lookup("kv_cache_write")
+	if err != nil {
+		return nil, err
+	}
+	n := len(slots)
+	in := map[string]*tensor.Tensor{
+		"kv_c": BF16([]int{n, l}, kvc), "k_pe": BF16([]int{n, r}, kpe),
+		"slot_mapping": tensor.FromInt64s(tensor.I64, []int{n}, slots), "cache_before": before,
+	}
+	if params.String("kv_cache_dtype", "bf16") != "bf16" {
+		in["k_scale"] = F32Scalar(kScale)
+	}
+	out, err := Produce(ctx, w, Inputs{Tensors: in, Params: params}, DefaultPrecision(), nil)
+	if err != nil {
+		return nil, err
+	}
+	return out["cache_after"], nil
+}
+
+// KScaleOf is the fp8 k_scale of tokens kvc and kpe: their amax over 448.
+func KScaleOf(kvc, kpe []float64) float64 {
+	m := math.Max(AbsMax(kvc), AbsMax(kpe))
+	if m == 0 {
+		return 1
+	}
+	return float64(float32(m / 448))
+}
+
+// Cache builds a filled paged cache for g's requests seqLens; params are
+// the case's (ds_mla_scale and fp8_saturate reach the writer).
+func Cache(ctx context.Context, r *RNG, g Geometry, seqLens []int, params Params) (cache *tensor.Tensor, pg Paging, kScale float64, err error) {
+	d := g.Latent + g.Rope
+	pg = NewPaging(r, seqLens, g.PageSize)
+	before, err := EmptyCache(r, g.KVCacheDType, pg.NB, g.PageSize, d, "poison")
+	if err != nil {
+		return nil, pg, 0, err
+	}
+	var slots []int64
+	for req, s := range seqLens {
+		for t := 0; t < s; t++ {
+			slots = append(slots, pg.Slot(req, t, g.PageSize))
+		}
+	}
+	kvc, kpe := Tokens(r, len(slots), g.Latent, g.Rope)
+	kScale = KScaleOf(kvc, kpe)
+	wp := Params{"kv_cache_dtype": g.KVCacheDType, "page_size": fmt.Sprint(g.PageSize)}
+	for k, v := range params {
+		if k == "ds_mla_scale" || k == "fp8_saturate" {
+			wp[k] = v
+		}
+	}
+	cache, err = writeCache(ctx, before, kvc, kpe, g.Latent, g.Rope, slots, wp, kScale)
+	return cache, pg, kScale, err
+}
+
+// Tables returns block_table and seq_lens for seqLens over pg.
+func Tables(seqLens []int, pg Paging) map[string]*tensor.Tensor {
+	sl := make([]int64, len(seqLens))
+	for i, s := range seqLens {
+		sl[i] = int64(s)
+	}
+	return map[string]*tensor.Tensor{
+		"block_table": tensor.FromInt64s(tensor.I32, []int{len(seqLens), pg.MaxBlocks}, pg.Table),
+		"seq_lens":    tensor.FromInt64s(tensor.I32, []int{len(seqLens)}, sl),
+	}
+}
+
+// Defaults are the parameters every paged case states: its page size and,
+// unless withDType is false (the indexer's cache is bf16 only), its cache
+// dtype.
+func Defaults(c Case, withDType bool) Params {
+	p := Params{"page_size": strconv.Itoa(c.Geometry.PageSize)}
+	if withDType {
+		p["kv_cache_dtype"] = c.Geometry.KVCacheDType
+	}
+	return p
+}
+
+// PlanCost adds what every paged generator holds (every token's values
+// drawn in float64 and written through the cache reference, the block
+// table) and returns the shapes so far (block_table, seq_lens) with the
+// number of cache blocks and the D = L + R of an entry.
+func PlanCost(c Case, cost *Cost) (s Shapes, blocks, d int64) {
+	g := c.Geometry
+	s = NewShapes()
+	d = int64(g.Latent + g.Rope)
+	page := int64(g.PageSize)
+	blocks, maxBlocks := g.SeqLens.Blocks(page)
+	tokens, _ := g.SeqLens.Tokens(Saturated)
+	blocks = AddSizes(blocks, 2)
+	maxBlocks = max(maxBlocks, 1)
+	s.SeqLens = g.SeqLens
+	b := g.SeqLens.Count()
+	cost.Input("generated tokens", []int64{tokens, d}, 40)
+	cost.Input("cache", []int64{blocks, page, AddSizes(d, 80)}, 2*4)
+	cost.Input("block_table", []int64{b, maxBlocks}, 16)
+	s.Dims["block_table"] = []int64{b, maxBlocks}
+	s.Dims["seq_lens"] = []int64{b}
+	return s, blocks, d
+}
