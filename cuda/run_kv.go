@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	kvkernels "github.com/kcheck-dev/kcheck/internal/kernels/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -163,6 +164,12 @@ func runKVWrite(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
 }
 
 func runKVGather(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
+	// A chunked gather (seq_starts) is the plain one over the block table
+	// from each request's chunk on (kvcache.Chunked).
+	in, err := kvkernels.Chunked(in)
+	if err != nil {
+		return nil, asInput(err)
+	}
 	kind, cache, nb, p, dd, err := cacheSpec(in, "cache")
 	if err != nil {
 		return nil, err

@@ -338,21 +338,9 @@ var vllmMergeAttnStates = Fix{Doc: "merge_attn_states prefix/suffix read as a tw
 	return notes, nil
 }}
 
-// cumulativeSeqLens turns vLLM's cu_seq_lens [B+1] into seq_lens [B]; the
-// contract has no seq_starts, so a non-zero one is refused.
+// cumulativeSeqLens turns vLLM's cu_seq_lens [B+1] into seq_lens [B]
+// (seq_starts, a chunked gather's, the contract reads as it is).
 var cumulativeSeqLens = Fix{Doc: "cu_seq_lens -> seq_lens", Apply: func(v *View) ([]string, error) {
-	if s := v.T("seq_starts"); s != nil {
-		st, err := ints(v.Prefix+"seq_starts", s)
-		if err != nil {
-			return nil, err
-		}
-		for i, x := range st {
-			if x != 0 {
-				return nil, fmt.Errorf("seq_starts[%d] = %d: the kv_cache_gather contract gathers from token 0 (no seq_starts)", i, x)
-			}
-		}
-		v.Del("seq_starts")
-	}
 	cu := v.T("cu_seq_lens")
 	if cu == nil || v.T("seq_lens") != nil {
 		return nil, nil

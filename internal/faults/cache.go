@@ -112,6 +112,9 @@ func init() {
 			}
 			g = replaced(g)
 			row := g.Shape[1] * g.DType.Size()
+			// Rows are chunk-local under seq_starts (block-aligned), so
+			// page starts stay at multiples of P; a chunk's first row, whose
+			// page before lies outside the gathered rows, is left correct.
 			start := 0
 			for _, n := range ints(in.Tensors["seq_lens"]) {
 				for t := page; t < int(n); t += page {
@@ -138,14 +141,18 @@ func init() {
 					return nil, err
 				}
 				lens := ints(in["seq_lens"])
+				starts := make([]int64, len(lens)) // a chunked gather's
+				if st, ok := in["seq_starts"]; ok && st.Len() == len(lens) {
+					starts = ints(st)
+				}
 				tab := ints(bt)
 				B, mb := bt.Shape[0], bt.Shape[1]
 				out := append([]int64(nil), tab...)
 				for b, n := range lens {
-					if n == 0 {
+					if n <= 0 || (starts[b]+n-1)/int64(page) >= int64(mb) {
 						continue
 					}
-					last := int(n-1) / page
+					last := int(starts[b]+n-1) / page
 					out[b*mb+last] = validBlock(tab[((b+1)%B)*mb+last], nb)
 				}
 				in["block_table"] = tensor.FromInt64s(bt.DType, bt.Shape, out)

@@ -46,10 +46,14 @@ func init() {
 		Stage:   StageCache,
 		Summary: "paged latent cache lookup and dequantization (vLLM gather_and_maybe_dequant_cache)",
 		Inputs: []TensorSpec{
-			{Name: "cache", DTypes: paged.CacheDTypes, Read: paged.AttendedRows("cache")},
+			{Name: "cache", DTypes: paged.CacheDTypes, Read: gatheredRows},
 			{Name: "block_table", DTypes: paged.IndexDTypes},
 			{Name: "seq_lens", DTypes: paged.IndexDTypes},
 			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
+			// vLLM's chunked context gather (mla_attention.py passes each
+			// chunk's per-request context offset): request b's rows are its
+			// tokens seq_starts[b] .. seq_starts[b]+seq_lens[b]-1.
+			{Name: "seq_starts", DTypes: paged.IndexDTypes, Optional: true},
 		},
 		Outputs: []TensorSpec{{Name: "gathered", DTypes: []tensor.DType{tensor.BF16, tensor.F32}}},
 	}, Compute: kvCacheGather}})
@@ -150,6 +154,10 @@ func (c *cacheAfter) At(i int) float64 {
 }
 
 func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
+	in, err := Chunked(in)
+	if err != nil {
+		return nil, err
+	}
 	ct := in.Tensors["cache"]
 	bt := in.Tensors["block_table"]
 	sl := in.Tensors["seq_lens"]

@@ -54,8 +54,19 @@ func (*write) Axes(ts map[string]*tensor.Tensor, meta map[string]string) ([]Axis
 	}}}, true
 }
 
-// Axes implements Slicer: the requests, with their gathered rows.
+// Axes implements Slicer: the requests, with their gathered rows. A
+// chunked gather is sliced as the plain gather it is (Chunked): the sliced
+// capture's block table starts at each kept request's chunk, and its
+// seq_starts are 0.
 func (*gather) Axes(ts map[string]*tensor.Tensor, meta map[string]string) ([]Axis, bool) {
+	st, chunked := ts["seq_starts"]
+	if chunked {
+		chunk, err := Chunked(Inputs{Tensors: ts, Params: meta})
+		if err != nil {
+			return nil, false
+		}
+		ts = chunk.Tensors
+	}
 	g, sl := ts["gathered"], ts["seq_lens"]
 	if g == nil || sl == nil {
 		return nil, false
@@ -73,5 +84,18 @@ func (*gather) Axes(ts map[string]*tensor.Tensor, meta map[string]string) ([]Axi
 		}
 		return map[string]*tensor.Tensor{"gathered": SelectAxis(g, 0, idx)}
 	}
-	return paged.Requests(ts, meta, "cache", rows, map[string]int{"seq_lens": 0}), true
+	axes := paged.Requests(ts, meta, "cache", rows, map[string]int{"seq_lens": 0})
+	if chunked {
+		for i, a := range axes {
+			slice := a.Slice
+			axes[i].Slice = func(keep []int) (map[string]*tensor.Tensor, error) {
+				repl, err := slice(keep)
+				if err == nil {
+					repl["seq_starts"] = tensor.FromInt64s(st.DType, []int{len(keep)}, make([]int64, len(keep)))
+				}
+				return repl, err
+			}
+		}
+	}
+	return axes, true
 }
