@@ -3,19 +3,22 @@
 package cuda_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
+
 	"testing"
 	"time"
 
-	"github.com/kcheck-dev/kcheck/cases"
+	"github.com/kcheck-dev/kcheck/cases/conformance"
 	"github.com/kcheck-dev/kcheck/cuda"
 	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/safetensors"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -61,125 +64,79 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// TestCatalog is the conformance suite (cases/conformance) on the CUDA
+// kernels: every catalog case judged three-way, as any backend is.
 func TestCatalog(t *testing.T) {
-	all, err := cases.Catalog()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var match *regexp.Regexp
+	g := &gpuBackend{}
 	if m := os.Getenv("KCHECK_GPU_MATCH"); m != "" {
-		if match, err = regexp.Compile(m); err != nil {
+		var err error
+		if g.match, err = regexp.Compile(m); err != nil {
 			t.Fatalf("KCHECK_GPU_MATCH: %v", err)
 		}
 	}
-	ran := 0
-	for _, c := range all {
-		if match != nil && !match.MatchString(c.Name) {
-			continue
-		}
-		c := c
-		t.Run(c.Name, func(t *testing.T) {
-			rec := record{Name: c.Name, Kernel: c.Kernel}
-			defer func() { addRecord(rec) }()
-			if _, ok := cuda.Precisions[c.Kernel]; !ok {
-				rec.Verdict, rec.Reason = "skipped", "no CUDA kernel for "+c.Kernel
-				t.Skip(rec.Reason)
-			}
-			if c.HasTag("long") && testing.Short() {
-				rec.Verdict, rec.Reason = "skipped", "long case under -short"
-				t.Skip(rec.Reason)
-			}
-			ran++
-			verdict, reason, res := runCase(t, c)
-			rec.Verdict, rec.Reason = verdict, reason
-			if res != nil {
-				rec.MS, _ = strconv.ParseFloat(res.Meta["kcheck.cuda.ms"], 64)
-				rec.Launch, rec.Path = res.Meta["kcheck.cuda.launch"], res.Meta["kcheck.cuda.gemm_path"]
-			}
-			switch verdict {
-			case check.Pass:
-			case "unsupported":
-				t.Skip(reason)
-			case check.Inconclusive:
-				t.Logf("inconclusive: %s", reason)
-			default:
-				t.Errorf("%s: %s", verdict, reason)
-			}
-		})
-	}
-	if ran == 0 {
+	conformance.Run(t, g)
+	if g.ran == 0 {
 		t.Log("no catalog case ran")
 	}
 }
 
-// runCase runs c on the GPU and checks the capture.
-func runCase(t *testing.T, c cases.Case) (verdict, reason string, res *cuda.Result) {
-	in, err := c.Inputs()
-	if err != nil {
-		t.Fatalf("building the inputs: %v", err)
+// gpuBackend is the device as a conformance backend; it records each
+// case's outcome for the results table and saves failing captures.
+type gpuBackend struct {
+	match *regexp.Regexp
+	ran   int
+	last  error // the last run's error, for the record's verdict
+}
+
+func (*gpuBackend) Name() string { return "cuda" }
+
+// Selects implements conformance.Selector: KCHECK_GPU_MATCH.
+func (g *gpuBackend) Selects(name string) bool { return g.match == nil || g.match.MatchString(name) }
+
+// Run implements conformance.Backend.
+func (g *gpuBackend) Run(_ context.Context, kname string, ts map[string]*tensor.Tensor, params map[string]string) (map[string]*tensor.Tensor, map[string]string, error) {
+	g.last = nil
+	if _, ok := cuda.Precisions[kname]; !ok {
+		return nil, nil, fmt.Errorf("no CUDA kernel for %s: %w", kname, conformance.ErrUnsupported)
 	}
-	meta, err := c.Metadata()
-	if err != nil {
-		t.Fatalf("metadata: %v", err)
-	}
-	res, err = dev.Run(c.Kernel, in, cuda.RunOptions{Repeat: 1})
+	g.ran++
+	res, err := dev.Run(kname, kernel.Inputs{Tensors: ts, Params: params}, cuda.RunOptions{Repeat: 1})
+	g.last = err
 	var ue *cuda.UnsupportedError
 	if errors.As(err, &ue) {
-		return "unsupported", ue.Error(), nil
+		return nil, nil, fmt.Errorf("%v: %w", ue, conformance.ErrUnsupported)
 	}
 	var le *cuda.LoadError
 	if errors.As(err, &le) {
-		return "load_failed", "the driver cannot load the kernel image (no kernel ran): " + le.Error(), nil
+		return nil, nil, fmt.Errorf("the driver cannot load the kernel image (no kernel ran): %v", le)
 	}
 	if err != nil {
-		return check.Error, "the CUDA run failed: " + err.Error(), nil
+		return nil, nil, fmt.Errorf("the CUDA run failed: %v", err)
 	}
-	capture := check.Capture{Name: c.Name, Metadata: map[string]string{}, Tensors: map[string]*tensor.Tensor{}}
-	for k, v := range meta {
-		capture.Metadata[k] = v
-	}
-	for k, v := range res.Meta {
-		capture.Metadata[k] = v
-	}
-	for k, v := range in.Tensors {
-		capture.Tensors[k] = v
-	}
-	for k, v := range res.Outputs {
-		capture.Tensors[k] = v
-	}
-	r := check.Run(capture, check.Options{})
-	reason = explain(r)
-	if r.Verdict != check.Pass {
-		saveFailure(t, c.Name, capture)
-	}
-	return r.Verdict, reason, res
+	return res.Outputs, res.Meta, nil
 }
 
-// explain is one line per non-passing output: what check said and where.
-func explain(r check.Result) string {
-	if r.Error != nil {
-		return *r.Error
+// Report implements conformance.Reporter.
+func (g *gpuBackend) Report(t *testing.T, o conformance.Outcome) {
+	rec := record{Name: o.Case, Kernel: o.Kernel, Verdict: o.Verdict, Reason: o.Reason}
+	var le *cuda.LoadError
+	if errors.As(g.last, &le) {
+		rec.Verdict = "load_failed"
 	}
-	var parts []string
-	for _, ch := range r.Checks {
-		if ch.Verdict == "pass" {
-			continue
+	if o.Capture != nil {
+		m := o.Capture.Metadata
+		rec.MS, _ = strconv.ParseFloat(m["kcheck.cuda.ms"], 64)
+		rec.Launch, rec.Path = m["kcheck.cuda.launch"], m["kcheck.cuda.gemm_path"]
+		if o.Verdict != check.Pass {
+			saveFailure(t, o.Case, *o.Capture)
 		}
-		p := fmt.Sprintf("%s %s: %s", ch.Tensor, ch.Verdict, ch.Reason)
-		if len(ch.Worst) > 0 {
-			p += " (worst at " + ch.Worst[0].Where() + ")"
-		}
-		if ch.Signature != nil {
-			p += fmt.Sprintf(" [signature %v]", *ch.Signature)
-		}
-		parts = append(parts, p)
 	}
-	return strings.Join(parts, "; ")
+	addRecord(rec)
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
-func saveFailure(t *testing.T, name string, c check.Capture) {
+func saveFailure(t *testing.T, name string, c evidence.Capture) {
 	dir := os.Getenv("KCHECK_GPU_RESULTS")
 	if dir == "" {
 		return

@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"math"
 	"strconv"
 	"testing"
@@ -233,7 +234,7 @@ func TestMLAModelJudgedWithItsBlock(t *testing.T) {
 		"partial_lse": tensor.FromFloat64s(tensor.F32, []int{B, 1, H, S}, pLSE),
 	}
 	judge := func(block string) check.Result {
-		cap := check.Capture{Name: name, Metadata: map[string]string{}, Tensors: map[string]*tensor.Tensor{}}
+		cap := evidence.Capture{Name: name, Metadata: map[string]string{}, Tensors: map[string]*tensor.Tensor{}}
 		for k, v := range meta {
 			cap.Metadata[k] = v
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	_ "github.com/kcheck-dev/kcheck/internal/kernels/all" // every kernel registers itself
 	"io"
 	"os"
@@ -166,13 +167,8 @@ func cmdRun(argv []string, stdout, stderr io.Writer) int {
 		return fail(stderr, err)
 	}
 
-	meta := map[string]string{}
-	for key, v := range f.Metadata {
-		meta[key] = v
-	}
-	for key, v := range res.Meta {
-		meta[key] = v
-	}
+	capt := evidence.Assemble(*outPath, f.Tensors, res.Outputs, f.Metadata, res.Meta)
+	meta := capt.Metadata
 	if *copyBytes > 0 {
 		ms, err := dev.CopyMillis(*copyBytes, *repeat)
 		if err != nil {
@@ -187,14 +183,7 @@ func cmdRun(argv []string, stdout, stderr io.Writer) int {
 	meta["kcheck.format"] = "1"
 	meta["kcheck.kernel"] = k
 	meta["captured_at"] = time.Now().UTC().Format(time.RFC3339)
-	tensors := map[string]*tensor.Tensor{}
-	for n, t := range f.Tensors {
-		tensors[n] = t
-	}
-	for n, t := range res.Outputs {
-		tensors[n] = t
-	}
-	if err := safetensors.Write(*outPath, meta, tensors, safetensors.WriteOptions{Force: *force}); err != nil {
+	if err := safetensors.Write(*outPath, meta, capt.Tensors, safetensors.WriteOptions{Force: *force}); err != nil {
 		fmt.Fprintf(stderr, "kcheck-gpu: %v\n", err)
 		return gpu.ExitUsage
 	}

@@ -2,6 +2,7 @@ package check
 
 import (
 	"fmt"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"sort"
 	"strings"
 
@@ -41,7 +42,7 @@ func (o Options) forStage(prefix, kind string) Options {
 // prepare applies the options that rewrite a capture before it is read:
 // tensor aliases, the engine adapter, then the metadata conventions (the
 // file's own keys win). The caller's maps are not modified.
-func prepare(c Capture, opts Options) (Capture, []string, error) {
+func prepare(c evidence.Capture, opts Options) (evidence.Capture, []string, error) {
 	if len(opts.Aliases) == 0 && opts.Adapt == nil {
 		c.Metadata = withConventions(c.Metadata, opts.Conventions)
 		return c, nil, nil

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"math"
 	"runtime/debug"
 	"sort"
@@ -131,16 +132,6 @@ func (o Options) worstK() int {
 	return 5
 }
 
-// Capture is an evidence file's content, already read.
-type Capture struct {
-	Name     string
-	Metadata map[string]string
-	Tensors  map[string]*tensor.Tensor
-	// Notes are what reading it decided (the dtype of a numpy array of
-	// bits); the result carries them.
-	Notes []string
-}
-
 func errorResult(file, kern string, err error) Result {
 	msg := err.Error()
 	return Result{File: file, Kernel: kern, Verdict: Error, Error: &msg, Checks: []compare.Check{}}
@@ -155,7 +146,7 @@ var provenanceKeys = []string{"source", "device", "driver", "kernel_build", "cap
 // the same path), said as such (faults.go); any other panic is a kcheck
 // bug, never the data's fault. Run's goroutine and the references' workers
 // (reference/parallel) have panic-on-fault on, so the fault reaches here.
-func Run(c Capture, opts Options) (res Result) {
+func Run(c evidence.Capture, opts Options) (res Result) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	mapped := c.Tensors // as read, before prepare renames or adapts them
 	defer func() {
@@ -201,7 +192,7 @@ func Run(c Capture, opts Options) (res Result) {
 // hint is opts.Hint's note on a check of c that went wrong (verdict
 // error, or tensors the contract ignores), none when it went right or
 // an engine's conventions were applied.
-func hint(c Capture, res Result, opts Options) []string {
+func hint(c evidence.Capture, res Result, opts Options) []string {
 	if opts.Hint == nil || opts.Adapt != nil || (res.Verdict != Error && !ignoredTensors(res.Notes)) {
 		return nil
 	}
@@ -252,7 +243,7 @@ func params(meta map[string]string) kernel.Params {
 	return p
 }
 
-func runSingle(c Capture, kname string, meta map[string]string, opts Options) Result {
+func runSingle(c evidence.Capture, kname string, meta map[string]string, opts Options) Result {
 	k, err := kernel.Lookup(kname)
 	if err != nil {
 		return errorResult(c.Name, kname, fmt.Errorf("metadata kcheck.kernel: %v", err))
@@ -267,7 +258,7 @@ func runSingle(c Capture, kname string, meta map[string]string, opts Options) Re
 		return errorResult(c.Name, kname, fmt.Errorf("the file holds none of %s's outputs (%s): nothing to check", kname, specNames(k.Spec().Outputs)))
 	}
 	notes = append(notes, inputAnomalies(k, kernel.Inputs{Tensors: in, Params: p})...)
-	checks, err := compareOutputs(k, kernel.Inputs{Tensors: in, Params: p}, prec, outs, opts)
+	checks, _, err := compareOutputs(k, kernel.Inputs{Tensors: in, Params: p}, prec, outs, opts)
 	if err != nil {
 		return errorResult(c.Name, kname, err)
 	}
@@ -380,28 +371,29 @@ func inputAnomalies(k kernel.Kernel, in kernel.Inputs) []string {
 	return notes
 }
 
-// compareOutputs runs the reference on in and compares each captured output.
-func compareOutputs(k kernel.Kernel, in kernel.Inputs, prec kernel.Precision, outs map[string]*tensor.Tensor, opts Options) ([]compare.Check, error) {
+// compareOutputs runs the reference on in and compares each captured
+// output; it returns the reference's outputs too, for a pipeline's chain.
+func compareOutputs(k kernel.Kernel, in kernel.Inputs, prec kernel.Precision, outs map[string]*tensor.Tensor, opts Options) ([]compare.Check, []kernel.Output, error) {
 	for name, t := range outs {
 		if err := t.Check(); err != nil {
-			return nil, fmt.Errorf("tensor %s: %v", name, err)
+			return nil, nil, fmt.Errorf("tensor %s: %v", name, err)
 		}
 	}
 	for name, t := range in.Tensors {
 		if err := t.Check(); err != nil {
-			return nil, fmt.Errorf("tensor %s: %v", name, err)
+			return nil, nil, fmt.Errorf("tensor %s: %v", name, err)
 		}
 	}
 	dtypes, in := outputLayout(in, outs)
 	if err := opts.interrupted(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := CheckKernelMemory(k.Spec().Name, inputsAndOutputs(in.Tensors, outs), in.Params, opts.MaxMemory); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	refs, err := kernel.Evaluate(opts.context(), k, in, prec, dtypes)
 	if err != nil {
-		return nil, opts.stopped(err)
+		return nil, nil, opts.stopped(err)
 	}
 	var checks []compare.Check
 	for _, spec := range k.Spec().Outputs {
@@ -419,22 +411,22 @@ func compareOutputs(k kernel.Kernel, in kernel.Inputs, prec kernel.Precision, ou
 			continue
 		}
 		if err := kernel.CheckDType(spec.Name, actual, spec.DTypes...); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !sameShape(ref.Shape, actual.Shape) {
-			return nil, fmt.Errorf("tensor %s has shape %v; the inputs make it %v", spec.Name, actual.Shape, ref.Shape)
+			return nil, nil, fmt.Errorf("tensor %s has shape %v; the inputs make it %v", spec.Name, actual.Shape, ref.Shape)
 		}
 		// A flat capture of a multi-dimensional output (swizzled scales
 		// stored as [M_pad*K_pad]) is read in the reference's shape.
 		actual = &tensor.Tensor{DType: actual.DType, Shape: ref.Shape, Data: actual.Data}
 		c, err := compare.Compare(*ref, actual, opts.policy(), compare.Options{WorstK: opts.worstK(), Context: opts.ctx})
 		if err != nil {
-			return nil, opts.stopped(err)
+			return nil, nil, opts.stopped(err)
 		}
 		opts.observe(k, in.Params, ref, actual, c)
 		checks = append(checks, c)
 	}
-	return checks, nil
+	return checks, refs, nil
 }
 
 // outputLayout returns the dtype of each captured output and in with their

@@ -3,6 +3,7 @@ package check
 import (
 	"context"
 	"encoding/binary"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"maps"
 	"math"
 	"os"
@@ -20,14 +21,14 @@ import (
 const golden = "../../fixtures/golden/"
 
 // load reads a golden capture into memory the test may change.
-func load(t *testing.T, name string) Capture {
+func load(t *testing.T, name string) evidence.Capture {
 	t.Helper()
 	f, err := safetensors.Open(golden + name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	c := Capture{Name: name, Metadata: map[string]string{}, Tensors: map[string]*tensor.Tensor{}}
+	c := evidence.Capture{Name: name, Metadata: map[string]string{}, Tensors: map[string]*tensor.Tensor{}}
 	for k, v := range f.Metadata {
 		c.Metadata[k] = v
 	}
@@ -42,23 +43,23 @@ func load(t *testing.T, name string) Capture {
 func TestBadCaptures(t *testing.T) {
 	tests := []struct {
 		name, file string
-		mutate     func(c *Capture)
+		mutate     func(c *evidence.Capture)
 		want       []string
 	}{
-		{"no kernel", "nvfp4_dequantize.safetensors", func(c *Capture) { delete(c.Metadata, "kcheck.kernel") }, []string{"kcheck.kernel", "missing"}},
-		{"unknown kernel", "nvfp4_dequantize.safetensors", func(c *Capture) { c.Metadata["kcheck.kernel"] = "flash_attn_9" }, []string{"unknown kernel", "flash_attn_9"}},
-		{"future format", "nvfp4_dequantize.safetensors", func(c *Capture) { c.Metadata["kcheck.format"] = "2" }, []string{"kcheck.format"}},
-		{"missing input", "nvfp4_dequantize.safetensors", func(c *Capture) { delete(c.Tensors, "block_scale") }, []string{"block_scale", "missing"}},
-		{"no outputs", "nvfp4_dequantize.safetensors", func(c *Capture) { delete(c.Tensors, "out") }, []string{"none of", "outputs"}},
-		{"wrong input dtype", "nvfp4_dequantize.safetensors", func(c *Capture) {
+		{"no kernel", "nvfp4_dequantize.safetensors", func(c *evidence.Capture) { delete(c.Metadata, "kcheck.kernel") }, []string{"kcheck.kernel", "missing"}},
+		{"unknown kernel", "nvfp4_dequantize.safetensors", func(c *evidence.Capture) { c.Metadata["kcheck.kernel"] = "flash_attn_9" }, []string{"unknown kernel", "flash_attn_9"}},
+		{"future format", "nvfp4_dequantize.safetensors", func(c *evidence.Capture) { c.Metadata["kcheck.format"] = "2" }, []string{"kcheck.format"}},
+		{"missing input", "nvfp4_dequantize.safetensors", func(c *evidence.Capture) { delete(c.Tensors, "block_scale") }, []string{"block_scale", "missing"}},
+		{"no outputs", "nvfp4_dequantize.safetensors", func(c *evidence.Capture) { delete(c.Tensors, "out") }, []string{"none of", "outputs"}},
+		{"wrong input dtype", "nvfp4_dequantize.safetensors", func(c *evidence.Capture) {
 			p := c.Tensors["packed"]
 			c.Tensors["packed"] = &tensor.Tensor{DType: tensor.I8, Shape: p.Shape, Data: p.Data}
 		}, []string{"packed", "I8"}},
-		{"wrong output dtype", "nvfp4_dequantize.safetensors", func(c *Capture) {
+		{"wrong output dtype", "nvfp4_dequantize.safetensors", func(c *evidence.Capture) {
 			o := c.Tensors["out"]
 			c.Tensors["out"] = &tensor.Tensor{DType: tensor.I16, Shape: o.Shape, Data: o.Data}
 		}, []string{"out", "I16"}},
-		{"K not a multiple of 16", "nvfp4_quantize.safetensors", func(c *Capture) {
+		{"K not a multiple of 16", "nvfp4_quantize.safetensors", func(c *evidence.Capture) {
 			x := c.Tensors["x"]
 			rows, k := x.Shape[0], x.Shape[1]
 			cut := tensor.New(x.DType, rows, k-8)
@@ -67,22 +68,22 @@ func TestBadCaptures(t *testing.T) {
 			}
 			c.Tensors["x"] = cut
 		}, []string{"x", "multiple of 16"}},
-		{"output shape disagrees", "splitk_combine.safetensors", func(c *Capture) {
+		{"output shape disagrees", "splitk_combine.safetensors", func(c *evidence.Capture) {
 			o := c.Tensors["out"]
 			c.Tensors["out"] = &tensor.Tensor{DType: o.DType, Shape: []int{o.Shape[1], o.Shape[0]}, Data: o.Data}
 		}, []string{"out", "shape"}},
-		{"block table outside the cache", "mla_decode.safetensors", func(c *Capture) {
+		{"block table outside the cache", "mla_decode.safetensors", func(c *evidence.Capture) {
 			c.Tensors["block_table"].SetInt64(0, 9412)
 		}, []string{"block_table[0,0] = 9412"}},
-		{"seq_len beyond the table", "mla_decode.safetensors", func(c *Capture) {
+		{"seq_len beyond the table", "mla_decode.safetensors", func(c *evidence.Capture) {
 			c.Tensors["seq_lens"].SetInt64(1, 5000)
 		}, []string{"seq_lens[1] = 5000"}},
-		{"slot outside the cache", "kv_cache_write.safetensors", func(c *Capture) {
+		{"slot outside the cache", "kv_cache_write.safetensors", func(c *evidence.Capture) {
 			c.Tensors["slot_mapping"].SetInt64(2, 1<<40)
 		}, []string{"slot_mapping[2]"}},
-		{"softmax_scale missing", "mla_decode.safetensors", func(c *Capture) { delete(c.Metadata, "softmax_scale") }, []string{"softmax_scale"}},
-		{"bad parameter", "mla_decode.safetensors", func(c *Capture) { c.Metadata["lse_base"] = "10" }, []string{"lse_base"}},
-		{"data shorter than shape", "splitk_combine.safetensors", func(c *Capture) {
+		{"softmax_scale missing", "mla_decode.safetensors", func(c *evidence.Capture) { delete(c.Metadata, "softmax_scale") }, []string{"softmax_scale"}},
+		{"bad parameter", "mla_decode.safetensors", func(c *evidence.Capture) { c.Metadata["lse_base"] = "10" }, []string{"lse_base"}},
+		{"data shorter than shape", "splitk_combine.safetensors", func(c *evidence.Capture) {
 			p := c.Tensors["partial_lse"]
 			p.Data = p.Data[:len(p.Data)-4]
 		}, []string{"partial_lse"}},

@@ -3,6 +3,7 @@ package check
 import (
 	"errors"
 	"fmt"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"runtime/debug"
 	"sort"
 	"unsafe"
@@ -74,7 +75,7 @@ func panicError(p any, ts map[string]*tensor.Tensor, site string) error {
 // context lengths a diagnosis reports), with panic-on-fault on, and
 // returns the error of a fault in c's tensors (ErrFileShrank) instead of
 // the process ending; any other panic goes on.
-func Guard(c Capture, fn func()) (err error) {
+func Guard(c evidence.Capture, fn func()) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {

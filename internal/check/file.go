@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -26,7 +27,7 @@ func File(path string, extraMeta map[string]string, opts Options) Result {
 
 // Load reads an evidence file into a Capture within the default memory
 // bound; closeFn releases its mapping.
-func Load(path string, extraMeta map[string]string) (c Capture, closeFn func(), err error) {
+func Load(path string, extraMeta map[string]string) (c evidence.Capture, closeFn func(), err error) {
 	return LoadContext(context.Background(), path, extraMeta, 0)
 }
 
@@ -37,8 +38,8 @@ func Load(path string, extraMeta map[string]string) (c Capture, closeFn func(), 
 // header's parse is charged against the bound; a stream, a file that stats
 // as 0 bytes and the arrays of a .npy/.npz are read into memory, at most
 // the bound of them. closeFn releases the mapping.
-func LoadContext(ctx context.Context, path string, extraMeta map[string]string, maxMemory int64) (c Capture, closeFn func(), err error) {
-	c = Capture{Name: path, Metadata: map[string]string{}}
+func LoadContext(ctx context.Context, path string, extraMeta map[string]string, maxMemory int64) (c evidence.Capture, closeFn func(), err error) {
+	c = evidence.Capture{Name: path, Metadata: map[string]string{}}
 	closeFn = func() {}
 	limit := readLimit(maxMemory)
 	switch strings.ToLower(filepath.Ext(path)) {

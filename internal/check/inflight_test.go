@@ -2,6 +2,7 @@ package check
 
 import (
 	"context"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"math/rand/v2"
 	"runtime"
 	"strings"
@@ -103,7 +104,7 @@ func TestChargedWorkThatDoesNotStop(t *testing.T) {
 // with a placeholder output: a check whose reference (about m·n·k
 // multiply-adds) runs long, holding a's and b's block values and both
 // m·n answers.
-func gemmCapture(m, n, k int) Capture {
+func gemmCapture(m, n, k int) evidence.Capture {
 	r := rand.New(rand.NewPCG(uint64(m), uint64(n)))
 	mat := func(rows int) (*tensor.Tensor, *tensor.Tensor) {
 		p := tensor.New(tensor.U8, rows, k/2)
@@ -119,7 +120,7 @@ func gemmCapture(m, n, k int) Capture {
 	ap, as := mat(m)
 	bp, bs := mat(n)
 	one := tensor.FromFloat64s(tensor.F32, []int{}, []float64{1})
-	return Capture{Name: "gemm", Metadata: map[string]string{"kcheck.format": "1", "kcheck.kernel": "nvfp4_gemm"},
+	return evidence.Capture{Name: "gemm", Metadata: map[string]string{"kcheck.format": "1", "kcheck.kernel": "nvfp4_gemm"},
 		Tensors: map[string]*tensor.Tensor{"a_packed": ap, "a_scale": as, "a_global": one, "b_packed": bp, "b_scale": bs, "b_global": one,
 			"out": tensor.New(tensor.BF16, 1, 1)}}
 }

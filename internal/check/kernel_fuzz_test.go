@@ -1,6 +1,7 @@
 package check
 
 import (
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"path/filepath"
 	"testing"
 
@@ -25,7 +26,7 @@ func FuzzKernel(f *testing.F) {
 	if err != nil || len(paths) == 0 {
 		f.Fatalf("no golden fixtures: %v", err)
 	}
-	bases := make([]Capture, len(paths))
+	bases := make([]evidence.Capture, len(paths))
 	for i, p := range paths {
 		bases[i] = loadCapture(f, p)
 	}

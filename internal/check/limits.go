@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"math"
 	"os"
 
@@ -269,7 +270,7 @@ func (o Options) stopped(err error) error {
 // estimated working set is charged against the memory bound while it runs
 // and, should it not stop within a grace period, until it does
 // (inflight.go), so timed-out checks cannot pile up in memory.
-func RunContext(ctx context.Context, c Capture, opts Options) Result {
+func RunContext(ctx context.Context, c evidence.Capture, opts Options) Result {
 	return runContext(ctx, c, opts, func() {})
 }
 
@@ -292,13 +293,13 @@ func FileContext(ctx context.Context, path string, extraMeta map[string]string, 
 // its closeFn: the mapping is released once the check has returned,
 // whether its result was waited for or abandoned at ctx's deadline (a
 // reference left running still reads it).
-func RunLoaded(ctx context.Context, c Capture, closeFn func(), opts Options) Result {
+func RunLoaded(ctx context.Context, c evidence.Capture, closeFn func(), opts Options) Result {
 	return runContext(ctx, c, opts, closeFn)
 }
 
 // runContext runs c under ctx and calls release once Run has returned,
 // whether or not its result was waited for.
-func runContext(ctx context.Context, c Capture, opts Options, release func()) Result {
+func runContext(ctx context.Context, c evidence.Capture, opts Options, release func()) Result {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -356,7 +357,7 @@ func runContext(ctx context.Context, c Capture, opts Options, release func()) Re
 
 // estimateCapture estimates a check of c: its kernel's reference, or a
 // pipeline's largest stage (the stages run one after another).
-func estimateCapture(c Capture) kernel.Estimate {
+func estimateCapture(c evidence.Capture) kernel.Estimate {
 	kname := c.Metadata["kcheck.kernel"]
 	if kname != "pipeline" {
 		return EstimateKernel(kname, c.Tensors, params(c.Metadata))

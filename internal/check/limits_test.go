@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"context"
 	"errors"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -89,7 +90,7 @@ func TestEstimateBoundsAllocation(t *testing.T) {
 		}
 		meta, _ := c.Metadata()
 		ke := EstimateKernel(c.Kernel, ts, in.Params)
-		got = allocDuring(func() { Run(Capture{Name: c.Name, Metadata: meta, Tensors: ts}, Options{}) })
+		got = allocDuring(func() { Run(evidence.Capture{Name: c.Name, Metadata: meta, Tensors: ts}, Options{}) })
 		if int64(got) > ke.Bytes {
 			t.Errorf("check of case %s: allocated %d bytes, estimate %d (%s)", c.Name, got, ke.Bytes, ke.What)
 		}
@@ -153,7 +154,7 @@ func i32(shape []int, v ...int64) *tensor.Tensor { return tensor.FromInt64s(tens
 // samePages is a kv_cache_gather or mla_decode capture whose block table
 // points every request at cache block 0 (legal: prefix sharing does it),
 // seqLen tokens each over pages of 16, with reference-made outputs.
-func samePages(t *testing.T, kname string, b, seqLen, heads int) Capture {
+func samePages(t *testing.T, kname string, b, seqLen, heads int) evidence.Capture {
 	t.Helper()
 	const page, d = 16, 576
 	blocks := (seqLen + page - 1) / page
@@ -181,12 +182,12 @@ func samePages(t *testing.T, kname string, b, seqLen, heads int) Capture {
 		ts["q"] = q
 		meta["softmax_scale"] = "0.0625"
 	}
-	return withOutputs(t, Capture{Name: kname + "_same_pages", Metadata: meta, Tensors: ts})
+	return withOutputs(t, evidence.Capture{Name: kname + "_same_pages", Metadata: meta, Tensors: ts})
 }
 
 // withOutputs adds the reference's outputs (a correct kernel's) to c, when
 // they are small enough to make here.
-func withOutputs(t *testing.T, c Capture) Capture {
+func withOutputs(t *testing.T, c evidence.Capture) evidence.Capture {
 	t.Helper()
 	k, err := kernel.Lookup(c.Metadata["kcheck.kernel"])
 	if err != nil {
@@ -216,47 +217,47 @@ func TestResourceBounds(t *testing.T) {
 	const limit = 1 << 30
 	tests := []struct {
 		name    string
-		capture func(t *testing.T) Capture
+		capture func(t *testing.T) evidence.Capture
 		verdict string
 		want    []string
 	}{
-		{"every request on the same pages (legal)", func(t *testing.T) Capture { return samePages(t, "kv_cache_gather", 3, 40, 0) }, Pass, nil},
-		{"every request on the same pages, attention (legal)", func(t *testing.T) Capture { return samePages(t, "mla_decode", 3, 40, 2) }, Pass, nil},
-		{"same pages, 64 requests of 65536 tokens: the gather would be 116 GiB", func(t *testing.T) Capture {
+		{"every request on the same pages (legal)", func(t *testing.T) evidence.Capture { return samePages(t, "kv_cache_gather", 3, 40, 0) }, Pass, nil},
+		{"every request on the same pages, attention (legal)", func(t *testing.T) evidence.Capture { return samePages(t, "mla_decode", 3, 40, 2) }, Pass, nil},
+		{"same pages, 64 requests of 65536 tokens: the gather would be 116 GiB", func(t *testing.T) evidence.Capture {
 			return samePages(t, "kv_cache_gather", 64, 65536, 0)
 		}, Error, []string{"output gathered [4194304, 576]", "more than the memory bound 1.0 GiB", "refused", "--max-memory"}},
-		{"seq_lens near 2^31 over a small block table", func(t *testing.T) Capture {
+		{"seq_lens near 2^31 over a small block table", func(t *testing.T) evidence.Capture {
 			c := samePages(t, "kv_cache_gather", 1, 40, 0)
 			c.Tensors["seq_lens"] = i32([]int{1}, 2147483000)
 			return c
 		}, Error, []string{"seq_lens[0] = 2147483000", "capacity"}},
-		{"seq_lens near 2^31, attention", func(t *testing.T) Capture {
+		{"seq_lens near 2^31, attention", func(t *testing.T) evidence.Capture {
 			c := samePages(t, "mla_decode", 1, 40, 2)
 			c.Tensors["seq_lens"] = i32([]int{1}, 2147483647)
 			return c
 		}, Error, []string{"seq_lens[0] = 2147483647", "capacity"}},
-		{"num_splits = 1000000", func(t *testing.T) Capture {
+		{"num_splits = 1000000", func(t *testing.T) evidence.Capture {
 			c := load(t, "mla_decode.safetensors")
 			c.Metadata["num_splits"] = "1000000"
 			return c
 		}, Error, []string{"output partial_out [2, 1, 2, 1000000, 512]", "refused"}},
-		{"topk = 2^31-1", func(t *testing.T) Capture {
+		{"topk = 2^31-1", func(t *testing.T) evidence.Capture {
 			c := load(t, "dsa_indexer.safetensors")
 			c.Metadata["topk"] = "2147483647"
 			return c
 		}, Error, []string{"output topk_indices [2, 2147483647]", "refused"}},
-		{"max_seq = 2^31-1", func(t *testing.T) Capture {
+		{"max_seq = 2^31-1", func(t *testing.T) evidence.Capture {
 			c := load(t, "dsa_indexer.safetensors")
 			c.Metadata["max_seq"] = "2147483647"
 			return c
 		}, Error, []string{"output scores [2, 2147483647]", "refused"}},
-		{"a million splits to combine (4 MB of partials: handled)", func(t *testing.T) Capture {
+		{"a million splits to combine (4 MB of partials: handled)", func(t *testing.T) evidence.Capture {
 			const s = 1000000
 			lse := make([]float64, s)
 			for i := range lse {
 				lse[i] = float64(i%7) - 3
 			}
-			c := Capture{Name: "million_splits", Metadata: map[string]string{"kcheck.format": "1", "kcheck.kernel": "splitk_combine"},
+			c := evidence.Capture{Name: "million_splits", Metadata: map[string]string{"kcheck.format": "1", "kcheck.kernel": "splitk_combine"},
 				Tensors: map[string]*tensor.Tensor{
 					"partial_out": tensor.FromFloat64s(tensor.F32, []int{1, s, 1}, lse),
 					"partial_lse": tensor.FromFloat64s(tensor.F32, []int{1, s}, lse),

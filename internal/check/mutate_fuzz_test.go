@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"math"
 	"path/filepath"
 	"runtime"
@@ -123,14 +124,14 @@ var paramValues = []string{"", "-1", "0", "1", "2", "3", "4", "7", "16", "64", "
 
 // loadCapture reads a fixture into memory (copies: mutations must not touch
 // the read-only mapping).
-func loadCapture(tb testing.TB, path string) Capture {
+func loadCapture(tb testing.TB, path string) evidence.Capture {
 	tb.Helper()
 	f, err := safetensors.Open(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer f.Close()
-	c := Capture{Name: filepath.Base(path), Metadata: map[string]string{}, Tensors: map[string]*tensor.Tensor{}}
+	c := evidence.Capture{Name: filepath.Base(path), Metadata: map[string]string{}, Tensors: map[string]*tensor.Tensor{}}
 	for k, v := range f.Metadata {
 		c.Metadata[k] = v
 	}
@@ -141,8 +142,8 @@ func loadCapture(tb testing.TB, path string) Capture {
 }
 
 // cloneCapture copies metadata and tensors.
-func cloneCapture(c Capture) Capture {
-	out := Capture{Name: c.Name, Metadata: map[string]string{}, Tensors: map[string]*tensor.Tensor{}}
+func cloneCapture(c evidence.Capture) evidence.Capture {
+	out := evidence.Capture{Name: c.Name, Metadata: map[string]string{}, Tensors: map[string]*tensor.Tensor{}}
 	for k, v := range c.Metadata {
 		out.Metadata[k] = v
 	}
@@ -178,7 +179,7 @@ func resize(t *tensor.Tensor, d tensor.DType, shape []int) *tensor.Tensor {
 
 // mutateTensors applies one tensor mutation chosen by r; names are the
 // tensors it may pick (prefixed names in a pipeline).
-func mutateTensors(c *Capture, r *fuzzBytes, op int) {
+func mutateTensors(c *evidence.Capture, r *fuzzBytes, op int) {
 	names := sortedNames(c.Tensors)
 	if len(names) == 0 {
 		return
@@ -237,7 +238,7 @@ func mutateTensors(c *Capture, r *fuzzBytes, op int) {
 }
 
 // mutateMeta sets or deletes a parameter (under prefix, for a pipeline stage).
-func mutateMeta(c *Capture, r *fuzzBytes, prefix string) {
+func mutateMeta(c *evidence.Capture, r *fuzzBytes, prefix string) {
 	key := prefix + paramKeys[r.intn(len(paramKeys))]
 	if strings.HasPrefix(key, prefix+"kcheck.") {
 		key = strings.TrimPrefix(key, prefix)
@@ -259,7 +260,7 @@ const (
 	fuzzTimeout   = 20 * time.Second
 )
 
-func digest(c Capture) [32]byte {
+func digest(c evidence.Capture) [32]byte {
 	h := sha256.New()
 	for _, n := range sortedNames(c.Tensors) {
 		t := c.Tensors[n]
@@ -279,7 +280,7 @@ func digest(c Capture) [32]byte {
 // one into InternalErrorPrefix), no hang (a timeout on a check the estimate
 // calls cheap), no allocation far beyond the estimate, and the inputs
 // untouched.
-func checkInvariants(t *testing.T, c Capture) Result {
+func checkInvariants(t *testing.T, c evidence.Capture) Result {
 	t.Helper()
 	return checkInvariantsWith(t, c, Options{MaxMemory: fuzzMaxMemory})
 }
@@ -287,7 +288,7 @@ func checkInvariants(t *testing.T, c Capture) Result {
 // kernelNamesForFuzz is every kernel and the pipeline.
 var kernelNamesForFuzz = append(kernel.Names(), "pipeline")
 
-func checkInvariantsWith(t *testing.T, c Capture, opts Options) Result {
+func checkInvariantsWith(t *testing.T, c evidence.Capture, opts Options) Result {
 	t.Helper()
 	before := digest(c)
 	var ms0, ms1 runtime.MemStats
@@ -328,7 +329,7 @@ func checkInvariantsWith(t *testing.T, c Capture, opts Options) Result {
 
 // estimateOps is the capture's estimated work: its kernel's, or the sum of
 // a pipeline's stages (each read under its prefix).
-func estimateOps(c Capture) int64 {
+func estimateOps(c evidence.Capture) int64 {
 	kname := c.Metadata["kcheck.kernel"]
 	if kname != "pipeline" {
 		return EstimateKernel(kname, c.Tensors, params(c.Metadata)).Ops

@@ -3,6 +3,7 @@ package check
 import (
 	"bytes"
 	"fmt"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"strings"
 
 	"github.com/kcheck-dev/kcheck/internal/compare"
@@ -213,7 +214,7 @@ func stageInputs(st stage, captured map[string]*tensor.Tensor, outputs map[strin
 	return in, nil
 }
 
-func runPipeline(c Capture, meta map[string]string, opts Options) Result {
+func runPipeline(c evidence.Capture, meta map[string]string, opts Options) Result {
 	stages, err := parseStages(meta)
 	if err != nil {
 		return errorResult(c.Name, "pipeline", err)
@@ -234,33 +235,31 @@ func runPipeline(c Capture, meta map[string]string, opts Options) Result {
 	var verdicts []compare.Verdict
 	for _, st := range stages {
 		if err := opts.interrupted(); err != nil {
-			return errorResult(c.Name, "pipeline", fmt.Errorf("before stage %s: %v", st.prefix, err))
+			return errorResult(c.Name, "pipeline", fmt.Errorf("before stage %s: %w", st.prefix, err))
 		}
 		sr := StageResult{Prefix: st.prefix, Kernel: st.k.Spec().Name, Stage: st.k.Spec().Stage, Local: []compare.Check{}}
 		_, outs, _ := split(st.k, c.Tensors, st.prefix+".")
+		// The reference runs once per set of inputs: on the captured ones
+		// (local), and, for a stage linked to earlier ones, on the chain's
+		// (propagated). The chain goes on with the outputs of the last.
+		var chainRefs []kernel.Output
 		local, err := stageInputs(st, c.Tensors, c.Tensors)
 		if err == nil {
-			sr.Local, err = compareOutputs(st.k, kernel.Inputs{Tensors: local, Params: st.params}, st.prec, outs, opts.forStage(st.prefix, "local"))
-		}
-		var prop map[string]*tensor.Tensor
-		if err == nil {
-			prop, err = stageInputs(st, c.Tensors, chain)
+			sr.Local, chainRefs, err = compareOutputs(st.k, kernel.Inputs{Tensors: local, Params: st.params}, st.prec, outs, opts.forStage(st.prefix, "local"))
 		}
 		if err == nil && len(st.links) > 0 {
-			sr.Propagated, err = compareOutputs(st.k, kernel.Inputs{Tensors: prop, Params: st.params}, st.prec, outs, opts.forStage(st.prefix, "propagated"))
+			var prop map[string]*tensor.Tensor
+			if prop, err = stageInputs(st, c.Tensors, chain); err == nil {
+				sr.Propagated, chainRefs, err = compareOutputs(st.k, kernel.Inputs{Tensors: prop, Params: st.params}, st.prec, outs, opts.forStage(st.prefix, "propagated"))
+			}
 		}
 		if err == nil {
-			dtypes, chainIn := outputLayout(kernel.Inputs{Tensors: prop, Params: st.params}, outs)
-			var produced map[string]*tensor.Tensor
-			produced, err = kernel.Produce(opts.context(), st.k, chainIn, st.prec, dtypes)
-			err = opts.stopped(err)
-			for name, t := range produced {
-				chain[st.prefix+"."+name] = t
+			for _, o := range chainRefs {
+				chain[st.prefix+"."+o.Name] = kernel.Materialize(o.DType, o.Shape, o.Expected)
 			}
 		}
 		if err != nil {
-			msg := fmt.Sprintf("stage %s (%s): %v", st.prefix, st.k.Spec().Name, err)
-			return errorResult(c.Name, "pipeline", fmt.Errorf("%s", msg))
+			return errorResult(c.Name, "pipeline", fmt.Errorf("stage %s (%s): %w", st.prefix, st.k.Spec().Name, err))
 		}
 		if len(outs) == 0 {
 			sr.Verdict = Inconclusive

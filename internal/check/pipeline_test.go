@@ -1,6 +1,7 @@
 package check
 
 import (
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"strings"
 	"testing"
 
@@ -9,14 +10,14 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-func loadExample(t *testing.T, name string) Capture {
+func loadExample(t *testing.T, name string) evidence.Capture {
 	t.Helper()
 	f, err := safetensors.Open("../../fixtures/examples/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	c := Capture{Name: name, Metadata: map[string]string{}, Tensors: map[string]*tensor.Tensor{}}
+	c := evidence.Capture{Name: name, Metadata: map[string]string{}, Tensors: map[string]*tensor.Tensor{}}
 	for k, v := range f.Metadata {
 		c.Metadata[k] = v
 	}
@@ -65,21 +66,21 @@ func TestPipelineAttribution(t *testing.T) {
 func TestPipelineMetadataErrors(t *testing.T) {
 	tests := []struct {
 		name   string
-		mutate func(c *Capture)
+		mutate func(c *evidence.Capture)
 		want   string
 	}{
-		{"no stages", func(c *Capture) { delete(c.Metadata, "kcheck.stages") }, "kcheck.stages"},
-		{"repeated stage", func(c *Capture) { c.Metadata["kcheck.stages"] = "quant,quant" }, "repeated"},
-		{"stage without kernel", func(c *Capture) { delete(c.Metadata, "kcheck.attn.kernel") }, "kcheck.attn.kernel"},
-		{"link to a later stage", func(c *Capture) { c.Metadata["kcheck.cache.from.kv_c"] = "combine.out" }, "not an earlier stage"},
-		{"link to a missing output", func(c *Capture) { c.Metadata["kcheck.cache.from.kv_c"] = "quant.nothing" }, "has no output nothing"},
-		{"link into a missing input", func(c *Capture) { c.Metadata["kcheck.cache.from.bogus"] = "quant.out" }, "has no input bogus"},
-		{"stored copy differs from its link", func(c *Capture) {
+		{"no stages", func(c *evidence.Capture) { delete(c.Metadata, "kcheck.stages") }, "kcheck.stages"},
+		{"repeated stage", func(c *evidence.Capture) { c.Metadata["kcheck.stages"] = "quant,quant" }, "repeated"},
+		{"stage without kernel", func(c *evidence.Capture) { delete(c.Metadata, "kcheck.attn.kernel") }, "kcheck.attn.kernel"},
+		{"link to a later stage", func(c *evidence.Capture) { c.Metadata["kcheck.cache.from.kv_c"] = "combine.out" }, "not an earlier stage"},
+		{"link to a missing output", func(c *evidence.Capture) { c.Metadata["kcheck.cache.from.kv_c"] = "quant.nothing" }, "has no output nothing"},
+		{"link into a missing input", func(c *evidence.Capture) { c.Metadata["kcheck.cache.from.bogus"] = "quant.out" }, "has no input bogus"},
+		{"stored copy differs from its link", func(c *evidence.Capture) {
 			out := c.Tensors["quant.out"].Clone()
 			out.Data[0] ^= 1
 			c.Tensors["cache.kv_c"] = out
 		}, "linked to quant.out but holds different data"},
-		{"stored copy of another size", func(c *Capture) {
+		{"stored copy of another size", func(c *evidence.Capture) {
 			c.Tensors["cache.kv_c"] = tensor.New(tensor.BF16, 3, 7)
 		}, "cache.kv_c is linked to quant.out but holds different data"},
 	}

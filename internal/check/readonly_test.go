@@ -3,6 +3,7 @@ package check
 import (
 	"context"
 	"crypto/sha256"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"io"
 	"os"
 	"path/filepath"
@@ -67,7 +68,7 @@ func TestInputsNeverWritten(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		capture := Capture{Name: path, Metadata: f.Metadata, Tensors: f.Tensors}
+		capture := evidence.Capture{Name: path, Metadata: f.Metadata, Tensors: f.Tensors}
 		kname := f.Metadata["kcheck.kernel"]
 		if k, err := kernel.Lookup(kname); err == nil {
 			in := kernel.Inputs{Tensors: map[string]*tensor.Tensor{}, Params: params(f.Metadata)}
@@ -86,7 +87,7 @@ func TestInputsNeverWritten(t *testing.T) {
 				}
 				ran[fault.Name]++
 				// The faulty outputs judged against the mapped inputs.
-				c := Capture{Name: path, Metadata: f.Metadata, Tensors: map[string]*tensor.Tensor{}}
+				c := evidence.Capture{Name: path, Metadata: f.Metadata, Tensors: map[string]*tensor.Tensor{}}
 				for n, t := range f.Tensors {
 					c.Tensors[n] = t
 				}

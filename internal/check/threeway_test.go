@@ -2,6 +2,7 @@ package check
 
 import (
 	"context"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"testing"
 
 	"github.com/kcheck-dev/kcheck/cases"
@@ -10,7 +11,7 @@ import (
 )
 
 // capture builds a case's inputs and stores outs as the kernel's outputs.
-func captureOf(t *testing.T, c cases.Case, outs map[string]*tensor.Tensor) Capture {
+func captureOf(t *testing.T, c cases.Case, outs map[string]*tensor.Tensor) evidence.Capture {
 	t.Helper()
 	in, err := c.Inputs()
 	if err != nil {
@@ -27,7 +28,7 @@ func captureOf(t *testing.T, c cases.Case, outs map[string]*tensor.Tensor) Captu
 	for k, v := range outs {
 		ts[k] = v
 	}
-	return Capture{Name: c.Name, Metadata: meta, Tensors: ts}
+	return evidence.Capture{Name: c.Name, Metadata: meta, Tensors: ts}
 }
 
 // produce runs the reference of c's kernel at precision prec, with

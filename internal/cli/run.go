@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,7 +23,6 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/report"
 	"github.com/kcheck-dev/kcheck/internal/safetensors"
 	"github.com/kcheck-dev/kcheck/internal/suggest"
-	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
 func init() { extraCommands = append(extraCommands, newRunCmd, newCasesCmd) }
@@ -330,7 +330,7 @@ func RunCase(ctx context.Context, c cases.Case, be backend.Backend, opts check.O
 		be = faults.Proving{Backend: fb}
 	}
 	type captured struct {
-		c   check.Capture
+		c   evidence.Capture
 		err error
 	}
 	started := time.Now()
@@ -373,43 +373,18 @@ func RunCase(ctx context.Context, c cases.Case, be backend.Backend, opts check.O
 
 // Capture builds c's inputs, runs be on them, and returns inputs and outputs
 // together as an evidence capture.
-func Capture(ctx context.Context, c cases.Case, be backend.Backend, timeout time.Duration) (check.Capture, error) {
+func Capture(ctx context.Context, c cases.Case, be backend.Backend, timeout time.Duration) (evidence.Capture, error) {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
 	started := time.Now()
-	in, err := c.InputsContext(ctx)
-	if ctx.Err() != nil {
+	capt, err := backend.RunCase(ctx, be, c)
+	if err != nil && ctx.Err() != nil { // whatever the inputs or the backend made of it
 		err = stoppedError(ctx, started)
 	}
-	if err != nil {
-		return check.Capture{}, err
-	}
-	meta, err := c.Metadata()
-	if err != nil {
-		return check.Capture{}, err
-	}
-	meta["kcheck.backend"] = be.Name()
-	outs, bmeta, err := runWithMeta(ctx, be, c.Kernel, in)
-	if ctx.Err() != nil { // whatever the backend made of it
-		err = stoppedError(ctx, started)
-	}
-	if err != nil {
-		return check.Capture{}, fmt.Errorf("backend %s: %v", be.Name(), err)
-	}
-	for k, v := range bmeta {
-		meta[k] = v
-	}
-	ts := map[string]*tensor.Tensor{}
-	for k, v := range in.Tensors {
-		ts[k] = v
-	}
-	for k, v := range outs {
-		ts[k] = v
-	}
-	return check.Capture{Name: c.Name, Metadata: meta, Tensors: ts}, nil
+	return capt, err
 }
 
 func newCasesCmd(s *IO) *cobra.Command {

@@ -12,12 +12,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/internal/check"
-	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/printable"
-	"github.com/kcheck-dev/kcheck/reference/tensor"
 	"github.com/spf13/pflag"
 )
 
@@ -150,16 +147,6 @@ func stoppedError(ctx context.Context, started time.Time) error {
 		return fmt.Errorf("%w after %v (the per-case time limit; raise it with --timeout)", check.ErrTimeout, time.Since(started).Round(time.Millisecond))
 	}
 	return fmt.Errorf("interrupted: %w", ctx.Err())
-}
-
-// runWithMeta is be.Run plus the metadata of a backend.MetaRunner (the
-// cuda and cuda-emu workers' declared precision and provenance).
-func runWithMeta(ctx context.Context, be backend.Backend, kname string, in kernel.Inputs) (map[string]*tensor.Tensor, map[string]string, error) {
-	if mr, ok := be.(backend.MetaRunner); ok {
-		return mr.RunWithMeta(ctx, kname, in)
-	}
-	outs, err := be.Run(ctx, kname, in)
-	return outs, nil, err
 }
 
 // bounds holds --max-memory.

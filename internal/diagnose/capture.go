@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"fmt"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"math"
 	"regexp"
 	"strconv"
@@ -230,13 +231,13 @@ func fmtErr(e float64) string {
 }
 
 // Capture checks a capture and lays out its attribution.
-func Capture(c check.Capture, opts check.Options) *Report {
+func Capture(c evidence.Capture, opts check.Options) *Report {
 	return FromCheck(check.Run(c, opts), ContextLens(c))
 }
 
 // ContextLens reads each step's longest context from the capture's
 // seq_lens tensors ("seq_lens", "<stage>.seq_lens", "s2.attn.seq_lens").
-func ContextLens(c check.Capture) map[int]int {
+func ContextLens(c evidence.Capture) map[int]int {
 	out := map[int]int{}
 	for name, t := range c.Tensors {
 		if name != "seq_lens" && !strings.HasSuffix(name, ".seq_lens") || !t.DType.IsInt() || t.Check() != nil {

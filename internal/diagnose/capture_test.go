@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"strings"
 	"testing"
 
@@ -10,7 +11,7 @@ import (
 
 const fx = "../../fixtures/examples/"
 
-func load(t *testing.T, name string) check.Capture {
+func load(t *testing.T, name string) evidence.Capture {
 	t.Helper()
 	c, closeFn, err := check.Load(fx+name, nil)
 	if err != nil {
@@ -78,7 +79,7 @@ func TestStepOf(t *testing.T) {
 
 func TestContextLens(t *testing.T) {
 	i32 := func(v ...int64) *tensor.Tensor { return tensor.FromInt64s(tensor.I32, []int{len(v)}, v) }
-	c := check.Capture{Tensors: map[string]*tensor.Tensor{
+	c := evidence.Capture{Tensors: map[string]*tensor.Tensor{
 		"s0.attn.seq_lens": i32(5, 9), "s1.attn.seq_lens": i32(6, 10), "s1.cache.kv_c": tensor.New(tensor.BF16, 2, 4),
 		"s2.attn.seq_lens": tensor.New(tensor.BF16, 2), // not integers: ignored
 	}}
@@ -89,7 +90,7 @@ func TestContextLens(t *testing.T) {
 }
 
 func TestErrorCapture(t *testing.T) {
-	rep := Capture(check.Capture{Name: "x", Metadata: map[string]string{"kcheck.kernel": "pipeline"}}, check.Options{})
+	rep := Capture(evidence.Capture{Name: "x", Metadata: map[string]string{"kcheck.kernel": "pipeline"}}, check.Options{})
 	if rep.Verdict != check.Error || rep.Error == nil || !strings.Contains(*rep.Error, "kcheck.stages") {
 		t.Errorf("verdict %s, error %v; want an error naming kcheck.stages", rep.Verdict, rep.Error)
 	}

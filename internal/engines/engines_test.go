@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"math"
 	"strings"
 	"testing"
@@ -117,7 +118,7 @@ func mlaCase() cases.Case {
 // exactly as the contract-named capture of the same run.
 func TestFlashMLANamesCheckIdentically(t *testing.T) {
 	meta, ts := capture(t, mlaCase(), nil, "out", 700)
-	want := check.Run(check.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
+	want := check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
 	if want.Verdict != check.Fail {
 		t.Fatalf("planted error not detected: verdict %s", want.Verdict)
 	}
@@ -137,7 +138,7 @@ func TestFlashMLANamesCheckIdentically(t *testing.T) {
 		"out":           ts["out"],
 		"softmax_lse":   ts["lse"],
 	}
-	got := check.Run(check.Capture{Name: "flashmla", Metadata: fm, Tensors: ft}, fromOpts(t, "flashmla"))
+	got := check.Run(evidence.Capture{Name: "flashmla", Metadata: fm, Tensors: ft}, fromOpts(t, "flashmla"))
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("FlashMLA-named capture checks differently:\n got %s\nwant %s", g, w)
 	}
@@ -159,7 +160,7 @@ func TestFlashInferMLANamesCheckIdentically(t *testing.T) {
 	c := mlaCase()
 	c.SQ = 2
 	meta, ts := capture(t, c, map[string]string{"lse_base": "2"}, "lse", 3)
-	want := check.Run(check.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
+	want := check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
 	if want.Verdict != check.Fail {
 		t.Fatalf("planted error not detected: verdict %s", want.Verdict)
 	}
@@ -210,7 +211,7 @@ func TestFlashInferMLANamesCheckIdentically(t *testing.T) {
 		"output":     {DType: out.DType, Shape: []int{B * SQ, H, L}, Data: out.Data},
 		"lse":        fl,
 	}
-	got := check.Run(check.Capture{Name: "flashinfer", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
+	got := check.Run(evidence.Capture{Name: "flashinfer", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("FlashInfer-named capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 	}
@@ -224,7 +225,7 @@ func TestFlashInferMLANamesCheckIdentically(t *testing.T) {
 	for k, v := range fm {
 		pm[k] = v
 	}
-	got = check.Run(check.Capture{Name: "flashinfer-packed", Metadata: pm, Tensors: packed}, fromOpts(t, "flashinfer"))
+	got = check.Run(evidence.Capture{Name: "flashinfer-packed", Metadata: pm, Tensors: packed}, fromOpts(t, "flashinfer"))
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("packed FlashInfer capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 	}
@@ -236,7 +237,7 @@ func TestVLLMCacheWriteNames(t *testing.T) {
 	c := cases.Case{Name: "w", Kernel: "kv_cache_write", Preset: "deepseek-v3", SeqLens: []int{9, 4}, PageSize: 4,
 		KVCacheDType: "fp8_e4m3", Seed: 3}
 	meta, ts := capture(t, c, nil, "cache_after", 1000)
-	want := check.Run(check.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
+	want := check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
 	vm := map[string]string{}
 	for k, v := range meta {
 		vm[k] = v
@@ -246,7 +247,7 @@ func TestVLLMCacheWriteNames(t *testing.T) {
 		"kv_c": ts["kv_c"], "k_pe": ts["k_pe"], "slot_mapping": ts["slot_mapping"], "scale": ts["k_scale"],
 		"kv_cache_before": ts["cache_before"], "kv_cache": ts["cache_after"],
 	}
-	got := check.Run(check.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
+	got := check.Run(evidence.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("vLLM-named capture checks differently:\n got %s\nwant %s", g, w)
 	}
@@ -260,7 +261,7 @@ func TestVLLMCacheWriteNames(t *testing.T) {
 func TestVLLMScaledFP4QuantNames(t *testing.T) {
 	c := cases.Case{Name: "q", Kernel: "nvfp4_quantize", M: 8, K: 64, Seed: 11, Params: map[string]string{"scale_layout": "swizzled_128x4"}}
 	meta, ts := capture(t, c, nil, "packed", 5)
-	want := mustFail(t, check.Run(check.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+	want := mustFail(t, check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
 	sc := ts["block_scale"]
 	if sc.Len()%4 != 0 {
 		t.Fatalf("block_scale %v", sc.Shape)
@@ -270,7 +271,7 @@ func TestVLLMScaledFP4QuantNames(t *testing.T) {
 		"input": ts["x"], "input_global_scale": ts["global_scale"], "output": ts["packed"],
 		"output_scale": {DType: tensor.I32, Shape: []int{128, 1}, Data: sc.Data}, // [M_pad, K_pad/4]
 	}
-	got := check.Run(check.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
+	got := check.Run(evidence.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("vLLM-named capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 	}
@@ -281,7 +282,7 @@ func TestVLLMScaledFP4QuantNames(t *testing.T) {
 func TestVLLMMergeAttnStates(t *testing.T) {
 	c := cases.Case{Name: "m", Kernel: "splitk_combine", Preset: "deepseek-v3", Heads: 2, Batch: 3, Splits: 2, Seed: 16}
 	meta, ts := capture(t, c, nil, "out", 9)
-	want := mustFail(t, check.Run(check.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+	want := mustFail(t, check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
 	po, pl := ts["partial_out"], ts["partial_lse"]
 	N, L := po.Shape[0], po.Shape[2]
 	H := 2
@@ -320,7 +321,7 @@ func TestVLLMMergeAttnStates(t *testing.T) {
 		"prefix_output": outs[0], "suffix_output": outs[1], "prefix_lse": lses[0], "suffix_lse": lses[1],
 		"output": {DType: out.DType, Shape: []int{T, H, L}, Data: out.Data}, "output_lse": olse,
 	}
-	got := check.Run(check.Capture{Name: "vllm", Metadata: map[string]string{"kcheck.format": "1"}, Tensors: vt}, fromOpts(t, "vllm"))
+	got := check.Run(evidence.Capture{Name: "vllm", Metadata: map[string]string{"kcheck.format": "1"}, Tensors: vt}, fromOpts(t, "vllm"))
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("merge_attn_states capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 	}
@@ -333,7 +334,7 @@ func TestVLLMMergeAttnStates(t *testing.T) {
 func TestFlashInferMergeStates(t *testing.T) {
 	c := cases.Case{Name: "m", Kernel: "splitk_combine", Preset: "deepseek-v3", Heads: 2, Batch: 2, Splits: 3, Seed: 17}
 	meta, ts := capture(t, c, map[string]string{"lse_base": "2"}, "lse", 1)
-	want := mustFail(t, check.Run(check.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+	want := mustFail(t, check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
 	po, pl := ts["partial_out"], ts["partial_lse"]
 	N, S, L := po.Shape[0], po.Shape[1], po.Shape[2]
 	H := 2
@@ -357,7 +358,7 @@ func TestFlashInferMergeStates(t *testing.T) {
 		"v_merged": {DType: out.DType, Shape: []int{T, H, L}, Data: out.Data},
 		"s_merged": {DType: lse.DType, Shape: []int{T, H}, Data: lse.Data},
 	}
-	got := check.Run(check.Capture{Name: "fi", Metadata: map[string]string{"kcheck.format": "1"}, Tensors: ft}, fromOpts(t, "flashinfer"))
+	got := check.Run(evidence.Capture{Name: "fi", Metadata: map[string]string{"kcheck.format": "1"}, Tensors: ft}, fromOpts(t, "flashinfer"))
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("merge_states capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 	}

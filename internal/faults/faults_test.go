@@ -11,7 +11,6 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
-	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
 // runTrigger runs f's trigger on be and checks the outputs as `kcheck run`
@@ -26,18 +25,11 @@ func runTrigger(t *testing.T, f *Fault, be backend.Backend) check.Result {
 	if err != nil {
 		t.Fatalf("%s: trigger metadata: %v", f.Name, err)
 	}
-	outs, err := be.Run(context.Background(), f.Trigger.Case.Kernel, in)
+	capt, err := backend.Capture(context.Background(), be, f.Name, f.Trigger.Case.Kernel, in, meta)
 	if err != nil {
-		t.Fatalf("%s on %s: %v", f.Trigger.Case.Kernel, be.Name(), err)
+		t.Fatalf("%s: %v", f.Trigger.Case.Kernel, err)
 	}
-	ts := map[string]*tensor.Tensor{}
-	for k, v := range in.Tensors {
-		ts[k] = v
-	}
-	for k, v := range outs {
-		ts[k] = v
-	}
-	return check.Run(check.Capture{Name: f.Name, Metadata: meta, Tensors: ts}, check.Options{})
+	return check.Run(capt, check.Options{})
 }
 
 // Every fault of the catalog must be caught on its own trigger, while the

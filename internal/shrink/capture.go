@@ -3,6 +3,7 @@ package shrink
 import (
 	"context"
 	"fmt"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
@@ -18,11 +19,11 @@ import (
 type dim struct {
 	name  string
 	n     int
-	apply func(keep []int) (check.Capture, error)
+	apply func(keep []int) (evidence.Capture, error)
 }
 
 // derived copies c with new tensors replacing some.
-func derived(c check.Capture, repl map[string]*tensor.Tensor) check.Capture {
+func derived(c evidence.Capture, repl map[string]*tensor.Tensor) evidence.Capture {
 	ts := make(map[string]*tensor.Tensor, len(c.Tensors))
 	for k, v := range c.Tensors {
 		ts[k] = v
@@ -34,12 +35,12 @@ func derived(c check.Capture, repl map[string]*tensor.Tensor) check.Capture {
 	for k, v := range c.Metadata {
 		meta[k] = v
 	}
-	return check.Capture{Name: c.Name, Metadata: meta, Tensors: ts}
+	return evidence.Capture{Name: c.Name, Metadata: meta, Tensors: ts}
 }
 
 // dims lists the axes a capture of its kernel can be sliced along (the
 // kernel's Slicer).
-func dims(c check.Capture) ([]dim, error) {
+func dims(c evidence.Capture) ([]dim, error) {
 	kern := c.Metadata["kcheck.kernel"]
 	if kern == "pipeline" {
 		return nil, fmt.Errorf("a pipeline capture cannot be sliced stage by stage yet: shrink the culprit stage as a case (kcheck shrink --case) or capture that kernel alone")
@@ -54,10 +55,10 @@ func dims(c check.Capture) ([]dim, error) {
 	}
 	var ds []dim
 	for _, a := range axes {
-		ds = append(ds, dim{name: a.Name, n: a.N, apply: func(keep []int) (check.Capture, error) {
+		ds = append(ds, dim{name: a.Name, n: a.N, apply: func(keep []int) (evidence.Capture, error) {
 			repl, err := a.Slice(keep)
 			if err != nil {
-				return check.Capture{}, err
+				return evidence.Capture{}, err
 			}
 			return derived(c, repl), nil
 		}})
@@ -104,7 +105,7 @@ func subsets(n int) [][]int {
 // Capture shrinks a failing capture by slicing it along its kernel's
 // independent axes (requests, heads, rows, tokens), checking each slice
 // against its own captured outputs.
-func Capture(ctx context.Context, c check.Capture, opts Options) (*Result, error) {
+func Capture(ctx context.Context, c evidence.Capture, opts Options) (*Result, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}

@@ -19,6 +19,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"sort"
 	"strings"
@@ -27,7 +28,6 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/compare"
-	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
 // Fingerprint identifies how a capture fails.
@@ -79,7 +79,7 @@ type Result struct {
 	// Case is the shrunk case (case shrinking only).
 	Case *cases.Case `json:"case,omitempty"`
 	// Capture is the shrunk evidence.
-	Capture check.Capture `json:"-"`
+	Capture evidence.Capture `json:"-"`
 	// Check is the shrunk evidence's check.
 	Check check.Result `json:"check"`
 }
@@ -99,7 +99,7 @@ func (o Options) maxTries() int {
 }
 
 // Size is the bytes of a capture's tensors.
-func Size(c check.Capture) int64 {
+func Size(c evidence.Capture) int64 {
 	var n int64
 	for _, t := range c.Tensors {
 		n += int64(len(t.Data))
@@ -110,30 +110,14 @@ func Size(c check.Capture) int64 {
 // Run builds a case's inputs, runs the kernel on be, and returns the
 // capture (inputs and outputs) with the case's metadata, the backend and
 // the case itself (as JSON) for reproduction.
-func Run(ctx context.Context, c cases.Case, be backend.Backend) (check.Capture, error) {
-	in, err := c.InputsContext(ctx)
+func Run(ctx context.Context, c cases.Case, be backend.Backend) (evidence.Capture, error) {
+	capt, err := backend.RunCase(ctx, be, c)
 	if err != nil {
-		return check.Capture{}, err
+		return evidence.Capture{}, err
 	}
-	meta, err := c.Metadata()
-	if err != nil {
-		return check.Capture{}, err
-	}
-	meta["kcheck.backend"] = be.Name()
 	cj, _ := json.Marshal(c)
-	meta["kcheck.case_json"] = string(cj)
-	outs, err := be.Run(ctx, c.Kernel, in)
-	if err != nil {
-		return check.Capture{}, fmt.Errorf("backend %s: %v", be.Name(), err)
-	}
-	ts := map[string]*tensor.Tensor{}
-	for k, v := range in.Tensors {
-		ts[k] = v
-	}
-	for k, v := range outs {
-		ts[k] = v
-	}
-	return check.Capture{Name: c.Name, Metadata: meta, Tensors: ts}, nil
+	capt.Metadata["kcheck.case_json"] = string(cj)
+	return capt, nil
 }
 
 // Case shrinks a case that fails on be.

@@ -2,6 +2,7 @@ package shrink
 
 import (
 	"context"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -85,7 +86,7 @@ func TestShrinkRefusesAPass(t *testing.T) {
 }
 
 // captureOf runs a fault's trigger (reshaped inputs included) into a capture.
-func captureOf(t *testing.T, name string) check.Capture {
+func captureOf(t *testing.T, name string) evidence.Capture {
 	t.Helper()
 	f, _ := faults.Lookup(name)
 	in, err := f.Trigger.Inputs()
@@ -104,7 +105,7 @@ func captureOf(t *testing.T, name string) check.Capture {
 	for k, v := range outs {
 		ts[k] = v
 	}
-	return check.Capture{Name: name, Metadata: meta, Tensors: ts}
+	return evidence.Capture{Name: name, Metadata: meta, Tensors: ts}
 }
 
 // Captures shrink by slicing, on every kernel family that decomposes.
