@@ -190,7 +190,10 @@ func (d *Device) Run(name string, in kernel.Inputs, opt RunOptions) (*Result, er
 }
 
 // finish runs plan and downloads outs (name -> buffer, dtype, shape).
-func (d *Device) finish(m *module, plan []launch, opt RunOptions, outs []outBuf) (*Result, error) {
+func (d *Device) finish(bufs *buffers, m *module, plan []launch, opt RunOptions, outs []outBuf) (*Result, error) {
+	if bufs.err != nil {
+		return nil, bufs.err
+	}
 	ms, err := d.runPlan(plan, opt.Repeat)
 	if err != nil {
 		return nil, err
@@ -330,3 +333,45 @@ func (d *Device) RunFault(kind string) error {
 }
 
 func cuPtr(v uint64) devPtr { return devPtr(v) }
+
+// buffers are one Run's device buffers (its arena) with a sticky error:
+// once an allocation or upload fails, the later ones do nothing and finish
+// reports the first failure, so a launcher lists its buffers without a
+// check after each. No buffer is used before finish launches the plan.
+type buffers struct {
+	a   arena
+	err error
+}
+
+// upload copies data to a new device buffer.
+func (b *buffers) upload(data []byte) devPtr {
+	if b.err != nil {
+		return 0
+	}
+	p, err := b.a.upload(data)
+	b.err = err
+	return p
+}
+
+// alloc returns an uninitialized device buffer.
+func (b *buffers) alloc(bytes int64) devPtr {
+	if b.err != nil {
+		return 0
+	}
+	p, err := b.a.alloc(bytes)
+	b.err = err
+	return p
+}
+
+// zeros returns a zero-filled device buffer.
+func (b *buffers) zeros(bytes int64) devPtr {
+	if b.err != nil {
+		return 0
+	}
+	p, err := b.a.zeros(bytes)
+	b.err = err
+	return p
+}
+
+// free releases every buffer.
+func (b *buffers) free() { b.a.free() }

@@ -111,24 +111,12 @@ func runKVWrite(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	var a arena
-	defer a.free()
-	dkv, err := a.upload(kvc.Data)
-	if err != nil {
-		return nil, err
-	}
-	dpe, err := a.upload(kpe.Data)
-	if err != nil {
-		return nil, err
-	}
-	dsl, err := a.upload(int64Bytes(slots))
-	if err != nil {
-		return nil, err
-	}
-	dc, err := a.upload(before.Data)
-	if err != nil {
-		return nil, err
-	}
+	var bufs buffers
+	defer bufs.free()
+	dkv := bufs.upload(kvc.Data)
+	dpe := bufs.upload(kpe.Data)
+	dsl := bufs.upload(int64Bytes(slots))
+	dc := bufs.upload(before.Data)
 	l := launch{mod: mod, grid: [3]int{max(ceilDiv(T, kvWarps), 1), 1, 1}, block: kvWarps * 32}
 	switch kind {
 	case "bf16":
@@ -139,10 +127,7 @@ func runKVWrite(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		dks, err := a.upload(ks)
-		if err != nil {
-			return nil, err
-		}
+		dks := bufs.upload(ks)
 		l.fn = "kv_cache_write_fp8"
 		l.args = args{ptrArg(dkv), ptrArg(dpe), ptrArg(dsl), ptrArg(dc), ptrArg(dks), i32(T), i32(L), i32(R), i64(numSlots), i32(b2i(sat))}
 	default:
@@ -153,7 +138,7 @@ func runKVWrite(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
 	if T > 0 {
 		plan = append(plan, l)
 	}
-	res, err := d.finish(mod, plan, opt, []outBuf{{"cache_after", dc, before.DType, before.Shape}})
+	res, err := d.finish(&bufs, mod, plan, opt, []outBuf{{"cache_after", dc, before.DType, before.Shape}})
 	if err != nil {
 		return nil, err
 	}
@@ -199,40 +184,22 @@ func runKVGather(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	var a arena
-	defer a.free()
-	dc, err := a.upload(cache.Data)
-	if err != nil {
-		return nil, err
-	}
-	dbt, err := a.upload(int32Bytes(table))
-	if err != nil {
-		return nil, err
-	}
-	dsl, err := a.upload(int32Bytes(seq))
-	if err != nil {
-		return nil, err
-	}
-	dcu, err := a.upload(int64Bytes(cu))
-	if err != nil {
-		return nil, err
-	}
+	var bufs buffers
+	defer bufs.free()
+	dc := bufs.upload(cache.Data)
+	dbt := bufs.upload(int32Bytes(table))
+	dsl := bufs.upload(int32Bytes(seq))
+	dcu := bufs.upload(int64Bytes(cu))
 	dks := uint64(0)
 	if kind == "fp8_e4m3" {
 		_, ks, err := scalarF32(in, "k_scale")
 		if err != nil {
 			return nil, err
 		}
-		pk, err := a.upload(ks)
-		if err != nil {
-			return nil, err
-		}
+		pk := bufs.upload(ks)
 		dks = ptrArg(pk)
 	}
-	dout, err := a.alloc(int64(total * dd * od.Size()))
-	if err != nil {
-		return nil, err
-	}
+	dout := bufs.alloc(int64(total * dd * od.Size()))
 	L, R := dd, 0
 	fn := map[string]string{"bf16": "kv_cache_gather_bf16", "fp8_e4m3": "kv_cache_gather_fp8", "fp8_ds_mla": "kv_cache_gather_ds_mla"}[kind]
 	if kind == "fp8_ds_mla" {
@@ -248,7 +215,7 @@ func runKVGather(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
 		plan = []launch{{mod: mod, fn: fn, grid: [3]int{ceilDiv(maxSeq, kvWarps), B, 1}, block: kvWarps * 32,
 			args: args{ptrArg(dc), ptrArg(dbt), ptrArg(dsl), ptrArg(dcu), dks, ptrArg(dout), i32(maxBlocks), i32(p), i32(L), i32(R), i32(nb)}}}
 	}
-	return d.finish(mod, plan, opt, []outBuf{{"gathered", dout, od, []int{total, dd}}})
+	return d.finish(&bufs, mod, plan, opt, []outBuf{{"gathered", dout, od, []int{total, dd}}})
 }
 
 // pagedTable validates a block table and sequence lengths against a cache

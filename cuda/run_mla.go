@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	splitkkernel "github.com/kcheck-dev/kcheck/internal/kernels/splitk"
+	"github.com/kcheck-dev/kcheck/reference/splitk"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -87,16 +89,10 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 	if err != nil {
 		return nil, err
 	}
-	var a arena
-	defer a.free()
-	dq, err := a.upload(q.Data)
-	if err != nil {
-		return nil, err
-	}
-	dkv, err := a.upload(cache.Data)
-	if err != nil {
-		return nil, err
-	}
+	var bufs buffers
+	defer bufs.free()
+	dq := bufs.upload(q.Data)
+	dkv := bufs.upload(cache.Data)
 	var dbt, dsl, didx, dks uint64
 	maxBlocks, topk, longest := 0, 0, 0
 	if sparse {
@@ -125,10 +121,7 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 				idx[i] = -1
 			}
 		}
-		pi, err := a.upload(int32Bytes(idx))
-		if err != nil {
-			return nil, err
-		}
+		pi := bufs.upload(int32Bytes(idx))
 		didx, longest = ptrArg(pi), topk
 	} else {
 		bt, err := kernel.Need(in, "block_table", indexDTypes...)
@@ -147,14 +140,8 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 		if err != nil {
 			return nil, err
 		}
-		pb, err := a.upload(int32Bytes(table))
-		if err != nil {
-			return nil, err
-		}
-		ps, err := a.upload(int32Bytes(seq))
-		if err != nil {
-			return nil, err
-		}
+		pb := bufs.upload(int32Bytes(table))
+		ps := bufs.upload(int32Bytes(seq))
 		dbt, dsl, longest = ptrArg(pb), ptrArg(ps), maxSeq
 	}
 	if kind == "fp8_e4m3" {
@@ -162,10 +149,7 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 		if err != nil {
 			return nil, err
 		}
-		pk, err := a.upload(ks)
-		if err != nil {
-			return nil, err
-		}
+		pk := bufs.upload(ks)
 		dks = ptrArg(pk)
 	}
 
@@ -223,30 +207,15 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 		S = mlaSplits(rowBlocks*ctasY, d.Info.SMs*perSM, min(max(ceilDiv(longest, 2*mlaBN), 1), maxSplits))
 	}
 	nRows := B * sq * H
-	dout, err := a.alloc(int64(nRows * mlaL * 2))
-	if err != nil {
-		return nil, err
-	}
-	dlse, err := a.alloc(int64(nRows * 4))
-	if err != nil {
-		return nil, err
-	}
+	dout := bufs.alloc(int64(nRows * mlaL * 2))
+	dlse := bufs.alloc(int64(nRows * 4))
 	var dpo, dpl, dsb uint64
 	if S > 1 {
-		po, err := a.alloc(int64(nRows) * int64(S) * mlaL * 4)
-		if err != nil {
-			return nil, err
-		}
-		pl, err := a.alloc(int64(nRows * S * 4))
-		if err != nil {
-			return nil, err
-		}
+		po := bufs.alloc(int64(nRows) * int64(S) * mlaL * 4)
+		pl := bufs.alloc(int64(nRows * S * 4))
 		dpo, dpl = ptrArg(po), ptrArg(pl)
 		if !sparse {
-			sb, err := a.alloc(int64(B * (S + 1) * 4))
-			if err != nil {
-				return nil, err
-			}
+			sb := bufs.alloc(int64(B * (S + 1) * 4))
 			dsb = ptrArg(sb)
 		}
 	}
@@ -273,7 +242,7 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 			outBuf{"partial_lse", cuPtr(dpl), tensor.F32, []int{B, sq, H, S}},
 			outBuf{"split_bounds", cuPtr(dsb), tensor.I32, []int{B, S + 1}})
 	}
-	res, err := d.finish(mod, plan, opt, outs)
+	res, err := d.finish(&bufs, mod, plan, opt, outs)
 	if err != nil {
 		return nil, err
 	}
@@ -285,22 +254,19 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 }
 
 func runSplitK(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
-	po, err := kernel.Need(in, "partial_out", tensor.F32)
-	if err != nil {
-		return nil, asInput(err)
-	}
-	pl, err := kernel.Need(in, "partial_lse", tensor.F32)
-	if err != nil {
-		return nil, asInput(err)
-	}
-	if len(po.Shape) != 3 || len(pl.Shape) != 2 || pl.Shape[0] != po.Shape[0] || pl.Shape[1] != po.Shape[1] {
-		return nil, inputErr("tensors partial_out %v and partial_lse %v must be [N, S, L] and [N, S]", po.Shape, pl.Shape)
-	}
-	N, S, L := po.Shape[0], po.Shape[1], po.Shape[2]
-	base2, emptyPos, err := lseParams(in.Params)
+	// The one validation of the inputs is the kernel's own.
+	k, err := kernel.Lookup("splitk_combine")
 	if err != nil {
 		return nil, err
 	}
+	p, err := kernel.Validate(k, in)
+	if err != nil {
+		return nil, asInput(err)
+	}
+	cp := p.(*splitkkernel.CombineProblem)
+	po, pl := cp.PartialOut, cp.PartialLSE
+	N, S, L := cp.N, cp.S, cp.L
+	base2, emptyPos := cp.Convention.Base == splitk.Base2, math.IsInf(cp.Convention.Empty, 1)
 	od, err := outDType(opt, "out", tensor.BF16, tensor.BF16, tensor.F32)
 	if err != nil {
 		return nil, err
@@ -312,24 +278,12 @@ func runSplitK(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	var a arena
-	defer a.free()
-	dpo, err := a.upload(po.Data)
-	if err != nil {
-		return nil, err
-	}
-	dpl, err := a.upload(pl.Data)
-	if err != nil {
-		return nil, err
-	}
-	dout, err := a.alloc(int64(N * L * od.Size()))
-	if err != nil {
-		return nil, err
-	}
-	dlse, err := a.alloc(int64(N * 4))
-	if err != nil {
-		return nil, err
-	}
+	var bufs buffers
+	defer bufs.free()
+	dpo := bufs.upload(po.Data)
+	dpl := bufs.upload(pl.Data)
+	dout := bufs.alloc(int64(N * L * od.Size()))
+	dlse := bufs.alloc(int64(N * 4))
 	fn := "splitk_combine_bf16"
 	if od == tensor.F32 {
 		fn = "splitk_combine_f32"
@@ -340,5 +294,5 @@ func runSplitK(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
 			args: args{ptrArg(dpo), ptrArg(dpl), ptrArg(dout), ptrArg(dlse), i32(N), i32(S), i32(L),
 				i32(b2i(base2)), i32(b2i(emptyPos)), i32(0), i32(1), i32(1)}}}
 	}
-	return d.finish(mod, plan, opt, []outBuf{{"out", dout, od, []int{N, L}}, {"lse", dlse, tensor.F32, []int{N}}})
+	return d.finish(&bufs, mod, plan, opt, []outBuf{{"out", dout, od, []int{N, L}}, {"lse", dlse, tensor.F32, []int{N}}})
 }

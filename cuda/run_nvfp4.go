@@ -15,7 +15,7 @@ func init() {
 	runners["nvfp4_gemm"] = runNVFP4GEMM
 }
 
-// padded128x4 is the swizzled scale shape for rows x kSF scales (reference/CONTRACTS.md §5).
+// padded128x4 is the swizzled scale shape for rows x kSF scales (spec 5).
 func padded128x4(rows, kSF int) (int, int) { return ceilDiv(rows, 128) * 128, ceilDiv(kSF, 4) * 4 }
 
 func fp4Layout(p kernel.Params) (swizzled bool, err error) {
@@ -94,25 +94,13 @@ func runNVFP4Quantize(d *Device, in kernel.Inputs, opt RunOptions) (*Result, err
 	if err != nil {
 		return nil, err
 	}
-	var a arena
-	defer a.free()
-	dx, err := a.upload(x.Data)
-	if err != nil {
-		return nil, err
-	}
-	dgs, err := a.upload(gsBytes)
-	if err != nil {
-		return nil, err
-	}
-	dp, err := a.zeros(int64(m * k / 2))
-	if err != nil {
-		return nil, err
-	}
-	// Zeroed first: the swizzled layout's padding must read 0 (reference/CONTRACTS.md §5).
-	dsf, err := a.zeros(int64(tensor.NumElements(sfShape)))
-	if err != nil {
-		return nil, err
-	}
+	var bufs buffers
+	defer bufs.free()
+	dx := bufs.upload(x.Data)
+	dgs := bufs.upload(gsBytes)
+	dp := bufs.zeros(int64(m * k / 2))
+	// Zeroed first: the swizzled layout's padding must read 0 (spec 5).
+	dsf := bufs.zeros(int64(tensor.NumElements(sfShape)))
 	fn := "nvfp4_quantize_bf16"
 	if x.DType == tensor.F16 {
 		fn = "nvfp4_quantize_f16"
@@ -123,7 +111,7 @@ func runNVFP4Quantize(d *Device, in kernel.Inputs, opt RunOptions) (*Result, err
 	}
 	plan := []launch{{mod: mod, fn: fn, grid: [3]int{d.gridFor(m*k/8, 256), 1, 1}, block: 256,
 		args: args{ptrArg(dx), ptrArg(dgs), ptrArg(dp), ptrArg(dsf), i32(m), i32(k), i32(swzArg)}}}
-	return d.finish(mod, plan, opt, []outBuf{
+	return d.finish(&bufs, mod, plan, opt, []outBuf{
 		{"packed", dp, tensor.U8, []int{m, k / 2}},
 		{"block_scale", dsf, sfType, sfShape},
 	})
@@ -159,27 +147,15 @@ func runNVFP4Dequantize(d *Device, in kernel.Inputs, opt RunOptions) (*Result, e
 	if err != nil {
 		return nil, err
 	}
-	var a arena
-	defer a.free()
-	dp, err := a.upload(p.Data)
-	if err != nil {
-		return nil, err
-	}
-	dsf, err := a.upload(sf)
-	if err != nil {
-		return nil, err
-	}
-	dgs, err := a.upload(gsBytes)
-	if err != nil {
-		return nil, err
-	}
-	dout, err := a.alloc(int64(m * k * od.Size()))
-	if err != nil {
-		return nil, err
-	}
+	var bufs buffers
+	defer bufs.free()
+	dp := bufs.upload(p.Data)
+	dsf := bufs.upload(sf)
+	dgs := bufs.upload(gsBytes)
+	dout := bufs.alloc(int64(m * k * od.Size()))
 	plan := []launch{{mod: mod, fn: fn, grid: [3]int{d.gridFor(m*k/16, 256), 1, 1}, block: 256,
 		args: args{ptrArg(dp), ptrArg(dsf), ptrArg(dgs), ptrArg(dout), i32(m), i32(k), i32(b2i(swz)), i32(b2i(quant))}}}
-	return d.finish(mod, plan, opt, []outBuf{{"out", dout, od, []int{m, k}}})
+	return d.finish(&bufs, mod, plan, opt, []outBuf{{"out", dout, od, []int{m, k}}})
 }
 
 func b2i(b bool) int {
@@ -245,20 +221,14 @@ func runNVFP4GEMM(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) 
 			path = 2
 		}
 	}
-	var a arena
-	defer a.free()
+	var bufs buffers
+	defer bufs.free()
 	var ptr [6]uint64
 	for i, b := range [][]byte{ap.Data, asf, ag, bp.Data, bsf, bg} {
-		p, err := a.upload(b)
-		if err != nil {
-			return nil, err
-		}
+		p := bufs.upload(b)
 		ptr[i] = ptrArg(p)
 	}
-	dout, err := a.alloc(int64(m * n * 2))
-	if err != nil {
-		return nil, err
-	}
+	dout := bufs.alloc(int64(m * n * 2))
 	// Tile by M: prefill-sized, medium, decode-sized (a handful of tokens).
 	fn, bm, bn, threads := "nvfp4_gemm_128x128", 128, 128, 256
 	switch {
@@ -270,7 +240,7 @@ func runNVFP4GEMM(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) 
 	plan := []launch{{mod: mod, fn: fn, grid: [3]int{ceilDiv(n, bn), ceilDiv(m, bm), 1}, block: threads,
 		args: args{ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], ptrArg(dout), i32(m), i32(n), i32(k),
 			i32(b2i(swz)), i32(b2i(aq)), i32(b2i(bq))}}}
-	res, err := d.finish(mod, plan, opt, []outBuf{{"out", dout, tensor.BF16, []int{m, n}}})
+	res, err := d.finish(&bufs, mod, plan, opt, []outBuf{{"out", dout, tensor.BF16, []int{m, n}}})
 	if err != nil {
 		return nil, err
 	}

@@ -49,12 +49,14 @@ var spec = Spec{
 func (combine) Spec() *Spec { return &spec }
 
 // CombineProblem is a validated splitk_combine: N rows of S splits of L
-// values, and the convention their lse are written in.
+// values, and the convention their lse are written in. The CUDA launcher
+// takes it as the reference does.
 type CombineProblem struct {
-	in         Inputs
-	po, pl     *tensor.Tensor
-	N, S, L    int
-	Convention splitk.Convention
+	in Inputs
+	// PartialOut [N, S, L] and PartialLSE [N, S] are the inputs, F32.
+	PartialOut, PartialLSE *tensor.Tensor
+	N, S, L                int
+	Convention             splitk.Convention
 }
 
 // Inputs implements Problem.
@@ -89,7 +91,7 @@ func (combine) Validate(in Inputs) (Problem, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CombineProblem{in: in, po: po, pl: pl, N: n, S: s, L: l, Convention: splitk.Convention{Base: base, Empty: empty}}, nil
+	return &CombineProblem{in: in, PartialOut: po, PartialLSE: pl, N: n, S: s, L: l, Convention: splitk.Convention{Base: base, Empty: empty}}, nil
 }
 
 // Reference implements Kernel.
@@ -104,10 +106,10 @@ func (combine) Reference(ctx context.Context, p Problem, prec Precision, outDTyp
 	if err != nil {
 		return nil, err
 	}
-	lse := pr.pl.Float64s()
+	lse := pr.PartialLSE.Float64s()
 	// the partials are read as fp32, in place (a mapped capture's tensor
 	// is not widened to float64: 268 MB more at 64 splits of 1024 rows)
-	ex, xp, err := splitk.Combine(ctx, pr.po.Float32s(), lse, n, s, l, pr.Convention, outDT, lseDT)
+	ex, xp, err := splitk.Combine(ctx, pr.PartialOut.Float32s(), lse, n, s, l, pr.Convention, outDT, lseDT)
 	if err != nil {
 		return nil, err
 	}
