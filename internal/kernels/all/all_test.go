@@ -1,6 +1,7 @@
 package all
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
@@ -69,9 +70,17 @@ func TestSpecsAreComplete(t *testing.T) {
 		if s.Name == "" || s.Summary == "" || !stages[s.Stage] || len(s.Inputs) == 0 || len(s.Outputs) == 0 {
 			t.Errorf("kernel %q: incomplete spec (stage %q, %d inputs, %d outputs)", s.Name, s.Stage, len(s.Inputs), len(s.Outputs))
 		}
+		seen := map[string]bool{}
 		for _, p := range s.Params {
 			if p.Name == "" || p.Doc == "" || (p.Kind == kernel.ParamEnum) != (len(p.Allowed) > 0) {
 				t.Errorf("kernel %s: parameter %q is not documented (kind %v, allowed %v)", s.Name, p.Name, p.Kind, p.Allowed)
+			}
+			if seen[p.Name] {
+				t.Errorf("kernel %s: parameter %s declared twice", s.Name, p.Name)
+			}
+			seen[p.Name] = true
+			if p.Kind == kernel.ParamEnum && p.Default != "" && !slices.Contains(p.Allowed, p.Default) {
+				t.Errorf("kernel %s: parameter %s defaults to %q, which it does not allow (%v)", s.Name, p.Name, p.Default, p.Allowed)
 			}
 		}
 	}

@@ -39,6 +39,11 @@ func init() {
 			{Name: "scores", DTypes: []tensor.DType{tensor.F32}},
 			{Name: "topk_indices", DTypes: []tensor.DType{tensor.I32}},
 		},
+		Params: []ParamSpec{
+			paged.PageSizeParam,
+			{Name: "max_seq", Kind: ParamInt, Doc: "the scores' width (default: the captured scores', else the longest request)"},
+			{Name: "topk", Kind: ParamInt, Doc: "indices a request keeps (default: the captured topk_indices' width; one of the two is needed)"},
+		},
 	}, Compute: dsaIndexer}})
 }
 

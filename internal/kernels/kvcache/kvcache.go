@@ -40,6 +40,9 @@ func init() {
 			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
 		},
 		Outputs: []TensorSpec{{Name: "cache_after", DTypes: paged.CacheDTypes}},
+		Params: []ParamSpec{
+			paged.CacheDTypeParam, paged.DSMLAScaleParam, paged.PageSizeParam,
+		},
 	}, Compute: kvCacheWrite}})
 	Register(&gather{Adapter{Contract: Spec{
 		Name:    "kv_cache_gather",
@@ -56,6 +59,9 @@ func init() {
 			{Name: "seq_starts", DTypes: paged.IndexDTypes, Optional: true},
 		},
 		Outputs: []TensorSpec{{Name: "gathered", DTypes: []tensor.DType{tensor.BF16, tensor.F32}}},
+		Params: []ParamSpec{
+			paged.CacheDTypeParam, paged.DSMLAScaleParam, paged.PageSizeParam,
+		},
 	}, Compute: kvCacheGather}})
 }
 

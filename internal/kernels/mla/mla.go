@@ -75,6 +75,15 @@ func init() {
 			{Name: "partial_out", DTypes: []tensor.DType{tensor.F32}, Optional: true, Rank: 5},
 			{Name: "partial_lse", DTypes: []tensor.DType{tensor.F32}, Optional: true, Rank: 4},
 		},
+		Params: []ParamSpec{
+			paged.CacheDTypeParam, paged.DSMLAScaleParam, paged.PageSizeParam,
+			{Name: "softmax_scale", Kind: ParamFloat, Doc: "the scale of q·k (no default: the engines pass qk_head_dim^-0.5·mscale², 0.1352337788608801 for DeepSeek-V3)"},
+			{Name: "causal", Kind: ParamBool, Default: "false", Doc: "a query of s_q > 1 tokens attends causally (query i sees the context up to its own position)"},
+			{Name: "latent_dim", Kind: ParamInt, Doc: "L, for bf16 and fp8_e4m3 caches whose D is not L + 64 (default: D - 64 when D > 64, else D)"},
+			{Name: "lse_base", Kind: ParamEnum, Default: "e", Allowed: []string{"e", "2"}, Doc: "the base the lse outputs are in"},
+			{Name: "lse_empty", Kind: ParamEnum, Default: "-inf", Allowed: []string{"-inf", "+inf", "inf"}, Doc: "the lse of a row that sees no token"},
+			{Name: "num_splits", Kind: ParamInt, Doc: "S, asking for the split-K partials; captured partials or split_bounds give it by their shape, and all that are given must agree (spec 8.1)"},
+		},
 	}, Compute: mlaDecode}})
 	Register(&sparseDecode{Adapter{Contract: Spec{
 		Name:    "mla_decode_sparse",
@@ -89,6 +98,15 @@ func init() {
 		Outputs: []TensorSpec{
 			{Name: "out", DTypes: outTypes},
 			{Name: "lse", DTypes: []tensor.DType{tensor.F32}},
+		},
+		Params: []ParamSpec{
+			paged.CacheDTypeParam, paged.DSMLAScaleParam, paged.PageSizeParam,
+			{Name: "softmax_scale", Kind: ParamFloat, Doc: "the scale of q·k (no default: the engines pass qk_head_dim^-0.5·mscale², 0.1352337788608801 for DeepSeek-V3)"},
+			{Name: "causal", Kind: ParamBool, Default: "false", Doc: "a query of s_q > 1 tokens attends causally (query i sees the context up to its own position)"},
+			{Name: "latent_dim", Kind: ParamInt, Doc: "L, for bf16 and fp8_e4m3 caches whose D is not L + 64 (default: D - 64 when D > 64, else D)"},
+			{Name: "lse_base", Kind: ParamEnum, Default: "e", Allowed: []string{"e", "2"}, Doc: "the base the lse outputs are in"},
+			{Name: "lse_empty", Kind: ParamEnum, Default: "-inf", Allowed: []string{"-inf", "+inf", "inf"}, Doc: "the lse of a row that sees no token"},
+			{Name: "topk", Kind: ParamInt, Doc: "slots a query attends; when given it must equal the indices' last dimension, its default"},
 		},
 	}, Compute: mlaDecodeSparse}})
 }

@@ -53,6 +53,9 @@ func init() {
 			{Name: "packed", DTypes: []tensor.DType{tensor.U8}},
 			{Name: "block_scale", DTypes: fp4ScaleDTypes},
 		},
+		Params: []ParamSpec{
+			{Name: "scale_layout", Kind: ParamEnum, Default: "linear", Allowed: []string{"linear", "swizzled_128x4"}, Doc: "the block scales' layout: row-major, or the 128x4 swizzle of the tensor-core GEMMs"},
+		},
 	}, Compute: nvfp4Quantize}}
 	Register(quantizeKernel)
 	Register(&dequantize{Adapter{Contract: Spec{
@@ -65,6 +68,10 @@ func init() {
 			{Name: "global_scale", DTypes: []tensor.DType{tensor.F32}},
 		},
 		Outputs: []TensorSpec{{Name: "out", DTypes: fp4FloatOutputs}},
+		Params: []ParamSpec{
+			{Name: "scale_layout", Kind: ParamEnum, Default: "linear", Allowed: []string{"linear", "swizzled_128x4"}, Doc: "the block scales' layout: row-major, or the 128x4 swizzle of the tensor-core GEMMs"},
+			{Name: "global_scale_kind", Kind: ParamEnum, Default: "dequant", Allowed: []string{"dequant", "quant"}, Doc: "whether global_scale multiplies on dequantization or is its inverse (the quantizer's)"},
+		},
 	}, Compute: nvfp4Dequantize}})
 	Register(&gemm{Adapter{Contract: Spec{
 		Name:    "nvfp4_gemm",
@@ -79,6 +86,11 @@ func init() {
 			{Name: "b_global", DTypes: []tensor.DType{tensor.F32}},
 		},
 		Outputs: []TensorSpec{{Name: "out", DTypes: fp4FloatOutputs}},
+		Params: []ParamSpec{
+			{Name: "scale_layout", Kind: ParamEnum, Default: "linear", Allowed: []string{"linear", "swizzled_128x4"}, Doc: "the block scales' layout: row-major, or the 128x4 swizzle of the tensor-core GEMMs"},
+			{Name: "a_global_kind", Kind: ParamEnum, Default: "dequant", Allowed: []string{"dequant", "quant"}, Doc: "a_global's direction (see nvfp4_dequantize's global_scale_kind)"},
+			{Name: "b_global_kind", Kind: ParamEnum, Default: "dequant", Allowed: []string{"dequant", "quant"}, Doc: "b_global's direction"},
+		},
 	}, Compute: nvfp4GEMM}})
 }
 

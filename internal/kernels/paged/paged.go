@@ -108,3 +108,14 @@ func AsDType(name string, t *tensor.Tensor, d tensor.DType, lay kvcache.Layout) 
 	}
 	return nil, fmt.Errorf("tensor %s has dtype %s but the cache it is written over is %s (kv_cache_dtype %s)", name, d, t.DType, lay.Kind)
 }
+
+// The parameters of a paged cache, the same for every kernel that reads
+// one.
+var (
+	PageSizeParam = ParamSpec{Name: "page_size", Kind: ParamInt,
+		Doc: "tokens a cache block holds; when given it must equal the cache's second dimension, its default"}
+	CacheDTypeParam = ParamSpec{Name: "kv_cache_dtype", Kind: ParamEnum, Default: string(kvcache.BF16), Allowed: kvcache.Kinds,
+		Doc: "the cache's layout: bf16 entries, fp8_e4m3 entries over k_scale, or DeepSeek-V3.2's fp8_ds_mla (656-byte entries, 512 + 64)"}
+	DSMLAScaleParam = ParamSpec{Name: "ds_mla_scale", Kind: ParamEnum, Default: string(kvcache.ScaleAmax), Allowed: kvcache.ScaleConventions,
+		Doc: "how an fp8_ds_mla entry's tile scales are chosen from the tile's amax"}
+)
