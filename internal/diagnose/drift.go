@@ -131,12 +131,6 @@ func (s *Sim) Baseline(ctx context.Context, th Thresholds) (*Baseline, error) {
 	return s.baseline(ctx, th, false)
 }
 
-// FreeBaseline is the baseline of free-running diagnoses: the exact chain
-// chooses its own tokens and feeds its own outputs forward.
-func (s *Sim) FreeBaseline(ctx context.Context, th Thresholds) (*Baseline, error) {
-	return s.baseline(ctx, th, true)
-}
-
 func (s *Sim) baseline(ctx context.Context, th Thresholds, free bool) (*Baseline, error) {
 	if ctx == nil {
 		ctx = context.Background()

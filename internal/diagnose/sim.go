@@ -653,9 +653,6 @@ func (s *Sim) RunForced(ctx context.Context, be backend.Backend, forced Trace) (
 	return s.run(ctx, be, forced, -1)
 }
 
-// Steps is the number of decode steps a full run makes (over all prompts).
-func (s *Sim) Steps() int { return s.cfg.Prompts * s.cfg.Steps }
-
 // run stops after limit decode steps (limit < 0: none). A run stopped
 // early is the prefix of the full run: every step depends only on the
 // steps before it.
