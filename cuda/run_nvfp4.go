@@ -15,7 +15,7 @@ func init() {
 	runners["nvfp4_gemm"] = runNVFP4GEMM
 }
 
-// padded128x4 is the swizzled scale shape for rows x kSF scales (spec 5).
+// padded128x4 is the swizzled scale shape for rows x kSF scales (reference/CONTRACTS.md §5).
 func padded128x4(rows, kSF int) (int, int) { return ceilDiv(rows, 128) * 128, ceilDiv(kSF, 4) * 4 }
 
 func fp4Layout(p kernel.Params) (swizzled bool, err error) {
@@ -99,7 +99,7 @@ func runNVFP4Quantize(d *Device, in kernel.Inputs, opt RunOptions) (*Result, err
 	dx := bufs.upload(x.Data)
 	dgs := bufs.upload(gsBytes)
 	dp := bufs.zeros(int64(m * k / 2))
-	// Zeroed first: the swizzled layout's padding must read 0 (spec 5).
+	// Zeroed first: the swizzled layout's padding must read 0 (reference/CONTRACTS.md §5).
 	dsf := bufs.zeros(int64(tensor.NumElements(sfShape)))
 	fn := "nvfp4_quantize_bf16"
 	if x.DType == tensor.F16 {

@@ -27,7 +27,7 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-// The stage names of spec section 7.
+// The stage names of reference/CONTRACTS.md §7.1.
 const (
 	StageQuant   = "quant"
 	StageCache   = "cache"
@@ -36,7 +36,7 @@ const (
 )
 
 // Params are a kernel's parameters as the evidence file's metadata states
-// them (strings, spec section 1).
+// them (strings, reference/CONTRACTS.md §1.2).
 type Params map[string]string
 
 // String returns the parameter or def when absent.
@@ -118,7 +118,7 @@ func (p Params) Bool(name string, def bool) (bool, error) {
 	return false, fmt.Errorf("parameter %s = %q: want true or false", name, s)
 }
 
-// Precision is what a kernel declares it rounds where (spec 1.1). The
+// Precision is what a kernel declares it rounds where (reference/CONTRACTS.md §1.1). The
 // EXPECTED reference emulates it; the EXACT reference ignores it.
 type Precision struct {
 	// Acc is the dtype of every reduction's accumulator (acc_dtype, F32).
@@ -195,7 +195,7 @@ type Inputs struct {
 	// stored, by name, when there are any (a capture's); nil when a
 	// backend is to make them. A size that only an output's shape gives
 	// is read here: the split count S of mla_decode's partials, which
-	// engines do not pass as a parameter (spec 8.1). The reference's
+	// engines do not pass as a parameter (reference/CONTRACTS.md §3.6.1). The reference's
 	// shapes are still checked against the actual ones.
 	OutputShapes map[string][]int
 }
@@ -301,7 +301,7 @@ func (s TensorSpec) Anomalous(v float64) bool {
 	return true
 }
 
-// Spec is one contract of spec section 3: what a kernel is called, the
+// Spec is one contract of reference/CONTRACTS.md §3: what a kernel is called, the
 // pipeline stage it belongs to, its tensors and its parameters.
 type Spec struct {
 	Name    string

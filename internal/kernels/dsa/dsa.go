@@ -1,4 +1,4 @@
-// Package dsa is dsa_indexer (spec 3.9), DeepSeek Sparse Attention's lightning indexer: the contract, the reference adapter over
+// Package dsa is dsa_indexer (reference/CONTRACTS.md §3.9), DeepSeek Sparse Attention's lightning indexer: the contract, the reference adapter over
 // reference/dsa, the coordinates that name an output element, and what the
 // tools ask of each kernel (cost, case inputs, slicing, contexts,
 // roofline).

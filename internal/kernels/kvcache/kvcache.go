@@ -1,4 +1,4 @@
-// Package kvcache is kv_cache_write and kv_cache_gather (spec 3.4, 3.5), the paged MLA latent cache's writer and reader: the contract, the reference adapter over
+// Package kvcache is kv_cache_write and kv_cache_gather (reference/CONTRACTS.md §3.4, §3.5), the paged MLA latent cache's writer and reader: the contract, the reference adapter over
 // reference/kvcache, the coordinates that name an output element, and what the
 // tools ask of each kernel (cost, case inputs, slicing, contexts,
 // roofline).

@@ -35,7 +35,7 @@ func (*decode) Cost(s Shapes, p Params, c *Cost) {
 	page := s.PageSize(p, "kv_cache")
 	total, _ := s.Tokens(MulSizes(s.Dim("block_table", 1), page))
 	splits := IntParam(p, "num_splits", 0)
-	if po := s.Dims["partial_out"]; len(po) == 5 { // a capture's partials give S (spec 8.1)
+	if po := s.Dims["partial_out"]; len(po) == 5 { // a capture's partials give S (reference/CONTRACTS.md §3.6.1)
 		splits = max(splits, po[3])
 	}
 	if sb, ok := s.Dims["split_bounds"]; ok && len(sb) == 2 {

@@ -1,4 +1,4 @@
-// Package mla is mla_decode and mla_decode_sparse (spec 3.6, 3.7), absorbed MLA decode attention over a paged latent cache: the contract, the reference adapter over
+// Package mla is mla_decode and mla_decode_sparse (reference/CONTRACTS.md §3.6, §3.7), absorbed MLA decode attention over a paged latent cache: the contract, the reference adapter over
 // reference/mla, the coordinates that name an output element, and what the
 // tools ask of each kernel (cost, case inputs, slicing, contexts,
 // roofline).
@@ -82,7 +82,7 @@ func init() {
 			{Name: "latent_dim", Kind: ParamInt, Doc: "L, for bf16 and fp8_e4m3 caches whose D is not L + 64 (default: D - 64 when D > 64, else D)"},
 			{Name: "lse_base", Kind: ParamEnum, Default: "e", Allowed: []string{"e", "2"}, Doc: "the base the lse outputs are in"},
 			{Name: "lse_empty", Kind: ParamEnum, Default: "-inf", Allowed: []string{"-inf", "+inf", "inf"}, Doc: "the lse of a row that sees no token"},
-			{Name: "num_splits", Kind: ParamInt, Doc: "S, asking for the split-K partials; captured partials or split_bounds give it by their shape, and all that are given must agree (spec 8.1)"},
+			{Name: "num_splits", Kind: ParamInt, Doc: "S, asking for the split-K partials; captured partials or split_bounds give it by their shape, and all that are given must agree (reference/CONTRACTS.md §3.6.1)"},
 		},
 	}, Compute: mlaDecode}})
 	Register(&sparseDecode{Adapter{Contract: Spec{

@@ -1,4 +1,4 @@
-// Package nvfp4 is nvfp4_quantize, nvfp4_dequantize and nvfp4_gemm (spec 3.1-3.3): the contract, the reference adapter over
+// Package nvfp4 is nvfp4_quantize, nvfp4_dequantize and nvfp4_gemm (reference/CONTRACTS.md §3.1-§3.3): the contract, the reference adapter over
 // reference/nvfp4, the coordinates that name an output element, and what the
 // tools ask of each kernel (cost, case inputs, slicing, contexts,
 // roofline).

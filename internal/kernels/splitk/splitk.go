@@ -1,4 +1,4 @@
-// Package splitk is the splitk_combine kernel (spec 3.8): its contract,
+// Package splitk is the splitk_combine kernel (reference/CONTRACTS.md §3.8): its contract,
 // its validated problem, its reference over reference/splitk, and what the
 // tools ask of it (cost, case inputs, slicing, roofline).
 //
@@ -39,7 +39,7 @@ var spec = Spec{
 		{Name: "lse", DTypes: []tensor.DType{tensor.F32}},
 	},
 	Params: []ParamSpec{
-		{Name: "num_splits", Kind: ParamInt, Doc: "S; when given it must equal partial_out's split dimension (spec 8.1)"},
+		{Name: "num_splits", Kind: ParamInt, Doc: "S; when given it must equal partial_out's split dimension (reference/CONTRACTS.md §3.6.1)"},
 		{Name: "lse_base", Kind: ParamEnum, Default: "e", Allowed: []string{"e", "2"}, Doc: "the base the partial and combined lse are in (FlashMLA: e; FlashInfer: 2)"},
 		{Name: "lse_empty", Kind: ParamEnum, Default: "-inf", Allowed: []string{"-inf", "+inf", "inf"}, Doc: "how an empty split's lse is marked"},
 	},
@@ -77,7 +77,7 @@ func (combine) Validate(in Inputs) (Problem, error) {
 		return nil, fmt.Errorf("tensor partial_out has shape %v: no split to combine (S = 0)", po.Shape)
 	}
 	// S is partial_out's split dimension; a num_splits parameter, when a
-	// capture carries one, must say the same (spec 8.1).
+	// capture carries one, must say the same (reference/CONTRACTS.md §3.6.1).
 	if ns, err := in.Params.Int("num_splits", s); err != nil {
 		return nil, err
 	} else if ns != s {
