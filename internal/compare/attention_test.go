@@ -247,7 +247,7 @@ func stepBF16(x float64, up int) float64 {
 func attnOutput(exact, expected []float64) kernel.Output {
 	return kernel.Output{Name: "out", Shape: []int{attnH, attnL}, DType: tensor.BF16,
 		Exact: kernel.Dense(exact), Expected: kernel.Dense(expected), Mode: kernel.Numeric, Reduction: attnN,
-		Coords: kernel.Coords{Axes: []string{"head", "latent"}}}
+		Coords: kernel.Coords{Axes: []kernel.CoordKind{"head", "latent"}}}
 }
 
 // step moves a value of dtype dt one code away from zero (up > 0) or toward it.
@@ -403,8 +403,8 @@ func TestBF16AccumulationGrowsWithContext(t *testing.T) {
 	}
 	shape := []int{len(lens), heads, attnL}
 	o := kernel.Output{Name: "out", Shape: shape, DType: tensor.BF16, Exact: kernel.Dense(exact), Expected: kernel.Dense(expected),
-		Reduction: lens[len(lens)-1], Coords: kernel.Coords{Axes: []string{"request", "head", "latent"},
-			Derived: func(idx []int) []kernel.Coord { return []kernel.Coord{{Name: "context_len", Value: lens[idx[0]]}} }}}
+		Reduction: lens[len(lens)-1], Coords: kernel.Coords{Axes: []kernel.CoordKind{"request", "head", "latent"},
+			Derived: func(idx []int) []kernel.Coord { return []kernel.Coord{{Kind: "context_len", Value: lens[idx[0]]}} }}}
 	c, err := Compare(o, tensor.FromFloat64s(tensor.BF16, shape, faulty), ThreeWay{}, Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -772,7 +772,7 @@ func named(it item, shape []int, coords kernel.Coords) Element {
 	idx := tensor.Unravel(it.i, shape)
 	var cs []Coord
 	for _, kc := range coords.Name(idx) {
-		cs = append(cs, Coord{kc.Name, kc.Value})
+		cs = append(cs, Coord{kc.Name(), kc.Value})
 	}
 	return Element{Flat: it.i, Index: idx, Coords: cs, Actual: Float(it.av), Expected: Float(it.ev),
 		Exact: Float(it.xv), Err: Float(it.err), Tol: Float(it.tol), Excess: Float(it.exc)}

@@ -29,7 +29,7 @@ func near(a, b, rel float64) bool { return math.Abs(a-b) <= rel*math.Abs(b) }
 func TestMetricsByHand(t *testing.T) {
 	o := kernel.Output{Name: "y", Shape: []int{2, 2}, DType: tensor.F32,
 		Exact: kernel.Dense([]float64{1, 2, 3, 4}), Expected: kernel.Dense([]float64{1, 2, 3, 4}),
-		Coords: kernel.Coords{Axes: []string{"row", "col"}}}
+		Coords: kernel.Coords{Axes: []kernel.CoordKind{"row", "col"}}}
 	act := tensor.FromFloat64s(tensor.F32, []int{2, 2}, []float64{1, 2.5, 3, 3})
 	c, err := Compare(o, act, constPolicy{tol: 0.4, band: 2}, Options{WorstK: 3})
 	if err != nil {
@@ -172,7 +172,7 @@ func TestNonFiniteNeverLooksPerfect(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			o := kernel.Output{Name: "out", Shape: []int{8, 8}, Exact: kernel.Dense(exact), Expected: kernel.Dense(expected),
-				Coords: kernel.Coords{Axes: []string{"row", "col"}}}
+				Coords: kernel.Coords{Axes: []kernel.CoordKind{"row", "col"}}}
 			c, err := Compare(o, tensor.FromFloat64s(tensor.F32, []int{8, 8}, tc.actual), ThreeWay{}, Options{})
 			if err != nil {
 				t.Fatal(err)

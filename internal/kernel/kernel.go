@@ -238,25 +238,29 @@ type Output struct {
 // adds coordinates the shape does not show (page, token mod page size,
 // split, 16-element block, 128-row tile...) for signatures.
 type Coords struct {
-	Axes    []string
+	Axes    []CoordKind
 	Derived func(idx []int) []Coord
 }
 
-// Coord is one named coordinate.
+// Coord is one coordinate of an element: its kind (which is also its name)
+// and its value.
 type Coord struct {
-	Name  string
+	Kind  CoordKind
 	Value int
 }
+
+// Name is the coordinate's name in reports and JSON: its kind.
+func (c Coord) Name() string { return string(c.Kind) }
 
 // Name returns every coordinate of idx: the axes, then the derived ones.
 func (c Coords) Name(idx []int) []Coord {
 	out := make([]Coord, 0, len(idx)+4)
 	for d, v := range idx {
-		name := fmt.Sprintf("dim%d", d)
+		kind := CoordKind(fmt.Sprintf("dim%d", d)) // an axis the kernel does not name: no declared kind
 		if d < len(c.Axes) {
-			name = c.Axes[d]
+			kind = c.Axes[d]
 		}
-		out = append(out, Coord{name, v})
+		out = append(out, Coord{kind, v})
 	}
 	if c.Derived != nil {
 		out = append(out, c.Derived(idx)...)

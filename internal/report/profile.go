@@ -248,11 +248,11 @@ func profileOf(o check.Observation) (Profile, []int) {
 		}
 		var xv, yv int
 		for _, cd := range coords {
-			m := aggs[cd.Name]
+			m := aggs[cd.Name()]
 			if m == nil {
 				m = map[int]*agg{}
-				aggs[cd.Name] = m
-				order = append(order, cd.Name)
+				aggs[cd.Name()] = m
+				order = append(order, cd.Name())
 			}
 			a := m[cd.Value]
 			if a == nil {
@@ -271,13 +271,13 @@ func profileOf(o check.Observation) (Profile, []int) {
 					a.sum += e
 				}
 			}
-			switch cd.Name {
+			switch cd.Name() {
 			case gx:
 				xv = cd.Value
 			case gy:
 				yv = cd.Value
 			}
-			if cd.Name == "split_start" && !seenStart[cd.Value] {
+			if cd.Kind == kernel.KindSplitStart && !seenStart[cd.Value] {
 				seenStart[cd.Value] = true
 				starts = append(starts, cd.Value)
 			}
@@ -366,7 +366,7 @@ var gridPairs = [][2]string{
 func gridAxes(coords []kernel.Coord, shape []int) (y, x string) {
 	has := map[string]bool{}
 	for _, c := range coords {
-		has[c.Name] = true
+		has[c.Name()] = true
 	}
 	for _, pr := range gridPairs {
 		if has[pr[0]] && has[pr[1]] {
@@ -377,7 +377,7 @@ func gridAxes(coords []kernel.Coord, shape []int) (y, x string) {
 	var axes []string
 	for d, s := range shape {
 		if s > 1 && d < len(coords) {
-			axes = append(axes, coords[d].Name)
+			axes = append(axes, coords[d].Name())
 		}
 	}
 	if len(axes) >= 2 {

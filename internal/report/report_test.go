@@ -489,7 +489,7 @@ func TestProfileSampling(t *testing.T) {
 	maxProfileElements = 100
 	const n = 1000
 	ref := kernel.Output{Name: "out", Shape: []int{n}, Exact: make(kernel.Dense, n), Expected: make(kernel.Dense, n),
-		Coords: kernel.Coords{Axes: []string{"token"}}}
+		Coords: kernel.Coords{Axes: []kernel.CoordKind{"token"}}}
 	act := tensor.New(tensor.F32, n)
 	for _, i := range []int{7, 503} { // neither in the 1-in-10 sample
 		act.SetFloat64(i, 1)

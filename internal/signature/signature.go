@@ -8,22 +8,26 @@
 // element (kernel.Coords: its axes and derived coordinates) and reports the
 // coordinate that explains the failures best, or that none does.
 //
-// Coordinate names drive the pattern names, so kernels should use these
-// (case-insensitive, substring match in this order):
+// Coordinate kinds (kernel.CoordKind) drive the pattern names; a name is
+// never read for what it contains:
 //
-//	last_page, page_tail        partial_last_page (1 on the partially filled last page)
-//	page_offset, token_mod_page page_boundary when the failures sit at offsets 0 and/or P-1
-//	split                       split_boundary
-//	pad                         padding (the padding of a swizzled layout)
-//	parity, nibble, <axis>%2    alternating_nibbles (the last axis' parity is added automatically)
-//	block16, scale_block        scale_block (16-element scale blocks; a bare
-//	                            "block" is a cache block and stays generic)
-//	tile                        tile (128-row tiles, head tiles)
-//	head_group, group           head_group
-//	head                        one_head (a single value) or head_group
-//	context, seq_len, kv_len,   growth_with_context, when the mean excess
-//	visible, position, token,   rises monotonically with the coordinate
-//	step
+//	last_page_fill                 partial_last_page
+//	page_offset                    page_boundary when the failures sit at offsets 0 and/or P-1
+//	split, split_start, split_len  split_boundary
+//	splits_used                    split_count (how many of a row's splits hold
+//	                               tokens: the combine's weighting or its
+//	                               empty-split path, not a split boundary)
+//	padding                        padding (the padding of a swizzled layout)
+//	nibble, parity                 alternating_nibbles (the parity of the last
+//	                               axis is added where the kernel names no nibble)
+//	block16                        scale_block (16-element scale blocks; a cache
+//	                               "block" is a page and stays generic)
+//	tile128, col_tile128,          tile (128-row tiles, head tiles)
+//	head_tile
+//	head_group                     head_group
+//	head                           one_head (a single value) or head_group
+//	context_len, visible, token    growth_with_context, when the mean excess
+//	                               rises monotonically with the coordinate
 //
 // With Options.Actual, the values themselves are tested first: failing
 // elements that hold their pair neighbour's expected value, or bytes whose
@@ -86,6 +90,7 @@ const (
 	Zeros             = "zeros"
 	NonFinite         = "non_finite"
 	Padding           = "padding"
+	SplitCount        = "split_count"
 )
 
 // Signature is the named pattern of a check's errors.
@@ -142,6 +147,7 @@ type Options struct {
 
 type coordStats struct {
 	name   string
+	kind   kernel.CoordKind
 	vals   []int           // distinct values, ascending
 	count  map[int]float64 // elements (estimated when sampled)
 	mass   map[int]float64
@@ -329,7 +335,7 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 			}
 			c := &cand{st, append([]int(nil), order[:k]...), q, e, s}
 			if best == nil || c.score > best.score ||
-				(c.score == best.score && specificity(c.st.name) > specificity(best.st.name)) {
+				(c.score == best.score && specificity(c.st) > specificity(best.st)) {
 				best = c
 			}
 		}
@@ -349,7 +355,7 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 	// The best concentration wins, unless it is on a request or context
 	// coordinate and the excess grows with the context: then the growth is
 	// the better explanation (the longest requests fail most).
-	if best != nil && !contextLike(best.st.name) {
+	if best != nil && !contextKinds[best.st.kind] {
 		return sig(best)
 	}
 	if t := trend(stats, N, maxGroups); t != nil {
@@ -418,7 +424,7 @@ func valueHypotheses(o kernel.Output, shape []int, N int, failingSeq iter.Seq[in
 	}
 	axis := "dim" + fmt.Sprint(last)
 	if last < len(o.Coords.Axes) {
-		axis = o.Coords.Axes[last]
+		axis = string(o.Coords.Axes[last])
 	}
 	switch {
 	case float64(zeros) >= 0.9*float64(failing):
@@ -454,17 +460,17 @@ func valueHypotheses(o kernel.Output, shape []int, N int, failingSeq iter.Seq[in
 func collect(o kernel.Output, shape []int, N int, ex func(int) float64, weight func(float64) float64, thr float64, maxElems int, weighted []uint64) []*coordStats {
 	var stats []*coordStats
 	byName := map[string]*coordStats{}
-	get := func(name string) *coordStats {
+	get := func(name string, kind kernel.CoordKind) *coordStats {
 		if st, ok := byName[name]; ok {
 			return st
 		}
-		st := &coordStats{name: name, count: map[int]float64{}, mass: map[int]float64{}, fail: map[int]int{}, excess: map[int]float64{}}
+		st := &coordStats{name: name, kind: kind, count: map[int]float64{}, mass: map[int]float64{}, fail: map[int]int{}, excess: map[int]float64{}}
 		byName[name] = st
 		stats = append(stats, st)
 		return st
 	}
-	add := func(name string, v int, e, w, count float64) {
-		st := get(name)
+	add := func(name string, kind kernel.CoordKind, v int, e, w, count float64) {
+		st := get(name, kind)
 		st.count[v] += count
 		st.mass[v] += w
 		st.excess[v] += count * e
@@ -485,10 +491,9 @@ func collect(o kernel.Output, shape []int, N int, ex func(int) float64, weight f
 	parityName := ""
 	if shape[last] >= 4 && shape[last]%2 == 0 {
 		probe := o.Coords.Name(make([]int, len(shape)))
-		parityName = probe[last].Name + "%2"
+		parityName = probe[last].Name() + "%2"
 		for _, c := range probe {
-			n := strings.ToLower(c.Name)
-			if strings.Contains(n, "parity") || strings.Contains(n, "nibble") {
+			if c.Kind == kernel.KindNibble || c.Kind == kernel.KindParity {
 				parityName = ""
 			}
 		}
@@ -508,10 +513,10 @@ func collect(o kernel.Output, shape []int, N int, ex func(int) float64, weight f
 		}
 		idx := tensor.Unravel(i, shape)
 		for _, c := range o.Coords.Name(idx) {
-			add(c.Name, c.Value, e, w, count)
+			add(c.Name(), c.Kind, c.Value, e, w, count)
 		}
 		if parityName != "" {
-			add(parityName, idx[last]%2, e, w, count)
+			add(parityName, kernel.KindParity, idx[last]%2, e, w, count)
 		}
 	}
 	for _, st := range stats {
@@ -531,7 +536,7 @@ func trend(stats []*coordStats, N, maxGroups int) *Signature {
 	var best *Signature
 	bestRho := 0.0
 	for _, st := range stats {
-		if !trendName(st.name) || len(st.vals) < 4 {
+		if !trendKinds[st.kind] || len(st.vals) < 4 {
 			continue
 		}
 		K := len(st.vals)
@@ -567,12 +572,14 @@ func trend(stats []*coordStats, N, maxGroups int) *Signature {
 	return best
 }
 
+// patternFor names the pattern of a concentration of st's excess on the
+// values in set, from st's kind alone: what the coordinate is, never what
+// its name happens to contain.
 func patternFor(st *coordStats, set []int) string {
-	n := strings.ToLower(st.name)
-	switch {
-	case strings.Contains(n, "last_page") || strings.Contains(n, "page_tail"):
+	switch st.kind {
+	case kernel.KindLastPageFill:
 		return PartialLastPage
-	case strings.Contains(n, "page_offset") || strings.Contains(n, "token_mod_page"):
+	case kernel.KindPageOffset:
 		top := st.vals[len(st.vals)-1]
 		for _, v := range set {
 			if v != 0 && v != top {
@@ -580,19 +587,21 @@ func patternFor(st *coordStats, set []int) string {
 			}
 		}
 		return PageBoundary
-	case strings.Contains(n, "split"):
+	case kernel.KindSplit, kernel.KindSplitStart, kernel.KindSplitLen:
 		return SplitBoundary
-	case strings.Contains(n, "pad"):
+	case kernel.KindSplitsUsed:
+		return SplitCount
+	case kernel.KindPadding:
 		return Padding
-	case strings.Contains(n, "parity") || strings.Contains(n, "nibble") || strings.HasSuffix(n, "%2"):
+	case kernel.KindNibble, kernel.KindParity:
 		return AlternatingNibble
-	case strings.Contains(n, "block16") || strings.Contains(n, "scale_block"):
-		return ScaleBlock // a bare "block" is a cache block (a page), not a scale block
-	case strings.Contains(n, "tile"):
+	case kernel.KindScaleBlock:
+		return ScaleBlock // a cache block (KindBlock) is a page, not a scale block
+	case kernel.KindTile128, kernel.KindColTile128, kernel.KindHeadTile:
 		return Tile
-	case strings.Contains(n, "group"):
+	case kernel.KindHeadGroup:
 		return HeadGroup
-	case strings.Contains(n, "head"):
+	case kernel.KindHead:
 		if len(set) == 1 {
 			return OneHead
 		}
@@ -603,9 +612,8 @@ func patternFor(st *coordStats, set []int) string {
 
 // specificity breaks score ties between coordinates that partition the
 // elements the same way: a named pattern beats a generic one.
-func specificity(name string) int {
-	st := &coordStats{name: name, vals: []int{0}}
-	if patternFor(st, []int{0}) == Concentrated {
+func specificity(st *coordStats) int {
+	if patternFor(&coordStats{kind: st.kind, vals: []int{0}}, []int{0}) == Concentrated {
 		return 0
 	}
 	return 1
@@ -631,24 +639,20 @@ func gloss(pat string) string {
 		return " (one head)"
 	case HeadGroup:
 		return " (a group of heads)"
+	case SplitCount:
+		return " (the number of non-empty splits a row combines: its weighting or its empty-split path)"
 	}
 	return ""
 }
 
-func contextLike(name string) bool {
-	n := strings.ToLower(name)
-	return trendName(n) || n == "request" || n == "batch" || n == "b"
-}
+// trendKinds are the coordinates an error can grow with: how many tokens
+// a row attends, or where a token sits.
+var trendKinds = map[kernel.CoordKind]bool{kernel.KindContextLen: true, kernel.KindVisible: true, kernel.KindToken: true}
 
-func trendName(name string) bool {
-	n := strings.ToLower(name)
-	for _, s := range []string{"context", "seq_len", "kv_len", "visible", "position", "token", "step"} {
-		if strings.Contains(n, s) {
-			return true
-		}
-	}
-	return false
-}
+// contextKinds are the coordinates on which a concentration may be the
+// longest contexts failing most: a growth with the context, when there is
+// one, explains it better.
+var contextKinds = map[kernel.CoordKind]bool{kernel.KindContextLen: true, kernel.KindVisible: true, kernel.KindToken: true, kernel.KindRequest: true}
 
 func topGroups(st *coordStats, sw float64, N, maxGroups int) []Group {
 	vals := append([]int(nil), st.vals...)
@@ -672,7 +676,7 @@ func isolatedDetail(o kernel.Output, shape []int, failingSeq iter.Seq[int], fail
 		}
 		var parts []string
 		for _, c := range o.Coords.Name(tensor.Unravel(i, shape)) {
-			parts = append(parts, fmt.Sprintf("%s %d", c.Name, c.Value))
+			parts = append(parts, fmt.Sprintf("%s %d", c.Name(), c.Value))
 		}
 		where = append(where, strings.Join(parts, ", "))
 	}

@@ -23,7 +23,7 @@ import (
 
 type synth struct {
 	shape   []int
-	axes    []string
+	axes    []kernel.CoordKind
 	derived func(idx []int) []kernel.Coord
 	// bug returns the excess of a faulty element (0: not faulty).
 	bug func(idx []int, r *rand.Rand) float64
@@ -50,11 +50,11 @@ func (s synth) build(seed uint64) (kernel.Output, []float64) {
 func paged(P, lastLen int, T int) func(idx []int) []kernel.Coord {
 	return func(idx []int) []kernel.Coord {
 		t := idx[0]
-		last := 0
+		fill := 0 // the tokens of the partially filled last page carry its fill
 		if t >= T-lastLen {
-			last = 1
+			fill = lastLen
 		}
-		return []kernel.Coord{{Name: "page", Value: t / P}, {Name: "page_offset", Value: t % P}, {Name: "last_page", Value: last}}
+		return []kernel.Coord{{Kind: kernel.KindPage, Value: t / P}, {Kind: kernel.KindPageOffset, Value: t % P}, {Kind: kernel.KindLastPageFill, Value: fill}}
 	}
 }
 
@@ -67,87 +67,87 @@ func TestPatterns(t *testing.T) {
 		coord     string
 		topValues []int // the values that must lead Groups
 	}{
-		{"page off-by-one at offset 0", synth{shape: []int{T, 32}, axes: []string{"token", "latent"}, derived: paged(P, 8, T),
+		{"page off-by-one at offset 0", synth{shape: []int{T, 32}, axes: []kernel.CoordKind{"token", "latent"}, derived: paged(P, 8, T),
 			bug: func(idx []int, r *rand.Rand) float64 {
 				if idx[0]%P == 0 {
 					return 3 + 10*r.Float64()
 				}
 				return 0
 			}}, PageBoundary, "page_offset", []int{0}},
-		{"both page edges", synth{shape: []int{T, 32}, axes: []string{"token", "latent"}, derived: paged(P, 8, T),
+		{"both page edges", synth{shape: []int{T, 32}, axes: []kernel.CoordKind{"token", "latent"}, derived: paged(P, 8, T),
 			bug: func(idx []int, r *rand.Rand) float64 {
 				if o := idx[0] % P; o == 0 || o == P-1 {
 					return 2 + r.Float64()
 				}
 				return 0
 			}}, PageBoundary, "page_offset", nil},
-		{"masking past seq_len on the last page", synth{shape: []int{T, 32}, axes: []string{"token", "latent"}, derived: paged(P, 8, T),
+		{"masking past seq_len on the last page", synth{shape: []int{T, 32}, axes: []kernel.CoordKind{"token", "latent"}, derived: paged(P, 8, T),
 			bug: func(idx []int, r *rand.Rand) float64 {
 				if idx[0] >= T-8 {
 					return 5
 				}
 				return 0
-			}}, PartialLastPage, "last_page", []int{1}},
-		{"one split-K partial wrong", synth{shape: []int{8, 4, 64}, axes: []string{"head", "split", "latent"},
+			}}, PartialLastPage, "last_page_fill", []int{8}},
+		{"one split-K partial wrong", synth{shape: []int{8, 4, 64}, axes: []kernel.CoordKind{"head", "split", "latent"},
 			bug: func(idx []int, r *rand.Rand) float64 {
 				if idx[1] == 2 {
 					return 1.5 + r.Float64()
 				}
 				return 0
 			}}, SplitBoundary, "split", []int{2}},
-		{"swapped nibble order hits odd elements", synth{shape: []int{16, 64}, axes: []string{"row", "col"},
+		{"swapped nibble order hits odd elements", synth{shape: []int{16, 64}, axes: []kernel.CoordKind{"row", "col"},
 			bug: func(idx []int, r *rand.Rand) float64 {
 				if idx[1]%2 == 1 && r.Float64() < 0.8 { // some codes happen to be equal
 					return 1 + 4*r.Float64()
 				}
 				return 0
 			}}, AlternatingNibble, "col%2", []int{1}},
-		{"one 16-element scale block", synth{shape: []int{16, 128}, axes: []string{"row", "col"},
-			derived: func(idx []int) []kernel.Coord { return []kernel.Coord{{Name: "block16", Value: idx[1] / 16}} },
+		{"one 16-element scale block", synth{shape: []int{16, 128}, axes: []kernel.CoordKind{"row", "col"},
+			derived: func(idx []int) []kernel.Coord { return []kernel.Coord{{Kind: "block16", Value: idx[1] / 16}} },
 			bug: func(idx []int, r *rand.Rand) float64 {
 				if idx[1]/16 == 3 {
 					return 2 + r.Float64()
 				}
 				return 0
 			}}, ScaleBlock, "block16", []int{3}},
-		{"one 128-row tile", synth{shape: []int{512, 16}, axes: []string{"row", "col"},
-			derived: func(idx []int) []kernel.Coord { return []kernel.Coord{{Name: "tile128", Value: idx[0] / 128}} },
+		{"one 128-row tile", synth{shape: []int{512, 16}, axes: []kernel.CoordKind{"row", "col"},
+			derived: func(idx []int) []kernel.Coord { return []kernel.Coord{{Kind: "tile128", Value: idx[0] / 128}} },
 			bug: func(idx []int, r *rand.Rand) float64 {
 				if idx[0]/128 == 2 {
 					return 2 + r.Float64()
 				}
 				return 0
 			}}, Tile, "tile128", []int{2}},
-		{"one head", synth{shape: []int{2, 16, 64}, axes: []string{"request", "head", "latent"},
+		{"one head", synth{shape: []int{2, 16, 64}, axes: []kernel.CoordKind{"request", "head", "latent"},
 			bug: func(idx []int, r *rand.Rand) float64 {
 				if idx[1] == 7 {
 					return 3
 				}
 				return 0
 			}}, OneHead, "head", []int{7}},
-		{"a group of heads", synth{shape: []int{2, 16, 64}, axes: []string{"request", "head", "latent"},
-			derived: func(idx []int) []kernel.Coord { return []kernel.Coord{{Name: "head_group", Value: idx[1] / 4}} },
+		{"a group of heads", synth{shape: []int{2, 16, 64}, axes: []kernel.CoordKind{"request", "head", "latent"},
+			derived: func(idx []int) []kernel.Coord { return []kernel.Coord{{Kind: "head_group", Value: idx[1] / 4}} },
 			bug: func(idx []int, r *rand.Rand) float64 {
 				if idx[1]/4 == 2 {
 					return 3
 				}
 				return 0
 			}}, HeadGroup, "head_group", []int{2}},
-		{"error growing with context", synth{shape: []int{8, 4, 32}, axes: []string{"request", "head", "latent"},
+		{"error growing with context", synth{shape: []int{8, 4, 32}, axes: []kernel.CoordKind{"request", "head", "latent"},
 			derived: func(idx []int) []kernel.Coord {
-				return []kernel.Coord{{Name: "context_len", Value: 128 << idx[0]}}
+				return []kernel.Coord{{Kind: "context_len", Value: 128 << idx[0]}}
 			},
 			bug: func(idx []int, r *rand.Rand) float64 {
 				// err/tol ∝ sqrt(context): 0.3 at 128 tokens, 3.4 at 16K.
 				return 0.3 * math.Sqrt(float64(int(1)<<idx[0])) * (0.8 + 0.4*r.Float64())
 			}}, GrowthWithContext, "context_len", nil},
-		{"uninitialised padding of a 128-row scale tile (most of the tensor)", synth{shape: []int{128, 8}, axes: []string{"sf_row", "sf_col"},
+		{"uninitialised padding of a 128-row scale tile (most of the tensor)", synth{shape: []int{128, 8}, axes: []kernel.CoordKind{"sf_row", "sf_col"},
 			derived: func(idx []int) []kernel.Coord {
 				pad := 0
 				if idx[0] >= 16 {
 					pad = 1
 				}
-				return []kernel.Coord{{Name: "padding", Value: pad}}
+				return []kernel.Coord{{Kind: "padding", Value: pad}}
 			},
 			bug: func(idx []int, r *rand.Rand) float64 {
 				if idx[0] >= 16 {
@@ -155,23 +155,23 @@ func TestPatterns(t *testing.T) {
 				}
 				return 0
 			}}, Padding, "padding", []int{1}},
-		{"one request's rows (a neighbour's block-table row)", synth{shape: []int{64, 32}, axes: []string{"row", "dim"},
-			derived: func(idx []int) []kernel.Coord { return []kernel.Coord{{Name: "request", Value: idx[0] / 8}} },
+		{"one request's rows (a neighbour's block-table row)", synth{shape: []int{64, 32}, axes: []kernel.CoordKind{"row", "dim"},
+			derived: func(idx []int) []kernel.Coord { return []kernel.Coord{{Kind: "request", Value: idx[0] / 8}} },
 			bug: func(idx []int, r *rand.Rand) float64 {
 				if idx[0]/8 == 3 {
 					return 2 + r.Float64()
 				}
 				return 0
 			}}, Concentrated, "request", []int{3}},
-		{"noise only", synth{shape: []int{64, 64}, axes: []string{"row", "col"}}, None, "", nil},
-		{"one corrupted element", synth{shape: []int{64, 64}, axes: []string{"head", "latent"},
+		{"noise only", synth{shape: []int{64, 64}, axes: []kernel.CoordKind{"row", "col"}}, None, "", nil},
+		{"one corrupted element", synth{shape: []int{64, 64}, axes: []kernel.CoordKind{"head", "latent"},
 			bug: func(idx []int, r *rand.Rand) float64 {
 				if idx[0] == 5 && idx[1] == 17 {
 					return 40
 				}
 				return 0
 			}}, Isolated, "", nil},
-		{"mismatching special values on page edges", synth{shape: []int{T, 8}, axes: []string{"token", "latent"}, derived: paged(P, 8, T),
+		{"mismatching special values on page edges", synth{shape: []int{T, 8}, axes: []kernel.CoordKind{"token", "latent"}, derived: paged(P, 8, T),
 			bug: func(idx []int, r *rand.Rand) float64 {
 				if idx[0]%P == 0 && idx[1] == 0 {
 					return math.Inf(1)
@@ -205,8 +205,8 @@ func TestPatterns(t *testing.T) {
 // given a pattern, whatever the seed.
 func TestNoiseClaimsNoPattern(t *testing.T) {
 	derived := func(idx []int) []kernel.Coord {
-		return []kernel.Coord{{Name: "page", Value: idx[1] / 16}, {Name: "page_offset", Value: idx[1] % 16},
-			{Name: "block16", Value: idx[2] / 16}, {Name: "context_len", Value: 100 + 37*idx[0]}}
+		return []kernel.Coord{{Kind: "page", Value: idx[1] / 16}, {Kind: "page_offset", Value: idx[1] % 16},
+			{Kind: "block16", Value: idx[2] / 16}, {Kind: "context_len", Value: 100 + 37*idx[0]}}
 	}
 	for seed := uint64(1); seed <= 8; seed++ {
 		r := rand.New(rand.NewPCG(seed, 3))
@@ -216,7 +216,7 @@ func TestNoiseClaimsNoPattern(t *testing.T) {
 		for i := range ex {
 			ex[i] = math.Abs(r.NormFloat64()) * 0.46 // P(> 1) ≈ 3%
 		}
-		o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []string{"request", "token", "latent"}, Derived: derived}}
+		o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []kernel.CoordKind{"request", "token", "latent"}, Derived: derived}}
 		sig := Analyze(o, kernel.Dense(ex), Options{})
 		if sig.Pattern != Uniform {
 			t.Errorf("seed %d: noise named %q on %q: %s", seed, sig.Pattern, sig.Coord, sig.Detail)
@@ -242,7 +242,7 @@ func TestSystematic(t *testing.T) {
 			ex[i] = 0.7 + 0.1*r.Float64()
 		}
 	}
-	o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []string{"request", "head", "latent"}}}
+	o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []kernel.CoordKind{"request", "head", "latent"}}}
 	if sig := Analyze(o, kernel.Dense(ex), Options{}); sig.Pattern != None {
 		t.Errorf("without Systematic: %q, want none (no element fails)", sig.Pattern)
 	}
@@ -254,7 +254,7 @@ func TestSystematic(t *testing.T) {
 
 func TestDetailWording(t *testing.T) {
 	const P = 64
-	s := synth{shape: []int{4096, 4}, axes: []string{"token", "latent"}, derived: paged(P, 0, 4096),
+	s := synth{shape: []int{4096, 4}, axes: []kernel.CoordKind{"token", "latent"}, derived: paged(P, 0, 4096),
 		bug: func(idx []int, r *rand.Rand) float64 {
 			if o := idx[0] % P; o == 0 || o == P-1 {
 				return 10
@@ -294,11 +294,13 @@ func TestHelpers(t *testing.T) {
 	}
 }
 
-// TestNamesTheKernelsUse maps the coordinate names the kernel files emit
-// (internal/kernel: nvfp4, kv, mla, splitk, dsa) to patterns.
-func TestNamesTheKernelsUse(t *testing.T) {
+// TestKindsTheKernelsUse maps the coordinate kinds the kernel files emit
+// (internal/kernel: nvfp4, kv, mla, splitk, dsa) to patterns. The pattern
+// comes from the kind alone: splits_used (how many splits hold tokens) is
+// no split boundary, whatever its name contains.
+func TestKindsTheKernelsUse(t *testing.T) {
 	tests := []struct {
-		name string
+		name kernel.CoordKind
 		set  []int
 		want string
 	}{
@@ -308,11 +310,11 @@ func TestNamesTheKernelsUse(t *testing.T) {
 		{"col_tile128", []int{1}, Tile},
 		{"head_tile", []int{0}, Tile},
 		{"nibble", []int{1}, AlternatingNibble},
-		{"latent%2", []int{0}, AlternatingNibble},
+		{kernel.KindParity, []int{0}, AlternatingNibble},
 		{"last_page_fill", []int{3, 5}, PartialLastPage},
 		{"split", []int{2}, SplitBoundary},
 		{"split_start", []int{0}, SplitBoundary},
-		{"splits_used", []int{4}, SplitBoundary},
+		{"splits_used", []int{4}, SplitCount},
 		{"head", []int{7}, OneHead},
 		{"head", []int{8, 9}, HeadGroup},
 		{"head_group", []int{2}, HeadGroup},
@@ -323,18 +325,21 @@ func TestNamesTheKernelsUse(t *testing.T) {
 		{"padding", []int{1}, Padding},
 	}
 	for _, tc := range tests {
-		st := &coordStats{name: tc.name, vals: []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}}
+		if !tc.name.Declared() {
+			t.Errorf("kind %s is not declared in internal/kernel/coords.go", tc.name)
+		}
+		st := &coordStats{name: string(tc.name), kind: tc.name, vals: []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}}
 		if got := patternFor(st, tc.set); got != tc.want {
 			t.Errorf("patternFor(%s, %v) = %s, want %s", tc.name, tc.set, got, tc.want)
 		}
 	}
-	for _, n := range []string{"context_len", "visible", "token", "seq_len"} {
-		if !trendName(n) {
+	for _, n := range []kernel.CoordKind{kernel.KindContextLen, kernel.KindVisible, kernel.KindToken} {
+		if !trendKinds[n] {
 			t.Errorf("%s is not taken as a context coordinate", n)
 		}
 	}
-	for _, n := range []string{"q_pos", "latent", "page"} {
-		if trendName(n) {
+	for _, n := range []kernel.CoordKind{kernel.KindQPos, kernel.KindLatent, kernel.KindPage, kernel.KindSplitsUsed} {
+		if trendKinds[n] {
 			t.Errorf("%s is taken as a context coordinate", n)
 		}
 	}
@@ -344,7 +349,7 @@ func TestNamesTheKernelsUse(t *testing.T) {
 // same answer as the full analysis, for a pattern and for noise.
 func TestSampledLikeFull(t *testing.T) {
 	const T, P = 2000, 16
-	s := synth{shape: []int{T, 16}, axes: []string{"token", "latent"}, derived: paged(P, 0, T),
+	s := synth{shape: []int{T, 16}, axes: []kernel.CoordKind{"token", "latent"}, derived: paged(P, 0, T),
 		bug: func(idx []int, r *rand.Rand) float64 {
 			if idx[0]%P == P-1 {
 				return 2 + r.Float64()
@@ -356,7 +361,7 @@ func TestSampledLikeFull(t *testing.T) {
 	if sig.Pattern != PageBoundary || sig.Groups[0].Value != P-1 || math.Abs(sig.Groups[0].Elements-1.0/P) > 0.01 {
 		t.Errorf("sampled: %s %+v, want page_boundary at offset 15 holding 1/16 of the elements", sig.Pattern, sig.Groups)
 	}
-	noise := synth{shape: []int{T, 16}, axes: []string{"token", "latent"}, derived: paged(P, 0, T),
+	noise := synth{shape: []int{T, 16}, axes: []kernel.CoordKind{"token", "latent"}, derived: paged(P, 0, T),
 		bug: func(idx []int, r *rand.Rand) float64 {
 			if r.Float64() < 0.02 {
 				return 1 + r.Float64()
@@ -379,7 +384,7 @@ func TestValueHypotheses(t *testing.T) {
 		expected[i] = []float64{0, 0.5, 1, 1.5, 2, 3, 4, 6}[r.IntN(8)] * float64(1-2*r.IntN(2))
 	}
 	o := kernel.Output{Name: "dequant", Shape: []int{rows, cols}, DType: tensor.BF16, Expected: kernel.Dense(expected),
-		Coords: kernel.Coords{Axes: []string{"row", "col"}}}
+		Coords: kernel.Coords{Axes: []kernel.CoordKind{"row", "col"}}}
 	excessOf := func(actual []float64) []float64 {
 		ex := make([]float64, N)
 		for i := range ex {
@@ -407,7 +412,7 @@ func TestValueHypotheses(t *testing.T) {
 		bytesExp[i], bytesAct[i] = float64(b), float64(b<<4|b>>4)
 	}
 	ob := kernel.Output{Name: "packed", Shape: []int{rows, cols}, DType: tensor.U8, Expected: kernel.Dense(bytesExp),
-		Coords: kernel.Coords{Axes: []string{"row", "byte"}}}
+		Coords: kernel.Coords{Axes: []kernel.CoordKind{"row", "byte"}}}
 	exB := make([]float64, N)
 	for i := range exB {
 		if bytesAct[i] != bytesExp[i] {
@@ -513,9 +518,9 @@ func TestNonFiniteFirst(t *testing.T) {
 	shape := []int{4, 32, 8}
 	N := tensor.NumElements(shape)
 	derived := func(idx []int) []kernel.Coord {
-		return []kernel.Coord{{Name: "page_offset", Value: idx[1] % 16}}
+		return []kernel.Coord{{Kind: "page_offset", Value: idx[1] % 16}}
 	}
-	o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []string{"request", "token", "latent"}, Derived: derived}}
+	o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []kernel.CoordKind{"request", "token", "latent"}, Derived: derived}}
 	everywhere := make([]float64, N)
 	pageStart := make([]float64, N)
 	for i := range everywhere {

@@ -103,7 +103,7 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTy
 		if t < pages.SeqLens[b] {
 			blk, _ = pages.Locate(b, t)
 		}
-		return []Coord{{Name: "page", Value: t / ps}, {Name: "page_offset", Value: t % ps}, {Name: "block", Value: blk}}
+		return []Coord{{Kind: KindPage, Value: t / ps}, {Kind: KindPageOffset, Value: t % ps}, {Kind: KindBlock, Value: blk}}
 	}
 	return []Output{
 		{
@@ -114,7 +114,7 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTy
 			Expected:  Dense(s.Expected),
 			Mode:      Numeric,
 			Reduction: dk + hi + 1,
-			Coords:    Coords{Axes: []string{"request", "token"}, Derived: pos},
+			Coords:    Coords{Axes: []CoordKind{KindRequest, KindToken}, Derived: pos},
 		},
 		{
 			Name:     "topk_indices",
@@ -129,7 +129,7 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTy
 				return s.TopKAccepts(i/topk, topk, int64(actual))
 			},
 			Reduction: dk + hi + 1,
-			Coords:    Coords{Axes: []string{"request", "rank"}},
+			Coords:    Coords{Axes: []CoordKind{KindRequest, KindRank}},
 		},
 	}, nil
 }

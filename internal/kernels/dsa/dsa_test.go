@@ -56,7 +56,7 @@ func TestDSAIndexer(t *testing.T) {
 	}
 	// token 3 is block 0 offset 1 of page 1
 	cs := sc.Coords.Name([]int{0, 3})
-	if cs[2] != (Coord{Name: "page", Value: 1}) || cs[3] != (Coord{Name: "page_offset", Value: 1}) || cs[4] != (Coord{Name: "block", Value: 0}) {
+	if cs[2] != (Coord{Kind: "page", Value: 1}) || cs[3] != (Coord{Kind: "page_offset", Value: 1}) || cs[4] != (Coord{Kind: "block", Value: 0}) {
 		t.Errorf("coords of token 3: %v", cs)
 	}
 

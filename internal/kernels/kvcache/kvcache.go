@@ -100,9 +100,9 @@ func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes OutD
 	}
 	derived := func(idx []int) []Coord {
 		part, tile := lay.PartOf(idx[2])
-		c := []Coord{{Name: "part", Value: int(part)}, {Name: "token", Value: ov.TokenAt(idx[0]*lay.PageSize + idx[1])}}
+		c := []Coord{{Kind: KindPart, Value: int(part)}, {Kind: KindToken, Value: ov.TokenAt(idx[0]*lay.PageSize + idx[1])}}
 		if lay.Kind == kvcache.FP8DSMLA {
-			c = append(c, Coord{Name: "tile128", Value: tile})
+			c = append(c, Coord{Kind: KindTile128, Value: tile})
 		}
 		return c
 	}
@@ -115,7 +115,7 @@ func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes OutD
 		Mode:       Bitwise,
 		Equivalent: ov.Equivalent,
 		Reduction:  1,
-		Coords:     Coords{Axes: []string{"block", "page_offset", "column"}, Derived: derived},
+		Coords:     Coords{Axes: []CoordKind{KindBlock, KindPageOffset, KindColumn}, Derived: derived},
 	}}, nil
 }
 
@@ -212,8 +212,8 @@ func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes Out
 		if idx[1] >= lay.L {
 			part = kvcache.PartRope
 		}
-		return []Coord{{Name: "request", Value: b}, {Name: "token", Value: t}, {Name: "page", Value: t / lay.PageSize}, {Name: "page_offset", Value: off},
-			{Name: "block", Value: blk}, {Name: "part", Value: int(part)}}
+		return []Coord{{Kind: KindRequest, Value: b}, {Kind: KindToken, Value: t}, {Kind: KindPage, Value: t / lay.PageSize}, {Kind: KindPageOffset, Value: off},
+			{Kind: "block", Value: blk}, {Kind: "part", Value: int(part)}}
 	}
 	return []Output{{
 		Name:      "gathered",
@@ -223,7 +223,7 @@ func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes Out
 		Expected:  expected,
 		Mode:      Numeric,
 		Reduction: 1,
-		Coords:    Coords{Axes: []string{"row", "dim"}, Derived: derived},
+		Coords:    Coords{Axes: []CoordKind{KindRow, KindDim}, Derived: derived},
 	}}, nil
 }
 

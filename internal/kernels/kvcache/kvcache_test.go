@@ -72,7 +72,7 @@ func TestKVCacheWriteDSMLA(t *testing.T) {
 	}
 	// slot 3 = block 1, offset 1; byte 600 is rope, byte 515 is tile 0's scale MSB
 	c := o.Coords.Name([]int{1, 1, 515})
-	want := []Coord{{Name: "block", Value: 1}, {Name: "page_offset", Value: 1}, {Name: "column", Value: 515}, {Name: "part", Value: 1}, {Name: "token", Value: 0}, {Name: "tile128", Value: 0}}
+	want := []Coord{{Kind: "block", Value: 1}, {Kind: "page_offset", Value: 1}, {Kind: "column", Value: 515}, {Kind: "part", Value: 1}, {Kind: "token", Value: 0}, {Kind: "tile128", Value: 0}}
 	if len(c) != len(want) {
 		t.Fatalf("coords %v, want %v", c, want)
 	}
@@ -82,7 +82,7 @@ func TestKVCacheWriteDSMLA(t *testing.T) {
 			break
 		}
 	}
-	if c := o.Coords.Name([]int{2, 0, 600}); c[3] != (Coord{Name: "part", Value: 2}) || c[4] != (Coord{Name: "token", Value: -1}) {
+	if c := o.Coords.Name([]int{2, 0, 600}); c[3] != (Coord{Kind: "part", Value: 2}) || c[4] != (Coord{Kind: "token", Value: -1}) {
 		t.Errorf("rope column of an empty slot: %v", c)
 	}
 
@@ -198,7 +198,7 @@ func TestKVCacheGather(t *testing.T) {
 	}
 	// row 3 = request 1 token 2: page 1 of its table = block 0, offset 0
 	c := o.Coords.Name([]int{3, 1})
-	want := []Coord{{Name: "row", Value: 3}, {Name: "dim", Value: 1}, {Name: "request", Value: 1}, {Name: "token", Value: 2}, {Name: "page", Value: 1}, {Name: "page_offset", Value: 0}, {Name: "block", Value: 0}, {Name: "part", Value: 0}}
+	want := []Coord{{Kind: "row", Value: 3}, {Kind: "dim", Value: 1}, {Kind: "request", Value: 1}, {Kind: "token", Value: 2}, {Kind: "page", Value: 1}, {Kind: "page_offset", Value: 0}, {Kind: "block", Value: 0}, {Kind: "part", Value: 0}}
 	for i := range want {
 		if i >= len(c) || c[i] != want[i] {
 			t.Fatalf("coords %v, want %v", c, want)

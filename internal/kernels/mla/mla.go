@@ -246,20 +246,20 @@ func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTyp
 	rowCoords := func(b, i, h int) []Coord {
 		n := pages.SeqLens[b]
 		vis := mla.Visible(n, SQ, i, c.cfg.Causal)
-		return []Coord{{Name: "context_len", Value: n}, {Name: "visible", Value: vis}, {Name: "last_page_fill", Value: vis % P}, {Name: "head_tile", Value: (i*H + h) / headTileRows}}
+		return []Coord{{Kind: KindContextLen, Value: n}, {Kind: KindVisible, Value: vis}, {Kind: KindLastPageFill, Value: vis % P}, {Kind: KindHeadTile, Value: (i*H + h) / headTileRows}}
 	}
 	outs := []Output{
 		{
 			Name: "out", Shape: []int{B, SQ, H, L}, DType: c.prec.Out, Exact: Dense(ex.Out), Expected: Dense(xp.Out),
 			Mode: Numeric, Reduction: maxSeq,
-			Coords: Coords{Axes: []string{"request", "q_pos", "head", "latent"}, Derived: func(idx []int) []Coord {
-				return append(rowCoords(idx[0], idx[1], idx[2]), Coord{Name: "tile128", Value: idx[3] / 128})
+			Coords: Coords{Axes: []CoordKind{KindRequest, KindQPos, KindHead, KindLatent}, Derived: func(idx []int) []Coord {
+				return append(rowCoords(idx[0], idx[1], idx[2]), Coord{Kind: KindTile128, Value: idx[3] / 128})
 			}},
 		},
 		{
 			Name: "lse", Shape: []int{B, H, SQ}, DType: c.prec.LSE, Exact: Dense(ex.LSE), Expected: Dense(xp.LSE),
 			Mode: Numeric, Reduction: maxSeq,
-			Coords: Coords{Axes: []string{"request", "head", "q_pos"}, Derived: func(idx []int) []Coord {
+			Coords: Coords{Axes: []CoordKind{KindRequest, KindHead, KindQPos}, Derived: func(idx []int) []Coord {
 				return rowCoords(idx[0], idx[2], idx[1])
 			}},
 		},
@@ -286,21 +286,21 @@ func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTyp
 	splitCoords := func(b, i, h, k int) []Coord {
 		lo, hi := pex.Bounds[b*(s+1)+k], pex.Bounds[b*(s+1)+k+1]
 		vis := max(0, min(hi, mla.Visible(pages.SeqLens[b], SQ, i, c.cfg.Causal))-lo)
-		return []Coord{{Name: "context_len", Value: pages.SeqLens[b]}, {Name: "split_start", Value: lo}, {Name: "split_len", Value: hi - lo},
-			{Name: "visible", Value: vis}, {Name: "last_page_fill", Value: (lo + vis) % P}, {Name: "head_tile", Value: (i*H + h) / headTileRows}}
+		return []Coord{{Kind: KindContextLen, Value: pages.SeqLens[b]}, {Kind: KindSplitStart, Value: lo}, {Kind: KindSplitLen, Value: hi - lo},
+			{Kind: "visible", Value: vis}, {Kind: "last_page_fill", Value: (lo + vis) % P}, {Kind: "head_tile", Value: (i*H + h) / headTileRows}}
 	}
 	return append(outs,
 		Output{
 			Name: "partial_out", Shape: []int{B, SQ, H, s, L}, DType: c.prec.PartialOut, Exact: Dense(pex.Out), Expected: Dense(pxp.Out),
 			Mode: Numeric, Reduction: maxSplit,
-			Coords: Coords{Axes: []string{"request", "q_pos", "head", "split", "latent"}, Derived: func(idx []int) []Coord {
-				return append(splitCoords(idx[0], idx[1], idx[2], idx[3]), Coord{Name: "tile128", Value: idx[4] / 128})
+			Coords: Coords{Axes: []CoordKind{KindRequest, KindQPos, KindHead, KindSplit, KindLatent}, Derived: func(idx []int) []Coord {
+				return append(splitCoords(idx[0], idx[1], idx[2], idx[3]), Coord{Kind: KindTile128, Value: idx[4] / 128})
 			}},
 		},
 		Output{
 			Name: "partial_lse", Shape: []int{B, SQ, H, s}, DType: c.prec.PartialLSE, Exact: Dense(pex.LSE), Expected: Dense(pxp.LSE),
 			Mode: Numeric, Reduction: maxSplit,
-			Coords: Coords{Axes: []string{"request", "q_pos", "head", "split"}, Derived: func(idx []int) []Coord {
+			Coords: Coords{Axes: []CoordKind{KindRequest, KindQPos, KindHead, KindSplit}, Derived: func(idx []int) []Coord {
 				return splitCoords(idx[0], idx[1], idx[2], idx[3])
 			}},
 		}), nil
@@ -412,21 +412,21 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 		}
 	}
 	rowCoords := func(b, i, h int) []Coord {
-		return []Coord{{Name: "context_len", Value: attended[b*SQ+i]}, {Name: "head_tile", Value: (i*H + h) / headTileRows}}
+		return []Coord{{Kind: KindContextLen, Value: attended[b*SQ+i]}, {Kind: KindHeadTile, Value: (i*H + h) / headTileRows}}
 	}
 	red := max(1, topk)
 	return []Output{
 		{
 			Name: "out", Shape: []int{B, SQ, H, L}, DType: c.prec.Out, Exact: Dense(ex.Out), Expected: Dense(xp.Out),
 			Mode: Numeric, Reduction: red,
-			Coords: Coords{Axes: []string{"request", "q_pos", "head", "latent"}, Derived: func(idx []int) []Coord {
-				return append(rowCoords(idx[0], idx[1], idx[2]), Coord{Name: "tile128", Value: idx[3] / 128})
+			Coords: Coords{Axes: []CoordKind{KindRequest, KindQPos, KindHead, KindLatent}, Derived: func(idx []int) []Coord {
+				return append(rowCoords(idx[0], idx[1], idx[2]), Coord{Kind: KindTile128, Value: idx[3] / 128})
 			}},
 		},
 		{
 			Name: "lse", Shape: []int{B, H, SQ}, DType: c.prec.LSE, Exact: Dense(ex.LSE), Expected: Dense(xp.LSE),
 			Mode: Numeric, Reduction: red,
-			Coords: Coords{Axes: []string{"request", "head", "q_pos"}, Derived: func(idx []int) []Coord {
+			Coords: Coords{Axes: []CoordKind{KindRequest, KindHead, KindQPos}, Derived: func(idx []int) []Coord {
 				return rowCoords(idx[0], idx[2], idx[1])
 			}},
 		},

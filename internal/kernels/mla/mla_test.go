@@ -123,8 +123,8 @@ func TestMLADecodeContractPartialsCombine(t *testing.T) {
 	}
 	// coordinates: request 2, head 1, latent 5
 	c := out.Coords.Name([]int{2, 0, 1, 5})
-	want := []Coord{{Name: "request", Value: 2}, {Name: "q_pos", Value: 0}, {Name: "head", Value: 1}, {Name: "latent", Value: 5},
-		{Name: "context_len", Value: 23}, {Name: "visible", Value: 23}, {Name: "last_page_fill", Value: 3}, {Name: "head_tile", Value: 0}, {Name: "tile128", Value: 0}}
+	want := []Coord{{Kind: "request", Value: 2}, {Kind: "q_pos", Value: 0}, {Kind: "head", Value: 1}, {Kind: "latent", Value: 5},
+		{Kind: "context_len", Value: 23}, {Kind: "visible", Value: 23}, {Kind: "last_page_fill", Value: 3}, {Kind: "head_tile", Value: 0}, {Kind: "tile128", Value: 0}}
 	if len(c) != len(want) {
 		t.Fatalf("coords %v, want %v", c, want)
 	}
@@ -135,7 +135,7 @@ func TestMLADecodeContractPartialsCombine(t *testing.T) {
 	}
 	// split 1 of request 2: ceil(23/4) = 6 tokens a split, [6, 12)
 	pc := po.Coords.Name([]int{2, 0, 1, 1, 0})
-	if pc[5] != (Coord{Name: "context_len", Value: 23}) || pc[6] != (Coord{Name: "split_start", Value: 6}) || pc[7] != (Coord{Name: "split_len", Value: 6}) {
+	if pc[5] != (Coord{Kind: "context_len", Value: 23}) || pc[6] != (Coord{Kind: "split_start", Value: 6}) || pc[7] != (Coord{Kind: "split_len", Value: 6}) {
 		t.Errorf("partial coords %v", pc)
 	}
 }
@@ -351,7 +351,7 @@ func TestMLADecodeSparseContract(t *testing.T) {
 			}
 		}
 	}
-	if c := outputNamed(t, souts, "out").Coords.Name([]int{0, 0, 1, 0}); c[4] != (Coord{Name: "context_len", Value: 8}) {
+	if c := outputNamed(t, souts, "out").Coords.Name([]int{0, 0, 1, 0}); c[4] != (Coord{Kind: "context_len", Value: 8}) {
 		t.Errorf("sparse coords %v: context_len should count the 8 attended slots", c)
 	}
 	sin.Params["topk"] = "7"
@@ -389,7 +389,7 @@ func TestSplitKCombineContract(t *testing.T) {
 	if math.Abs(lse.Exact.At(0)-math.Log(4)) > 1e-7 || !math.IsInf(lse.Exact.At(1), 1) || !math.IsInf(lse.Expected.At(1), 1) {
 		t.Errorf("lse = %v / %v, want ln 4 and +inf", lse.Exact, lse.Expected)
 	}
-	if c := out.Coords.Name([]int{1, 0}); c[2] != (Coord{Name: "splits_used", Value: 0}) {
+	if c := out.Coords.Name([]int{1, 0}); c[2] != (Coord{Kind: "splits_used", Value: 0}) {
 		t.Errorf("coords %v: row 1 uses no split", c)
 	}
 	for _, tc := range []struct {

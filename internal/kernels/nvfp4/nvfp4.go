@@ -198,12 +198,12 @@ func fp4Matrix(in Inputs, packed, scale, global string, lay nvfp4.Layout, kind n
 // fp4ElementCoords names an element of a [rows, K] tensor: its 16-element
 // block, its 128-row tile (one tile of swizzled scales) and the nibble it
 // was packed in (0 low, 1 high: a swapped packing errs on every parity).
-func fp4ElementCoords(rowAxis, colAxis string) Coords {
-	return Coords{Axes: []string{rowAxis, colAxis}, Derived: func(idx []int) []Coord {
+func fp4ElementCoords(rowAxis, colAxis CoordKind) Coords {
+	return Coords{Axes: []CoordKind{rowAxis, colAxis}, Derived: func(idx []int) []Coord {
 		if len(idx) != 2 {
 			return nil
 		}
-		return []Coord{{Name: "block16", Value: idx[1] / nvfp4.BlockSize}, {Name: "tile128", Value: idx[0] / nvfp4.TileRows}, {Name: "nibble", Value: idx[1] % 2}}
+		return []Coord{{Kind: KindScaleBlock, Value: idx[1] / nvfp4.BlockSize}, {Kind: KindTile128, Value: idx[0] / nvfp4.TileRows}, {Kind: KindNibble, Value: idx[1] % 2}}
 	}}
 }
 
@@ -254,11 +254,11 @@ func nvfp4Quantize(ctx context.Context, in Inputs, prec Precision, outDTypes Out
 			return ok && eq.ok(2*i, b&0xF) && eq.ok(2*i+1, b>>4)
 		},
 		Reduction: 1,
-		Coords: Coords{Axes: []string{"row", "byte"}, Derived: func(idx []int) []Coord {
+		Coords: Coords{Axes: []CoordKind{KindRow, KindByte}, Derived: func(idx []int) []Coord {
 			if len(idx) != 2 {
 				return nil
 			}
-			return []Coord{{Name: "col", Value: 2 * idx[1]}, {Name: "block16", Value: idx[1] / (nvfp4.BlockSize / 2)}, {Name: "tile128", Value: idx[0] / nvfp4.TileRows}}
+			return []Coord{{Kind: KindCol, Value: 2 * idx[1]}, {Kind: KindScaleBlock, Value: idx[1] / (nvfp4.BlockSize / 2)}, {Kind: KindTile128, Value: idx[0] / nvfp4.TileRows}}
 		}},
 	}
 	scale, err := fp4ScaleOutput(exact, expected, m, k/nvfp4.BlockSize, lay, scaleDType)
@@ -321,11 +321,11 @@ func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.L
 	exCodes, expCodes := exact.Scales, expected.Scales
 	shape := []int{rows, kSF}
 	pos := func(i int) (m, k int) { return i / kSF, i % kSF }
-	coords := Coords{Axes: []string{"row", "block16"}, Derived: func(idx []int) []Coord {
+	coords := Coords{Axes: []CoordKind{KindRow, KindScaleBlock}, Derived: func(idx []int) []Coord {
 		if len(idx) != 2 {
 			return nil
 		}
-		return []Coord{{Name: "tile128", Value: idx[0] / nvfp4.TileRows}}
+		return []Coord{{Kind: KindTile128, Value: idx[0] / nvfp4.TileRows}}
 	}}
 	if lay == nvfp4.Swizzled128x4 {
 		var err error
@@ -338,7 +338,7 @@ func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.L
 		mPad, kPad := nvfp4.PaddedShape(rows, kSF)
 		shape = []int{mPad, kPad}
 		pos = func(i int) (m, k int) { return nvfp4.SwizzledPosition(i, kSF) }
-		coords = Coords{Axes: []string{"sf_row", "sf_col"}, Derived: func(idx []int) []Coord {
+		coords = Coords{Axes: []CoordKind{KindScaleRow, KindScaleCol}, Derived: func(idx []int) []Coord {
 			off := 0
 			switch len(idx) {
 			case 1: // stored flat [M_pad*K_pad]
@@ -353,7 +353,7 @@ func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.L
 			if m >= rows || k >= kSF {
 				pad = 1
 			}
-			return []Coord{{Name: "row", Value: m}, {Name: "block16", Value: k}, {Name: "tile128", Value: m / nvfp4.TileRows}, {Name: "padding", Value: pad}}
+			return []Coord{{Kind: KindRow, Value: m}, {Kind: KindScaleBlock, Value: k}, {Kind: KindTile128, Value: m / nvfp4.TileRows}, {Kind: KindPadding, Value: pad}}
 		}}
 	}
 	decode := func(c uint8) float64 {
@@ -422,7 +422,7 @@ func nvfp4Dequantize(ctx context.Context, in Inputs, prec Precision, outDTypes O
 	}
 	return []Output{{
 		Name: "out", Shape: []int{a.Rows, a.K}, DType: od, Exact: Dense(exact), Expected: Dense(expected),
-		Mode: Numeric, Reduction: 1, Coords: fp4ElementCoords("row", "col"),
+		Mode: Numeric, Reduction: 1, Coords: fp4ElementCoords(KindRow, KindCol),
 	}}, nil
 }
 
@@ -466,11 +466,11 @@ func nvfp4GEMM(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTyp
 	return []Output{{
 		Name: "out", Shape: []int{a.Rows, b.Rows}, DType: od, Exact: Dense(exact), Expected: Dense(expected),
 		Mode: Numeric, Reduction: a.K,
-		Coords: Coords{Axes: []string{"row", "col"}, Derived: func(idx []int) []Coord {
+		Coords: Coords{Axes: []CoordKind{KindRow, KindCol}, Derived: func(idx []int) []Coord {
 			if len(idx) != 2 {
 				return nil
 			}
-			return []Coord{{Name: "tile128", Value: idx[0] / nvfp4.TileRows}, {Name: "col_tile128", Value: idx[1] / nvfp4.TileRows}}
+			return []Coord{{Kind: KindTile128, Value: idx[0] / nvfp4.TileRows}, {Kind: KindColTile128, Value: idx[1] / nvfp4.TileRows}}
 		}},
 	}}, nil
 }

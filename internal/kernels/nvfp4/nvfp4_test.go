@@ -232,7 +232,7 @@ func TestNVFP4QuantizeEquivalence(t *testing.T) {
 				// Storage [5, 0] of [128, 4] is byte 20 = 1*16 + 1*4 + 0:
 				// scale row 1 + 32*1 = 33, column 0, padding (one row only).
 				names := scale.Coords.Name([]int{5, 0})[2:]
-				if names[0].Name != "row" || names[0].Value != 33 || names[1].Value != 0 || names[3].Value != 1 {
+				if names[0].Kind != KindRow || names[0].Value != 33 || names[1].Value != 0 || names[3].Value != 1 {
 					t.Errorf("coords of swizzled byte 20: %v; want row 33, block16 0, padding 1", names)
 				}
 			}
@@ -294,7 +294,7 @@ func TestNVFP4ProduceChain(t *testing.T) {
 				t.Errorf("%s: gemm[%d,%d] = %g, dequantized dot %g", layout, ij[0], ij[1], got, want)
 			}
 		}
-		if c := o.Coords.Name([]int{129, 7}); c[2].Name != "tile128" || c[2].Value != 1 {
+		if c := o.Coords.Name([]int{129, 7}); c[2].Kind != KindTile128 || c[2].Value != 1 {
 			t.Errorf("gemm coords %v", c)
 		}
 	}
@@ -349,7 +349,7 @@ func TestNVFP4DequantizeByHand(t *testing.T) {
 		t.Errorf("dequant: %v %v %v %v", Float64s(o.Exact)[:2], Float64s(o.Expected)[:2], o.DType, o.Mode)
 	}
 	c := o.Coords.Name([]int{0, 1})
-	if len(c) != 5 || c[4].Name != "nibble" || c[4].Value != 1 || c[2].Name != "block16" {
+	if len(c) != 5 || c[4].Kind != KindNibble || c[4].Value != 1 || c[2].Kind != KindScaleBlock {
 		t.Errorf("coords %v", c)
 	}
 }
