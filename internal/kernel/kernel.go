@@ -231,6 +231,10 @@ type Output struct {
 	Reduction int
 	// Coords names the element's coordinates in the kernel's terms.
 	Coords Coords
+	// Before, for an output written in place (a cache after a write), is
+	// what the buffer held before the kernel ran: failing elements that
+	// still hold it were never written, which no position shows.
+	Before Values
 }
 
 // Coords names an output element's position the way the kernel thinks of

@@ -70,6 +70,15 @@ func (b Bytes) At(i int) float64 { return float64(b[i]) }
 // Fork implements Forker.
 func (b Bytes) Fork() Values { return b }
 
+// TensorValues is Values over a tensor's elements, read as float64.
+type TensorValues struct{ T *tensor.Tensor }
+
+// Len implements Values.
+func (v TensorValues) Len() int { return v.T.Len() }
+
+// At implements Values.
+func (v TensorValues) At(i int) float64 { return v.T.Float64At(i) }
+
 // Materialize stores v in a new tensor of dtype d and shape shape, each
 // value rounded as tensor.SetFloat64 rounds it (as tensor.FromFloat64s
 // does), without a float64 copy of the whole output: the one copy is the

@@ -91,6 +91,7 @@ const (
 	NonFinite         = "non_finite"
 	Padding           = "padding"
 	SplitCount        = "split_count"
+	Unwritten         = "unwritten"
 )
 
 // Signature is the named pattern of a check's errors.
@@ -299,7 +300,10 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 		q, e  float64
 		score float64
 	}
-	var best *cand
+	// best is the most significant concentration; named, the most
+	// significant one whose coordinate names a pattern (a page offset, a
+	// split, a scale block...).
+	var best, named *cand
 	for _, st := range stats {
 		K := len(st.vals)
 		if K < 2 {
@@ -338,6 +342,9 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 				(c.score == best.score && specificity(c.st) > specificity(best.st)) {
 				best = c
 			}
+			if patternFor(st, c.set) != Concentrated && (named == nil || c.score > named.score) {
+				named = c
+			}
 		}
 	}
 
@@ -355,8 +362,19 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 	// The best concentration wins, unless it is on a request or context
 	// coordinate and the excess grows with the context: then the growth is
 	// the better explanation (the longest requests fail most).
-	if best != nil && !contextKinds[best.st.kind] {
+	if best != nil && !positionKinds[best.st.kind] {
 		return sig(best)
+	}
+	// A concentration on requests, tokens, pages or contexts names positions, not
+	// a mechanism: tokens 16 and 32 failing are the offset-0 tokens of
+	// pages 1 and 2, and listing the tokens fits more tightly than "page
+	// offset 0" only because page 0's first token cannot slip. A named
+	// pattern that is significant itself explains them better, unless it
+	// selects the very same share of the elements and of the excess (two
+	// requests, each with its own context and split lengths): then the
+	// data cannot tell the two apart, and the position stays.
+	if best != nil && named != nil && (math.Abs(named.e-best.e) > 1e-9 || math.Abs(named.q-best.q) > 1e-9) {
+		return sig(named)
 	}
 	if t := trend(stats, N, maxGroups); t != nil {
 		return t
@@ -364,7 +382,13 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 	if best != nil {
 		return sig(best)
 	}
-	if mEff < 5 {
+	// Too few failures to be significant on any coordinate: even if they
+	// filled one coordinate value on their own (a share failing/N of the
+	// elements holding all of the excess), the score could not reach
+	// minScore. Such a set (a minority of the elements) is isolated, not
+	// spread over every coordinate.
+	tooFew := !opt.Systematic && 2*failing <= N && mEff*math.Log(float64(N)/float64(failing))-nameTry < minScore
+	if mEff < 5 || tooFew {
 		return &Signature{Pattern: Isolated, Detail: isolatedDetail(o, shape, failingSeq, failing)}
 	}
 	what := fmt.Sprintf("%d failing elements", failing)
@@ -403,11 +427,18 @@ func valueHypotheses(o kernel.Output, shape []int, N int, failingSeq iter.Seq[in
 			}
 		}
 	}
-	var pairHits, nibbleHits, zeros, nRatios int
+	var pairHits, nibbleHits, zeros, kept, nRatios int
+	before := o.Before
+	if before != nil && before.Len() != N {
+		before = nil
+	}
 	for i := range failingSeq {
 		a := actual(i)
 		if a == 0 {
 			zeros++
+		}
+		if before != nil && same(a, before.At(i)) {
+			kept++
 		}
 		if _, ok := ratio(i); ok {
 			nRatios++
@@ -427,6 +458,9 @@ func valueHypotheses(o kernel.Output, shape []int, N int, failingSeq iter.Seq[in
 		axis = string(o.Coords.Axes[last])
 	}
 	switch {
+	case float64(kept) >= 0.9*float64(failing):
+		return &Signature{Pattern: Unwritten,
+			Detail: fmt.Sprintf("%d of %d failing elements still hold what the buffer held before the kernel ran: they were never written (a skipped write, or a stale page taken as already written)", kept, failing)}
 	case float64(zeros) >= 0.9*float64(failing):
 		return &Signature{Pattern: Zeros,
 			Detail: fmt.Sprintf("%d of %d failing elements are 0 where the reference is not: the output was not written there (or an empty-row path was taken)", zeros, failing)}
@@ -564,7 +598,7 @@ func trend(stats []*coordStats, N, maxGroups int) *Signature {
 		best = &Signature{
 			Pattern: GrowthWithContext,
 			Coord:   st.name,
-			Detail: fmt.Sprintf("the error grows with %s: mean err/tol %.3g at %s %d rising to %.3g at %d (rank correlation %.2f): accumulation precision",
+			Detail: fmt.Sprintf("the error grows with %s: mean err/tol %.3g at %s %d rising to %.3g at %d (rank correlation %.2f): an error per token that builds up over the context (accumulation precision, or how the scores are weighted)",
 				st.name, means[0], st.name, st.vals[0], means[K-1], st.vals[K-1], rho),
 			Groups: groups,
 		}
@@ -649,10 +683,14 @@ func gloss(pat string) string {
 // a row attends, or where a token sits.
 var trendKinds = map[kernel.CoordKind]bool{kernel.KindContextLen: true, kernel.KindVisible: true, kernel.KindToken: true}
 
-// contextKinds are the coordinates on which a concentration may be the
-// longest contexts failing most: a growth with the context, when there is
-// one, explains it better.
-var contextKinds = map[kernel.CoordKind]bool{kernel.KindContextLen: true, kernel.KindVisible: true, kernel.KindToken: true, kernel.KindRequest: true}
+// positionKinds are the coordinates that say where in the requests an
+// element is (which request, token, page of its tokens, how long its
+// context): a concentration on them may be the longest contexts failing
+// most, which a growth with the context explains better, or the positions
+// a mechanism picks (the first token of every page), which a named
+// pattern explains better.
+var positionKinds = map[kernel.CoordKind]bool{kernel.KindContextLen: true, kernel.KindVisible: true, kernel.KindToken: true,
+	kernel.KindRequest: true, kernel.KindPage: true}
 
 func topGroups(st *coordStats, sw float64, N, maxGroups int) []Group {
 	vals := append([]int(nil), st.vals...)

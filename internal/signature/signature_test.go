@@ -548,3 +548,23 @@ func TestNonFiniteFirst(t *testing.T) {
 		}
 	}
 }
+
+// A failing set too small to be significant on any coordinate is isolated,
+// never "spread over every coordinate": two heads of four failing in each
+// of four requests (the lse of a head swap at TP 32) is 8 elements of 16,
+// which even a coordinate value holding exactly them could not make
+// significant (8·ln 2 is below MinScore).
+func TestTooFewToBeSignificantIsIsolated(t *testing.T) {
+	shape := []int{4, 4}
+	excess := make([]float64, 16)
+	for i := range excess {
+		excess[i] = 0.5
+		if h := i % 4; h == 1 || h == 2 {
+			excess[i] = 3
+		}
+	}
+	o := kernel.Output{Name: "lse", Shape: shape, Coords: kernel.Coords{Axes: []kernel.CoordKind{kernel.KindRequest, kernel.KindHead}}}
+	if sig := Analyze(o, kernel.Dense(excess), Options{}); sig.Pattern != Isolated || !strings.Contains(sig.Detail, "8 element(s) fail, too few to show a pattern") {
+		t.Errorf("8 of 16 failing: %s (%s), want isolated", sig.Pattern, sig.Detail)
+	}
+}
