@@ -304,10 +304,52 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 	// significant one whose coordinate names a pattern (a page offset, a
 	// split, a scale block...).
 	var best, named *cand
+	// consider scores the set of values set of st, holding a share q of
+	// the excess mass in a share e of the elements, chosen among choices
+	// sets of its kind.
+	consider := func(st *coordStats, set []int, q, e, choices float64) {
+		all := q >= 1-1e-9 && float64(N)*(1-e) >= 16
+		if e > 0.5 && !all {
+			return
+		}
+		if !all && (q < 0.75 || q < min(3*e, 0.9)) {
+			return
+		}
+		s := mEff*kl(min(q, 1), e) - choices - nameTry
+		if s < minScore {
+			return
+		}
+		c := &cand{st, append([]int(nil), set...), q, e, s}
+		if best == nil || c.score > best.score ||
+			(c.score == best.score && specificity(c.st) > specificity(best.st)) {
+			best = c
+		}
+		if patternFor(st, c.set) != Concentrated && (named == nil || c.score > named.score) {
+			named = c
+		}
+	}
 	for _, st := range stats {
 		K := len(st.vals)
 		if K < 2 {
 			continue
+		}
+		if countKinds[st.kind] {
+			// A count selects a code path by a cut, not by a few values:
+			// the rows with fewer than c non-empty splits (an empty
+			// split), or with c or more (several splits weighed). One of
+			// 2(K-1) cuts; a cut at 1 would only set apart the rows that
+			// attend nothing, which no mechanism needs.
+			var qBelow, eBelow float64
+			for j := 0; j < K-1; j++ {
+				v := st.vals[j]
+				qBelow += st.mass[v] / sw
+				eBelow += st.count[v] / float64(N)
+				choices := math.Log(float64(2 * (K - 1)))
+				consider(st, st.vals[:j+1], qBelow, eBelow, choices)
+				if st.vals[j+1] >= 2 {
+					consider(st, st.vals[j+1:], 1-qBelow, 1-eBelow, choices)
+				}
+			}
 		}
 		order := append([]int(nil), st.vals...)
 		sort.SliceStable(order, func(a, b int) bool {
@@ -326,25 +368,10 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 			v := order[k-1]
 			q += st.mass[v] / sw
 			e += st.count[v] / float64(N)
-			all := q >= 1-1e-9 && float64(N)*(1-e) >= 16
-			if e > 0.5 && !all {
+			if e > 0.5 && !(q >= 1-1e-9 && float64(N)*(1-e) >= 16) {
 				break
 			}
-			if !all && (q < 0.75 || q < min(3*e, 0.9)) {
-				continue
-			}
-			s := mEff*kl(min(q, 1), e) - lnChoose(K, k) - nameTry
-			if s < minScore {
-				continue
-			}
-			c := &cand{st, append([]int(nil), order[:k]...), q, e, s}
-			if best == nil || c.score > best.score ||
-				(c.score == best.score && specificity(c.st) > specificity(best.st)) {
-				best = c
-			}
-			if patternFor(st, c.set) != Concentrated && (named == nil || c.score > named.score) {
-				named = c
-			}
+			consider(st, order[:k], q, e, lnChoose(K, k))
 		}
 	}
 
@@ -682,6 +709,10 @@ func gloss(pat string) string {
 // trendKinds are the coordinates an error can grow with: how many tokens
 // a row attends, or where a token sits.
 var trendKinds = map[kernel.CoordKind]bool{kernel.KindContextLen: true, kernel.KindVisible: true, kernel.KindToken: true}
+
+// countKinds are counts whose values select a code path by a cut (fewer
+// than c, or c or more), not by a few values.
+var countKinds = map[kernel.CoordKind]bool{kernel.KindSplitsUsed: true}
 
 // positionKinds are the coordinates that say where in the requests an
 // element is (which request, token, page of its tokens, how long its
