@@ -198,6 +198,7 @@ func TestFaultSignatures(t *testing.T) {
 				if c.Signature == nil {
 					t.Fatalf("%s: verdict %s, no signature", c.Tensor, c.Verdict)
 				}
+				t.Logf("%s: %s (by %q)", c.Tensor, c.Signature.Pattern, c.Signature.Coord)
 				if c.Signature.Pattern != row.pattern || c.Signature.Coord != string(row.kind) {
 					t.Errorf("%s: signature %s (by %q), want %s (by %q): %s", c.Tensor, c.Signature.Pattern, c.Signature.Coord, row.pattern, row.kind, c.Signature.Detail)
 				}
