@@ -419,11 +419,12 @@ func compareOutputs(k kernel.Kernel, in kernel.Inputs, prec kernel.Precision, ou
 		// A flat capture of a multi-dimensional output (swizzled scales
 		// stored as [M_pad*K_pad]) is read in the reference's shape.
 		actual = &tensor.Tensor{DType: actual.DType, Shape: ref.Shape, Data: actual.Data}
-		c, err := compare.Compare(*ref, actual, opts.policy(), compare.Options{WorstK: opts.worstK(), Context: opts.ctx})
+		c, err := compare.Compare(*ref, actual, opts.policy(), compare.Options{WorstK: opts.worstK(), Context: opts.ctx, Profile: opts.Observe != nil})
 		if err != nil {
 			return nil, nil, opts.stopped(err)
 		}
 		opts.observe(k, in.Params, ref, actual, c)
+		c.Profile = nil // the observer's: a result holds no profile
 		checks = append(checks, c)
 	}
 	return checks, refs, nil

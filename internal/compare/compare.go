@@ -61,6 +61,10 @@ type Check struct {
 	Tolerance string    `json:"tolerance"`
 	// Signature names the pattern of the errors when the check does not pass.
 	Signature *signature.Signature `json:"signature,omitempty"`
+	// Profile is the excess by every coordinate value the signature was
+	// read from, for a report's plots: set when Options.Profile asks for
+	// it (a passing check's too). The JSON result does not carry it.
+	Profile *signature.Profile `json:"-"`
 }
 
 // Metrics are whole-tensor numbers. err_i is |actual_i - exact_i| for a
@@ -188,6 +192,9 @@ type Options struct {
 	// error: an output computed on demand (a whole KV cache) is where a
 	// check spends its time.
 	Context context.Context
+	// Profile asks for Check.Profile: the elements' excess by coordinate
+	// value, from the same judgement as the metrics (a report plots it).
+	Profile bool
 }
 
 // Compare judges actual against the reference side o with policy pol (the
@@ -419,11 +426,13 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		// The signature reads every element's excess again, in passes:
 		// judged again on each read, never stored, since an output may be
 		// a whole KV cache.
-		c.Signature = signature.Analyze(o, newExcessValues(N, j), signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At,
-			NonFinite: nonFinite})
-		if err := j.ctx.Err(); err != nil { // the excess read as 0 from then on: no signature
-			return Check{}, err
-		}
+		c.Signature, c.Profile = signature.AnalyzeProfile(o, newExcessValues(N, j), signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At,
+			NonFinite: nonFinite, Profile: opts.Profile})
+	} else if opts.Profile {
+		c.Profile = signature.NewProfile(o, newExcessValues(N, j), signature.Options{})
+	}
+	if err := j.ctx.Err(); err != nil { // the excess read as 0 from then on: no signature, no profile
+		return Check{}, err
 	}
 	return c, nil
 }

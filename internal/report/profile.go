@@ -35,9 +35,9 @@ type Profile struct {
 	// begins, from the run's partial outputs) are drawn as boundaries.
 	PageSize    int   `json:"page_size,omitempty"`
 	SplitStarts []int `json:"split_starts,omitempty"`
-	// Sampled is the stride of the sample the counts and means come from
-	// (1: every element); failing elements outside the sample are added to
-	// the largest values and failing counts, up to maxProfileElements of them.
+	// Sampled is 1 over the share of the clean elements the counts and
+	// means come from (1: every element; signature.Profile samples an
+	// output of more than 2^21 elements); every failing element is counted.
 	Sampled int `json:"sampled,omitempty"`
 	// Axes is the output's rank: Coords[:Axes] are its axes, the rest
 	// derived coordinates.
@@ -76,11 +76,6 @@ type Grid struct {
 	YWidth int               `json:"y_width,omitempty"`
 	Max    [][]compare.Float `json:"max"`
 }
-
-// maxProfileElements bounds the elements whose coordinates are named one by
-// one; larger outputs are sampled with a stride (failing elements are
-// always included, up to as many again). A variable for the tests.
-var maxProfileElements = 1 << 21
 
 // maxValues bounds the values a coordinate profile keeps before binning;
 // maxGrid bounds each side of the heat map.
@@ -147,153 +142,51 @@ func (r *Recorder) Take() []Profile {
 type agg struct {
 	max, sum     float64
 	count, fails int
-	// infinite: a sampled element's err/tol is infinite (or NaN), which
-	// makes the group's mean infinite too: the mean of its finite rest
-	// would look better than the elements are (0 for an all-NaN output).
+	// infinite: an element's err/tol is infinite (or NaN), which makes the
+	// group's mean infinite too: the mean of its finite rest would look
+	// better than the elements are (0 for an all-NaN output).
 	infinite bool
 }
 
-// excessOf mirrors compare.Compare's element judgement: err/tol, +Inf for a
-// special-value mismatch or any error against a zero tolerance, 0 for an
-// element the kernel's equivalence rule accepts.
-func excessOf(o check.Observation, b compare.Bounds, i int) float64 {
-	ref := o.Ref
-	av := o.Actual.Float64At(i)
-	ev, xv := ref.Expected.At(i), ref.Exact.At(i)
-	nanA, nanE := math.IsNaN(av), math.IsNaN(ev)
-	switch {
-	case nanA != nanE:
-		return math.Inf(1)
-	case nanA:
-		return 0
-	case math.IsInf(av, 0) || math.IsInf(ev, 0):
-		if av != ev {
-			return math.Inf(1)
-		}
-		return 0
-	}
-	if ref.Mode == kernel.Bitwise {
-		if av == ev || (ref.Equivalent != nil && ref.Equivalent(i, av)) {
-			return 0
-		}
-		return math.Inf(1)
-	}
-	r := xv
-	if math.IsNaN(xv) || math.IsInf(xv, 0) {
-		r = ev
-	}
-	err := math.Abs(av - r)
-	tol := b.Tol(i, xv, ev)
-	switch {
-	case err > tol && ref.Equivalent != nil && ref.Equivalent(i, av):
-		return 0
-	case tol > 0:
-		return err / tol
-	case err > 0:
-		return math.Inf(1)
-	}
-	return 0
-}
-
+// profileOf draws on the profile compare built for the check (the one the
+// signature was read from): the report judges no element itself.
 func profileOf(o check.Observation) (Profile, []int) {
 	c := o.Check
 	name := c.Tensor
 	if o.Stage != "" {
 		name = o.Stage + "." + name
 	}
-	p := Profile{Tensor: name, Kind: o.Kind, Kernel: o.Kernel, Bitwise: o.Ref.Mode == kernel.Bitwise,
+	p := Profile{Tensor: name, Kind: o.Kind, Kernel: o.Kernel, Bitwise: o.Ref != nil && o.Ref.Mode == kernel.Bitwise,
 		Worst: c.Metrics.MaxExcess, Verdict: c.Verdict, Sampled: 1}
 	if ps, err := strconv.Atoi(o.Params["page_size"]); err == nil && ps > 0 {
 		p.PageSize = ps
 	}
-	n := o.Actual.Len()
-	if n == 0 || o.Ref.Expected == nil || o.Ref.Exact == nil || o.Ref.Expected.Len() != n || o.Ref.Exact.Len() != n {
+	sp := c.Profile
+	if sp == nil || sp.N == 0 || o.Actual == nil {
 		return p, nil
 	}
-	var b compare.Bounds
-	if o.Ref.Mode != kernel.Bitwise && o.Policy != nil {
-		b = o.Policy.Bounds(*o.Ref, o.Actual.DType)
-	}
-	if b.Tol == nil {
-		b.Tol = func(int, float64, float64) float64 { return 0 }
-	}
 	shape := o.Actual.Shape
-	if tensor.NumElements(shape) != n {
-		shape = []int{n}
+	if tensor.NumElements(shape) != sp.N {
+		shape = []int{sp.N}
 	}
 	p.Axes = len(shape)
-	stride := 1
-	if n > maxProfileElements {
-		stride = (n + maxProfileElements - 1) / maxProfileElements
+	if sp.Rate < 1 {
+		p.Sampled = int(math.Ceil(1 / sp.Rate))
 	}
-	p.Sampled = stride
-	aggs := map[string]map[int]*agg{}
-	var order []string
-	grid := map[[2]int]float64{}
-	gx, gy := "", ""
 	var starts []int
-	seenStart := map[int]bool{}
-	extra := 0 // failing elements outside the sample, named too (bounded)
-	for i := 0; i < n; i++ {
-		e := excessOf(o, b, i)
-		if i%stride != 0 {
-			if !(e > 1) || extra >= maxProfileElements {
-				continue
-			}
-			extra++
+	for _, cv := range sp.Coords() {
+		m := make(map[int]*agg, len(cv.Values))
+		for j, v := range cv.Values {
+			m[v] = &agg{max: cv.Max[j], sum: cv.FiniteSum[j], count: int(math.Round(cv.Count[j])), fails: cv.Failing[j],
+				infinite: math.IsInf(cv.Max[j], 1) || math.IsNaN(cv.Max[j])}
 		}
-		coords := o.Ref.Coords.Name(tensor.Unravel(i, shape))
-		if gx == "" {
-			gy, gx = gridAxes(coords, shape)
-		}
-		var xv, yv int
-		for _, cd := range coords {
-			m := aggs[cd.Name()]
-			if m == nil {
-				m = map[int]*agg{}
-				aggs[cd.Name()] = m
-				order = append(order, cd.Name())
-			}
-			a := m[cd.Value]
-			if a == nil {
-				a = &agg{}
-				m[cd.Value] = a
-			}
-			a.max = math.Max(a.max, e)
-			if e > 1 {
-				a.fails++
-			}
-			if i%stride == 0 {
-				a.count++
-				if math.IsInf(e, 0) || math.IsNaN(e) {
-					a.infinite = true
-				} else {
-					a.sum += e
-				}
-			}
-			switch cd.Name() {
-			case gx:
-				xv = cd.Value
-			case gy:
-				yv = cd.Value
-			}
-			if cd.Kind == kernel.KindSplitStart && !seenStart[cd.Value] {
-				seenStart[cd.Value] = true
-				starts = append(starts, cd.Value)
-			}
-		}
-		if gx != "" {
-			k := [2]int{yv, xv}
-			if v, ok := grid[k]; !ok || e > v {
-				grid[k] = e
-			}
+		p.Coords = append(p.Coords, coordProfile(cv.Name, m))
+		if cv.Kind == kernel.KindSplitStart {
+			starts = append(starts, cv.Values...)
 		}
 	}
-	for _, name := range order {
-		p.Coords = append(p.Coords, coordProfile(name, aggs[name]))
-	}
-	if gx != "" && gy != "" {
-		p.Map = gridOf(gx, gy, grid)
+	if gy, gx, cells, ok := sp.Grid(); ok {
+		p.Map = gridOf(gx, gy, cells)
 	}
 	return p, starts
 }
@@ -350,40 +243,6 @@ func coordProfile(name string, m map[int]*agg) CoordProfile {
 		cp.Width = 0
 	}
 	return cp
-}
-
-// gridPairs are the heat maps worth drawing, rows first: head by request
-// for attention, page by page offset for caches, row by 16-element block
-// for NVFP4, row by split for split-K.
-var gridPairs = [][2]string{
-	{"head", "request"}, {"head", "q_pos"}, {"head", "context_len"},
-	{"block", "page_offset"}, {"page", "page_offset"},
-	{"row", "block16"}, {"sf_row", "sf_col"}, {"row", "col"}, {"row", "split"},
-	{"row", "latent"}, {"request", "token"}, {"request", "rank"},
-}
-
-// gridAxes picks the heat map's coordinates from those of one element.
-func gridAxes(coords []kernel.Coord, shape []int) (y, x string) {
-	has := map[string]bool{}
-	for _, c := range coords {
-		has[c.Name()] = true
-	}
-	for _, pr := range gridPairs {
-		if has[pr[0]] && has[pr[1]] {
-			return pr[0], pr[1]
-		}
-	}
-	// The two leading axes with more than one value.
-	var axes []string
-	for d, s := range shape {
-		if s > 1 && d < len(coords) {
-			axes = append(axes, coords[d].Name())
-		}
-	}
-	if len(axes) >= 2 {
-		return axes[0], axes[1]
-	}
-	return "", ""
 }
 
 func gridOf(x, y string, cells map[[2]int]float64) *Grid {

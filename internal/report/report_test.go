@@ -482,25 +482,29 @@ func (f fixedTol) Bounds(kernel.Output, tensor.DType) compare.Bounds {
 	return compare.Bounds{Tol: func(int, float64, float64) float64 { return float64(f) }, Band: 1}
 }
 
-// A large output is profiled from a sample, but every failing element is
-// in the largest values and the failing counts, at its own coordinate.
-func TestProfileSampling(t *testing.T) {
-	defer func(m int) { maxProfileElements = m }(maxProfileElements)
-	maxProfileElements = 100
+// The report judges no element itself: its profile is compare's (the one
+// the signature was read from), so its largest value and failing count are
+// the check's own max excess and over-tolerance count, at the failing
+// elements' own coordinates.
+func TestProfileIsCompares(t *testing.T) {
 	const n = 1000
 	ref := kernel.Output{Name: "out", Shape: []int{n}, Exact: make(kernel.Dense, n), Expected: make(kernel.Dense, n),
 		Coords: kernel.Coords{Axes: []kernel.CoordKind{"token"}}}
 	act := tensor.New(tensor.F32, n)
-	for _, i := range []int{7, 503} { // neither in the 1-in-10 sample
+	for _, i := range []int{7, 503} {
 		act.SetFloat64(i, 1)
 	}
-	c, err := compare.Compare(ref, act, fixedTol(0.1), compare.Options{})
+	act.SetFloat64(900, math.NaN())
+	c, err := compare.Compare(ref, act, fixedTol(0.1), compare.Options{Profile: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c.Profile == nil {
+		t.Fatal("compare built no profile")
+	}
 	p, _ := profileOf(check.Observation{Kernel: "k", Ref: &ref, Actual: act, Check: c, Policy: fixedTol(0.1)})
-	if p.Sampled != 10 {
-		t.Fatalf("sampled 1 in %d, want 10", p.Sampled)
+	if p.Sampled != 1 {
+		t.Fatalf("sampled 1 in %d, want every element", p.Sampled)
 	}
 	tok := p.Coords[0]
 	count, fails, found := 0, 0, map[int]float64{}
@@ -511,8 +515,13 @@ func TestProfileSampling(t *testing.T) {
 			found[v] = float64(tok.Max[j])
 		}
 	}
-	if count != 100 || fails != 2 || found[7] != 10 || found[503] != 10 {
-		t.Errorf("count %d (want 100), failing %d (want 2), failing values %v (want 7 and 503 at err/tol 10)", count, fails, found)
+	if count != n || fails != c.Metrics.OverTol || fails != 3 || found[7] != 10 || found[503] != 10 || !math.IsInf(found[900], 1) {
+		t.Errorf("count %d (want %d), failing %d (want the check's %d, 3), failing values %v (want 7 and 503 at err/tol 10, 900 at +Inf)",
+			count, n, fails, c.Metrics.OverTol, found)
+	}
+	// Without a profile asked for, a check carries none.
+	if c, _ := compare.Compare(ref, act, fixedTol(0.1), compare.Options{}); c.Profile != nil {
+		t.Error("a profile built that nobody asked for")
 	}
 }
 

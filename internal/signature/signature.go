@@ -144,16 +144,23 @@ type Options struct {
 	// many-million-element capture is analysed in bounded time (default
 	// 1<<21).
 	MaxElements int
+	// Profile asks AnalyzeProfile for the profile even where the
+	// signature needs none (a swap or a constant factor is read from the
+	// values alone), with the heat map a report draws.
+	Profile bool
 }
 
 type coordStats struct {
 	name   string
 	kind   kernel.CoordKind
+	added  bool            // the parity signature adds, not a coordinate of the kernel's
 	vals   []int           // distinct values, ascending
 	count  map[int]float64 // elements (estimated when sampled)
 	mass   map[int]float64
 	fail   map[int]int
 	excess map[int]float64 // sum of (capped) excess over all elements
+	max    map[int]float64 // the largest excess, +Inf included
+	finite map[int]float64 // sum of the finite excess (estimated when sampled)
 }
 
 // Analyze finds the pattern in excess (err_i/tol_i for every element of o,
@@ -167,20 +174,32 @@ type coordStats struct {
 // coordinate values, not with 8 bytes an element. The quantiles it needs
 // are selected exactly (kthSmallest), not by sorting a copy.
 func Analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
-	sig := analyze(o, excess, opt)
+	sig, _ := AnalyzeProfile(o, excess, opt)
+	return sig
+}
+
+// AnalyzeProfile is Analyze that also returns the profile the signature
+// was read from, when Options.Profile asks for it or the signature needed
+// one (nil otherwise): one pass over the elements feeds both the signature
+// and the report's plots.
+func AnalyzeProfile(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *Profile) {
+	sig, prof := analyze(o, excess, opt)
+	if !opt.Profile {
+		prof = nil
+	}
 	if opt.NonFinite == 0 {
-		return sig
+		return sig, prof
 	}
 	lead := fmt.Sprintf("%d of %d elements hold NaN or an infinity where the expected output does not, or the reverse", opt.NonFinite, excess.Len())
 	switch sig.Pattern {
 	case None, Uniform, Isolated:
-		return &Signature{Pattern: NonFinite, Detail: lead}
+		return &Signature{Pattern: NonFinite, Detail: lead}, prof
 	}
 	sig.Detail = lead + "; " + sig.Detail
-	return sig
+	return sig, prof
 }
 
-func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
+func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *Profile) {
 	thr := opt.Threshold
 	if thr <= 0 {
 		thr = 1
@@ -208,9 +227,8 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 		}
 	}
 	capv := 10 * max(maxFinite, thr)
-	// ex is the capped excess of element i.
-	ex := func(i int) float64 {
-		e := excess.At(i)
+	// capped caps an element's excess.
+	capped := func(e float64) float64 {
 		switch {
 		case math.IsNaN(e) || e < 0:
 			return 0
@@ -219,6 +237,8 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 		}
 		return e
 	}
+	// ex is the capped excess of element i.
+	ex := func(i int) float64 { return capped(excess.At(i)) }
 	// weight is an element's share of the excess mass, from its capped excess.
 	var weight func(e float64) float64
 	if opt.Systematic {
@@ -267,19 +287,6 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 			}
 		}
 	}
-	if failing >= 4 && opt.Actual != nil && !opt.Systematic {
-		if sig := valueHypotheses(o, shape, N, failingSeq, failing, opt.Actual); sig != nil {
-			return sig
-		}
-	}
-	if sw == 0 {
-		if opt.Systematic {
-			return &Signature{Pattern: Uniform, Detail: "the whole-tensor error exceeds its bound but is spread evenly over the elements"}
-		}
-		return &Signature{Pattern: None, Detail: "no element exceeds its tolerance"}
-	}
-	mEff := sw * sw / sw2
-
 	maxElems := opt.MaxElements
 	if maxElems <= 0 {
 		maxElems = 1 << 21
@@ -291,7 +298,34 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 	if !opt.Systematic {
 		weighted = failSet
 	}
-	stats := collect(o, shape, N, ex, weight, thr, maxElems, weighted)
+	// profile is built once, when the signature needs it or the caller asks.
+	var prof *Profile
+	profile := func() *Profile {
+		if prof == nil {
+			prof = collect(o, shape, N, excess.At, capped, weight, thr, maxElems, weighted, opt.Profile)
+		}
+		return prof
+	}
+	early := func(sig *Signature) (*Signature, *Profile) {
+		if opt.Profile && N > 0 {
+			profile()
+		}
+		return sig, prof
+	}
+	if failing >= 4 && opt.Actual != nil && !opt.Systematic {
+		if sig := valueHypotheses(o, shape, N, failingSeq, failing, opt.Actual); sig != nil {
+			return early(sig)
+		}
+	}
+	if sw == 0 {
+		if opt.Systematic {
+			return early(&Signature{Pattern: Uniform, Detail: "the whole-tensor error exceeds its bound but is spread evenly over the elements"})
+		}
+		return early(&Signature{Pattern: None, Detail: "no element exceeds its tolerance"})
+	}
+	mEff := sw * sw / sw2
+
+	stats := profile().stats
 	nameTry := math.Log(float64(max(len(stats), 1)))
 
 	type cand struct {
@@ -390,7 +424,7 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 	// coordinate and the excess grows with the context: then the growth is
 	// the better explanation (the longest requests fail most).
 	if best != nil && !positionKinds[best.st.kind] {
-		return sig(best)
+		return sig(best), prof
 	}
 	// A concentration on requests, tokens, pages or contexts names positions, not
 	// a mechanism: tokens 16 and 32 failing are the offset-0 tokens of
@@ -401,13 +435,13 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 	// requests, each with its own context and split lengths): then the
 	// data cannot tell the two apart, and the position stays.
 	if best != nil && named != nil && (math.Abs(named.e-best.e) > 1e-9 || math.Abs(named.q-best.q) > 1e-9) {
-		return sig(named)
+		return sig(named), prof
 	}
 	if t := trend(stats, N, maxGroups); t != nil {
-		return t
+		return t, prof
 	}
 	if best != nil {
-		return sig(best)
+		return sig(best), prof
 	}
 	// Too few failures to be significant on any coordinate: even if they
 	// filled one coordinate value on their own (a share failing/N of the
@@ -416,13 +450,13 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) *Signature {
 	// spread over every coordinate.
 	tooFew := !opt.Systematic && 2*failing <= N && mEff*math.Log(float64(N)/float64(failing))-nameTry < minScore
 	if mEff < 5 || tooFew {
-		return &Signature{Pattern: Isolated, Detail: isolatedDetail(o, shape, failingSeq, failing)}
+		return &Signature{Pattern: Isolated, Detail: isolatedDetail(o, shape, failingSeq, failing)}, prof
 	}
 	what := fmt.Sprintf("%d failing elements", failing)
 	if opt.Systematic {
 		what = "the top decile of the excess"
 	}
-	return &Signature{Pattern: Uniform, Detail: what + " spread over every coordinate: no coordinate value holds a disproportionate share"}
+	return &Signature{Pattern: Uniform, Detail: what + " spread over every coordinate: no coordinate value holds a disproportionate share"}, prof
 }
 
 // valueHypotheses tests explanations of the failing elements' values: at
@@ -514,27 +548,34 @@ func valueHypotheses(o kernel.Output, shape []int, N int, failingSeq iter.Seq[in
 	return nil
 }
 
-// collect aggregates excess by every coordinate value: ex(i) is element i's
-// capped excess, weight(ex(i)) its excess mass. weighted, when not nil,
-// marks (a bit an element) every element of nonzero weight: the others need
-// not be judged unless they fall in the sample.
-func collect(o kernel.Output, shape []int, N int, ex func(int) float64, weight func(float64) float64, thr float64, maxElems int, weighted []uint64) []*coordStats {
-	var stats []*coordStats
+// collect aggregates the excess by every coordinate value, into a
+// Profile: raw(i) is element i's excess, capped(e) its capped value and
+// weight(capped) its excess mass. weighted, when not nil, marks (a bit an
+// element) every element of nonzero weight: the others need not be judged
+// unless they fall in the sample. withGrid also records the heat map.
+func collect(o kernel.Output, shape []int, N int, raw func(int) float64, capped, weight func(float64) float64, thr float64, maxElems int, weighted []uint64, withGrid bool) *Profile {
+	p := &Profile{N: N, Rate: 1}
 	byName := map[string]*coordStats{}
 	get := func(name string, kind kernel.CoordKind) *coordStats {
 		if st, ok := byName[name]; ok {
 			return st
 		}
-		st := &coordStats{name: name, kind: kind, count: map[int]float64{}, mass: map[int]float64{}, fail: map[int]int{}, excess: map[int]float64{}}
+		st := &coordStats{name: name, kind: kind, count: map[int]float64{}, mass: map[int]float64{}, fail: map[int]int{}, excess: map[int]float64{},
+			max: map[int]float64{}, finite: map[int]float64{}}
 		byName[name] = st
-		stats = append(stats, st)
+		p.stats = append(p.stats, st)
 		return st
 	}
-	add := func(name string, kind kernel.CoordKind, v int, e, w, count float64) {
-		st := get(name, kind)
+	add := func(st *coordStats, v int, r, e, w, count float64) {
 		st.count[v] += count
 		st.mass[v] += w
 		st.excess[v] += count * e
+		if m, ok := st.max[v]; !ok || r > m || math.IsNaN(m) {
+			st.max[v] = r
+		}
+		if !math.IsInf(r, 0) && !math.IsNaN(r) {
+			st.finite[v] += count * r
+		}
 		if e > thr {
 			st.fail[v]++
 		}
@@ -547,6 +588,7 @@ func collect(o kernel.Output, shape []int, N int, ex func(int) float64, weight f
 	if N > maxElems {
 		rate = float64(maxElems) / float64(N)
 	}
+	p.Rate = rate
 	// The parity of the last axis, unless the kernel names one itself.
 	last := len(shape) - 1
 	parityName := ""
@@ -559,11 +601,15 @@ func collect(o kernel.Output, shape []int, N int, ex func(int) float64, weight f
 			}
 		}
 	}
+	var parity *coordStats
+	gridMade := !withGrid
+	gx, gy := -1, -1 // the heat map's coordinates, by position among an element's
 	for i := 0; i < N; i++ {
 		if weighted != nil && rate < 1 && weighted[i>>6]>>(i&63)&1 == 0 && unitHash(uint64(i)) >= rate {
 			continue // weight 0 and not in the sample
 		}
-		e := ex(i)
+		r := raw(i)
+		e := capped(r)
 		w := weight(e)
 		count := 1.0
 		if w == 0 && rate < 1 {
@@ -573,20 +619,38 @@ func collect(o kernel.Output, shape []int, N int, ex func(int) float64, weight f
 			count = 1 / rate
 		}
 		idx := tensor.Unravel(i, shape)
-		for _, c := range o.Coords.Name(idx) {
-			add(c.Name(), c.Kind, c.Value, e, w, count)
+		coords := o.Coords.Name(idx)
+		if !gridMade {
+			gridMade = true
+			if y, x := gridAxes(coords, shape); y >= 0 {
+				gy, gx = y, x
+				p.grid = &gridCells{y: coords[y].Name(), x: coords[x].Name(), max: map[[2]int]float64{}}
+			}
+		}
+		for _, c := range coords {
+			add(get(c.Name(), c.Kind), c.Value, r, e, w, count)
 		}
 		if parityName != "" {
-			add(parityName, kernel.KindParity, idx[last]%2, e, w, count)
+			if parity == nil {
+				parity = get(parityName, kernel.KindParity)
+				parity.added = true
+			}
+			add(parity, idx[last]%2, r, e, w, count)
+		}
+		if p.grid != nil && gy < len(coords) && gx < len(coords) {
+			k := [2]int{coords[gy].Value, coords[gx].Value}
+			if m, ok := p.grid.max[k]; !ok || r > m {
+				p.grid.max[k] = r
+			}
 		}
 	}
-	for _, st := range stats {
+	for _, st := range p.stats {
 		for v := range st.count {
 			st.vals = append(st.vals, v)
 		}
 		sort.Ints(st.vals)
 	}
-	return stats
+	return p
 }
 
 // trend looks for excess growing with a context-like coordinate: Spearman
