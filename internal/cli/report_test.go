@@ -76,7 +76,7 @@ func TestRunReportFlag(t *testing.T) {
 	for _, want := range []string{
 		"kcheck run --case " + name + " --backend faulty:page_boundary_off_by_one",
 		captureFile(caps, name),
-		"(by `token`)",
+		"`page_boundary` (by `page_offset`)", // the page off-by-one: its offset-0 tokens, not "by token"
 	} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q", want)
