@@ -127,7 +127,7 @@ func (g *gpuBackend) Report(t *testing.T, o conformance.Outcome) {
 		m := o.Capture.Metadata
 		rec.MS, _ = strconv.ParseFloat(m["kcheck.cuda.ms"], 64)
 		rec.Launch, rec.Path = m["kcheck.cuda.launch"], m["kcheck.cuda.gemm_path"]
-		if o.Verdict != check.Pass {
+		if o.Verdict != string(check.Pass) {
 			saveFailure(t, o.Case, *o.Capture)
 		}
 	}

@@ -146,10 +146,10 @@ func RunCases(t *testing.T, b Backend, sel []cases.Case) {
 				r.Report(t, o)
 			}
 			switch o.Verdict {
-			case check.Pass:
+			case string(check.Pass):
 			case "unsupported":
 				t.Skip(o.Reason)
-			case check.Inconclusive:
+			case string(check.Inconclusive):
 				t.Logf("%s: inconclusive: %s", b.Name(), o.Reason)
 			default:
 				t.Errorf("%s: %s: %s", b.Name(), o.Verdict, o.Reason)
@@ -163,12 +163,12 @@ func runCase(c cases.Case, b Backend) Outcome {
 	o := Outcome{Case: c.Name, Kernel: c.Kernel}
 	in, err := c.Inputs()
 	if err != nil {
-		o.Verdict, o.Reason = check.Error, "building the inputs: "+err.Error()
+		o.Verdict, o.Reason = string(check.Error), "building the inputs: "+err.Error()
 		return o
 	}
 	meta, err := c.Metadata()
 	if err != nil {
-		o.Verdict, o.Reason = check.Error, "metadata: "+err.Error()
+		o.Verdict, o.Reason = string(check.Error), "metadata: "+err.Error()
 		return o
 	}
 	meta["kcheck.backend"] = b.Name()
@@ -178,13 +178,13 @@ func runCase(c cases.Case, b Backend) Outcome {
 		return o
 	}
 	if err != nil {
-		o.Verdict, o.Reason = check.Error, "the backend failed: "+err.Error()
+		o.Verdict, o.Reason = string(check.Error), "the backend failed: "+err.Error()
 		return o
 	}
 	capt := evidence.Assemble(c.Name, in.Tensors, outs, meta, bmeta)
 	o.Capture = &capt
 	r := check.Run(capt, check.Options{})
-	o.Verdict, o.Reason = r.Verdict, explain(r)
+	o.Verdict, o.Reason = string(r.Verdict), explain(r)
 	return o
 }
 

@@ -65,16 +65,16 @@ func TestOutcomes(t *testing.T) {
 		c       string
 		verdict string
 	}{
-		{"reference", Reference(), "kv_cache_gather/bf16/p16/ctx-3P", check.Pass},
-		{"page off by one", offByOne, "kv_cache_gather/bf16/p16/ctx-3P", check.Fail},
-		{"nibble order", nibbles, "nvfp4_dequantize/m16/k2048/linear/dequant", check.Fail},
+		{"reference", Reference(), "kv_cache_gather/bf16/p16/ctx-3P", string(check.Pass)},
+		{"page off by one", offByOne, "kv_cache_gather/bf16/p16/ctx-3P", string(check.Fail)},
+		{"nibble order", nibbles, "nvfp4_dequantize/m16/k2048/linear/dequant", string(check.Fail)},
 		{"unsupported", unsupported{}, "kv_cache_gather/bf16/p16/ctx-3P", "unsupported"},
 	} {
 		o := runCase(catalogCase(t, tc.c), tc.b)
 		if o.Verdict != tc.verdict {
 			t.Errorf("%s on %s: verdict %s (%s), want %s", tc.name, tc.c, o.Verdict, o.Reason, tc.verdict)
 		}
-		if tc.verdict == check.Fail && (o.Reason == "" || o.Capture == nil) {
+		if tc.verdict == string(check.Fail) && (o.Reason == "" || o.Capture == nil) {
 			t.Errorf("%s on %s: a failure says nothing (%q) or keeps no capture", tc.name, tc.c, o.Reason)
 		}
 	}

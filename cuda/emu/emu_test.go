@@ -213,7 +213,7 @@ func TestPlantedBugsFail(t *testing.T) {
 				}
 				worst := ""
 				for _, ch := range bad.Checks {
-					if string(ch.Verdict) == check.Fail {
+					if ch.Verdict == check.Fail {
 						worst = ch.Tensor + ": " + ch.Reason
 						break
 					}

@@ -21,12 +21,13 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-// Verdicts, as reference/CONTRACTS.md §7.2 spells them.
+// Verdicts, as reference/CONTRACTS.md §7.2 spells them: compare's, the one
+// Verdict type a check, a file, a stage and a diagnosis share.
 const (
-	Pass         = string(compare.Pass)
-	Fail         = string(compare.Fail)
-	Inconclusive = string(compare.Inconclusive)
-	Error        = string(compare.Error)
+	Pass         = compare.Pass
+	Fail         = compare.Fail
+	Inconclusive = compare.Inconclusive
+	Error        = compare.Error
 )
 
 // Result is one evidence file's outcome: the object `kcheck check --json`
@@ -34,7 +35,7 @@ const (
 type Result struct {
 	File    string          `json:"file"`
 	Kernel  string          `json:"kernel"`
-	Verdict string          `json:"verdict"`
+	Verdict compare.Verdict `json:"verdict"`
 	Stage   *string         `json:"stage"`
 	Checks  []compare.Check `json:"checks"`
 	Error   *string         `json:"error"`
@@ -70,7 +71,7 @@ type StageResult struct {
 	Prefix     string          `json:"prefix"`
 	Kernel     string          `json:"kernel"`
 	Stage      string          `json:"stage"`
-	Verdict    string          `json:"verdict"`
+	Verdict    compare.Verdict `json:"verdict"`
 	Local      []compare.Check `json:"local"`
 	Propagated []compare.Check `json:"propagated,omitempty"`
 	Error      *string         `json:"error,omitempty"`
@@ -263,7 +264,7 @@ func runSingle(c evidence.Capture, kname string, meta map[string]string, opts Op
 		return errorResult(c.Name, kname, err)
 	}
 	return Result{
-		File: c.Name, Kernel: kname, Verdict: string(compare.FileVerdict(checks)), Checks: checks,
+		File: c.Name, Kernel: kname, Verdict: compare.FileVerdict(checks), Checks: checks,
 		Notes: notes, Precision: precisionInfo(prec), Policy: opts.policy().Name(),
 	}
 }

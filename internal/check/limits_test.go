@@ -15,6 +15,7 @@ import (
 
 	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/backend"
+	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -218,7 +219,7 @@ func TestResourceBounds(t *testing.T) {
 	tests := []struct {
 		name    string
 		capture func(t *testing.T) evidence.Capture
-		verdict string
+		verdict compare.Verdict
 		want    []string
 	}{
 		{"every request on the same pages (legal)", func(t *testing.T) evidence.Capture { return samePages(t, "kv_cache_gather", 3, 40, 0) }, Pass, nil},

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/safetensors"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -116,7 +117,7 @@ func BenchmarkCacheCheckRSS(b *testing.B) {
 	for _, c := range []struct {
 		kernel  string
 		faulty  bool
-		verdict string
+		verdict compare.Verdict
 	}{
 		{"kv_cache_write", false, Pass},
 		{"kv_cache_write", true, Fail},
@@ -132,7 +133,7 @@ func BenchmarkCacheCheckRSS(b *testing.B) {
 			writeCacheCapture(b, path, c.kernel, c.faulty, nb, tokens)
 			for b.Loop() {
 				out := runRSSChild(b, path)
-				if out["verdict"] != c.verdict {
+				if out["verdict"] != string(c.verdict) {
 					b.Fatalf("%s: verdict %s, want %s", name, out["verdict"], c.verdict)
 				}
 				peak, _ := strconv.ParseFloat(out["peak"], 64)

@@ -265,7 +265,7 @@ func runPipeline(c evidence.Capture, meta map[string]string, opts Options) Resul
 			sr.Verdict = Inconclusive
 			res.Notes = append(res.Notes, fmt.Sprintf("stage %s stores none of its outputs: not checked", st.prefix))
 		} else {
-			sr.Verdict = string(compare.FileVerdict(sr.Local))
+			sr.Verdict = compare.FileVerdict(sr.Local)
 		}
 		if sr.Verdict == Fail && culprit == nil {
 			p := st.prefix
@@ -276,7 +276,7 @@ func runPipeline(c evidence.Capture, meta map[string]string, opts Options) Resul
 		res.Checks = append(res.Checks, prefixed(st.prefix, sr.Local)...)
 	}
 	res.Stage = culprit
-	res.Verdict = string(compare.Combine(verdicts...))
+	res.Verdict = compare.Combine(verdicts...)
 	return res
 }
 

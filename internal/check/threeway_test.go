@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kcheck-dev/kcheck/cases"
+	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -89,7 +90,7 @@ func TestThreeWayOnAttention(t *testing.T) {
 	tests := []struct {
 		name string
 		outs map[string]*tensor.Tensor
-		want string
+		want compare.Verdict
 	}{
 		{"declared precision", produce(t, decode, def, nil), Pass},
 		{"P kept in fp32", produce(t, decode, with(def, func(p *kernel.Precision) { p.P = tensor.F32 }), nil), Pass},

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kcheck-dev/kcheck/internal/backend"
+	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/diagnose"
 	"github.com/kcheck-dev/kcheck/internal/printable"
 )
@@ -139,7 +140,7 @@ func (o *bisectOptions) run(ctx context.Context) error {
 		}
 	} else {
 		w := o.io.Out
-		fmt.Fprintf(w, "%-12s %s on %s: %s\n", map[string]string{"pass": "ON FLOOR", "fail": "FOUND"}[res.Verdict], printable.Escape(res.Mode), printable.Escape(res.Backend), printable.Escape(res.Reason))
+		fmt.Fprintf(w, "%-12s %s on %s: %s\n", map[compare.Verdict]string{compare.Pass: "ON FLOOR", compare.Fail: "FOUND"}[res.Verdict], printable.Escape(res.Mode), printable.Escape(res.Backend), printable.Escape(res.Reason))
 		if res.FirstStep != nil {
 			fmt.Fprintf(w, "  first step off the floor: %d\n", *res.FirstStep)
 		}

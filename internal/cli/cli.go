@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/printable"
 	"github.com/kcheck-dev/kcheck/internal/version"
 )
@@ -33,14 +34,14 @@ const (
 )
 
 // exitForVerdict maps a verdict to the exit status.
-func exitForVerdict(v string, bisect bool) ExitCode {
+func exitForVerdict(v compare.Verdict, bisect bool) ExitCode {
 	var c ExitCode
 	switch v {
-	case "pass":
+	case compare.Pass:
 		c = ExitPass
-	case "fail":
+	case compare.Fail:
 		c = ExitFail
-	case "inconclusive":
+	case compare.Inconclusive:
 		c = ExitInconclusive
 	default:
 		c = ExitUsage

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/faults"
 	"github.com/kcheck-dev/kcheck/internal/version"
 )
@@ -55,7 +56,7 @@ func TestCheckExitCodes(t *testing.T) {
 
 func TestExitForVerdict(t *testing.T) {
 	tests := []struct {
-		verdict string
+		verdict compare.Verdict
 		bisect  bool
 		want    ExitCode
 	}{

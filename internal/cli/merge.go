@@ -12,6 +12,7 @@ import (
 
 	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/compare"
 )
 
 func init() { extraCommands = append(extraCommands, newMergeCmd) }
@@ -95,7 +96,7 @@ stdout and a tally on stderr, and exits as a single run over all of them would.`
 				return exitWith(s, ExitUsage, bisect, err)
 			}
 			enc := json.NewEncoder(s.Out)
-			tally := map[string]int{}
+			tally := map[compare.Verdict]int{}
 			code := ExitPass
 			for _, r := range all {
 				if err := enc.Encode(r); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/printable"
 	"github.com/spf13/pflag"
 )
@@ -90,7 +91,7 @@ type progressLog struct {
 	done  []string
 }
 
-func (p *progressLog) add(name, verdict string) {
+func (p *progressLog) add(name string, verdict compare.Verdict) {
 	p.done = append(p.done, fmt.Sprintf("%s (%s)", printable.Escape(name), verdict))
 }
 

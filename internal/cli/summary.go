@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/compare"
 )
 
 // tally counts the verdicts of a command over many files or cases, for the
@@ -15,18 +16,21 @@ import (
 // it goes to stderr, so stdout stays one JSON object a line.
 type tally struct {
 	started time.Time
-	counts  map[string]int
+	counts  map[compare.Verdict]int
 }
 
-func newTally() *tally { return &tally{started: time.Now(), counts: map[string]int{}} }
+func newTally() *tally { return &tally{started: time.Now(), counts: map[compare.Verdict]int{}} }
 
-func (t *tally) add(verdict string) { t.counts[verdict]++ }
+func (t *tally) add(verdict compare.Verdict) { t.counts[verdict]++ }
 
 // line is the closing line, verdicts in pytest's order (and inconclusive
 // beside failed), zeros left out.
 func (t *tally) line() string {
 	var parts []string
-	for _, v := range []struct{ verdict, one, many string }{
+	for _, v := range []struct {
+		verdict   compare.Verdict
+		one, many string
+	}{
 		{check.Pass, "passed", "passed"}, {check.Fail, "failed", "failed"},
 		{check.Inconclusive, "inconclusive", "inconclusive"}, {check.Error, "error", "errors"},
 	} {

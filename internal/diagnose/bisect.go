@@ -9,6 +9,7 @@ import (
 	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/shrink"
 )
 
@@ -16,8 +17,8 @@ import (
 type Probe struct {
 	// N is the number of decode steps run (simulation) or the context
 	// length every request was given (case).
-	N       int    `json:"n"`
-	Verdict string `json:"verdict"`
+	N       int             `json:"n"`
+	Verdict compare.Verdict `json:"verdict"`
 }
 
 // BisectResult is where a backend's error first leaves the floor, found by
@@ -27,11 +28,11 @@ type BisectResult struct {
 	Backend string `json:"backend"`
 	// Verdict is fail when a first bad point was found, pass when even the
 	// largest configuration stays on the floor.
-	Verdict         string  `json:"verdict"`
-	FirstStep       *int    `json:"first_step"`
-	FirstContextLen *int    `json:"first_context_len"`
-	Probes          []Probe `json:"probes"`
-	Reason          string  `json:"reason"`
+	Verdict         compare.Verdict `json:"verdict"`
+	FirstStep       *int            `json:"first_step"`
+	FirstContextLen *int            `json:"first_context_len"`
+	Probes          []Probe         `json:"probes"`
+	Reason          string          `json:"reason"`
 }
 
 // search returns the smallest n in [lo, hi] with bad(n), assuming bad is
@@ -90,9 +91,9 @@ func (s *Sim) BisectSteps(ctx context.Context, be backend.Backend, base *Baselin
 			e := relRMSAt(tr, base, i)
 			off = off || e > base.Threshold[i]
 		}
-		v := "pass"
+		v := check.Pass
 		if off {
-			v = "fail"
+			v = check.Fail
 		}
 		res.Probes = append(res.Probes, Probe{N: n, Verdict: v})
 		return off, nil
@@ -102,12 +103,12 @@ func (s *Sim) BisectSteps(ctx context.Context, be backend.Backend, base *Baselin
 		return nil, err
 	}
 	if n > total {
-		res.Verdict = "pass"
+		res.Verdict = check.Pass
 		res.Reason = fmt.Sprintf("all %d steps stay within %g x the floor", total, th.FloorFactor)
 		return res, nil
 	}
 	step, ctxLen := n-1, base.Ref[n-1].ContextLen
-	res.Verdict, res.FirstStep, res.FirstContextLen = "fail", &step, &ctxLen
+	res.Verdict, res.FirstStep, res.FirstContextLen = check.Fail, &step, &ctxLen
 	res.Reason = fmt.Sprintf("the first %d steps stay on the floor, step %d (prompt %d, context %d) leaves it; %d probes",
 		n-1, step, base.Ref[step].Prompt, ctxLen, len(res.Probes))
 	return res, nil
@@ -181,7 +182,7 @@ func BisectContext(ctx context.Context, c cases.Case, be backend.Backend, opts c
 		return nil, err
 	}
 	if n > longest {
-		res.Verdict = "pass"
+		res.Verdict = check.Pass
 		res.Reason = fmt.Sprintf("the case passes with every request at its longest context, %d", longest)
 		return res, nil
 	}

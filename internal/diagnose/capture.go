@@ -36,11 +36,11 @@ type CaptureAttribution struct {
 // differing elements for bitwise ones (cache bytes, FP4 codes), and the
 // worst of the stage's output tensors.
 type StageRow struct {
-	Prefix  string `json:"prefix"`
-	Kernel  string `json:"kernel"`
-	Stage   string `json:"stage"`
-	Step    int    `json:"step"`
-	Verdict string `json:"verdict"`
+	Prefix  string          `json:"prefix"`
+	Kernel  string          `json:"kernel"`
+	Stage   string          `json:"stage"`
+	Step    int             `json:"step"`
+	Verdict compare.Verdict `json:"verdict"`
 	// Tensor is the output the local error was worst on.
 	Tensor     string        `json:"tensor"`
 	LocalError compare.Float `json:"local_error"`
@@ -48,7 +48,7 @@ type StageRow struct {
 	// LocalExcess is the worst element's error over its tolerance.
 	LocalExcess compare.Float `json:"local_excess"`
 	// Propagated* are absent for the first stage (nothing propagates into it).
-	PropagatedVerdict string               `json:"propagated_verdict,omitempty"`
+	PropagatedVerdict compare.Verdict      `json:"propagated_verdict,omitempty"`
 	PropagatedError   *compare.Float       `json:"propagated_error,omitempty"`
 	PropagatedFloor   *compare.Float       `json:"propagated_floor,omitempty"`
 	Signature         *signature.Signature `json:"signature,omitempty"`
@@ -82,11 +82,11 @@ func worstOf(cs []compare.Check) (*compare.Check, float64, float64) {
 	return w, we, wf
 }
 
-func verdictOf(cs []compare.Check) string {
+func verdictOf(cs []compare.Check) compare.Verdict {
 	if len(cs) == 0 {
 		return ""
 	}
-	return string(compare.FileVerdict(cs))
+	return compare.FileVerdict(cs)
 }
 
 var stepPrefix = regexp.MustCompile(`^s(\d+)\.`)

@@ -36,7 +36,7 @@ func TestCaptureAttribution(t *testing.T) {
 		if want == "" {
 			want = "null"
 		}
-		if rep.Verdict != tc.verdict || deref(rep.Stage) != want {
+		if string(rep.Verdict) != tc.verdict || deref(rep.Stage) != want {
 			t.Errorf("%s: verdict %s, stage %s; want %s, %s", tc.file, rep.Verdict, deref(rep.Stage), tc.verdict, want)
 		}
 		a := rep.Capture

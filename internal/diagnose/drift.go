@@ -89,10 +89,10 @@ type PromptSummary struct {
 // Report is `kcheck diagnose`'s answer (reference/CONTRACTS.md §7.5: verdict, stage,
 // first_step, first_context_len, steps).
 type Report struct {
-	Mode    string `json:"mode"` // "simulation" or "capture"
-	Backend string `json:"backend,omitempty"`
-	File    string `json:"file,omitempty"`
-	Verdict string `json:"verdict"`
+	Mode    string          `json:"mode"` // "simulation" or "capture"
+	Backend string          `json:"backend,omitempty"`
+	File    string          `json:"file,omitempty"`
+	Verdict compare.Verdict `json:"verdict"`
 	// Stage is the culprit stage (null when nothing drifts).
 	Stage           *string         `json:"stage"`
 	FirstStep       *int            `json:"first_step"`
@@ -306,13 +306,13 @@ func (s *Sim) Diagnose(ctx context.Context, be backend.Backend, opts DiagnoseOpt
 	}
 	switch {
 	case worst <= 1:
-		rep.Verdict = "pass"
+		rep.Verdict = compare.Pass
 		rep.Reason = fmt.Sprintf("every step within %g x its noise floor (worst %.3g of the threshold)", th.FloorFactor, worst)
 		return rep, nil
 	case worst <= th.Band:
-		rep.Verdict = "inconclusive"
+		rep.Verdict = compare.Inconclusive
 	default:
-		rep.Verdict = "fail"
+		rep.Verdict = compare.Fail
 	}
 	// Swap each stage for its reference.
 	for _, stage := range Stages {

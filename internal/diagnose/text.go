@@ -19,7 +19,7 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.Mode == "simulation" {
 		what = fmt.Sprintf("simulation on %s", esc(r.Backend))
 	}
-	head := fmt.Sprintf("%-12s %s", strings.ToUpper(esc(r.Verdict)), what)
+	head := fmt.Sprintf("%-12s %s", strings.ToUpper(esc(string(r.Verdict))), what)
 	if r.Stage != nil {
 		head += ": culprit stage " + esc(*r.Stage)
 	}
@@ -48,10 +48,10 @@ func (r *Report) WriteText(w io.Writer) {
 func writeStageTable(w io.Writer, a *CaptureAttribution) {
 	fmt.Fprintf(w, "\n  %-12s %-18s %-30s %-30s %s\n", "stage", "kernel", "local error (floor)", "propagated error (floor)", "signature")
 	for _, r := range a.Stages {
-		local := fmt.Sprintf("%-4s %s (%s)", short(r.Verdict), fmtErr(float64(r.LocalError)), fmtErr(float64(r.LocalFloor)))
+		local := fmt.Sprintf("%-4s %s (%s)", short(string(r.Verdict)), fmtErr(float64(r.LocalError)), fmtErr(float64(r.LocalFloor)))
 		prop := "-"
 		if r.PropagatedError != nil {
-			prop = fmt.Sprintf("%-4s %s (%s)", short(r.PropagatedVerdict), fmtErr(float64(*r.PropagatedError)), fmtErr(float64(*r.PropagatedFloor)))
+			prop = fmt.Sprintf("%-4s %s (%s)", short(string(r.PropagatedVerdict)), fmtErr(float64(*r.PropagatedError)), fmtErr(float64(*r.PropagatedFloor)))
 		}
 		sig := ""
 		if r.Signature != nil && r.Signature.Pattern != "none" {

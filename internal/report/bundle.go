@@ -57,17 +57,17 @@ type Evidence struct {
 // Report that a report shows have the same names, so its JSON decodes
 // into this directly).
 type Diagnosis struct {
-	Mode            string   `json:"mode,omitempty"`
-	Backend         string   `json:"backend,omitempty"`
-	File            string   `json:"file,omitempty"`
-	Reason          string   `json:"reason,omitempty"`
-	Verdict         string   `json:"verdict"`
-	Stage           *string  `json:"stage"`
-	FirstStep       *int     `json:"first_step"`
-	FirstContextLen *int     `json:"first_context_len"`
-	Steps           []Step   `json:"steps"`
-	Swaps           []Swap   `json:"swaps,omitempty"`
-	Notes           []string `json:"notes,omitempty"`
+	Mode            string          `json:"mode,omitempty"`
+	Backend         string          `json:"backend,omitempty"`
+	File            string          `json:"file,omitempty"`
+	Reason          string          `json:"reason,omitempty"`
+	Verdict         compare.Verdict `json:"verdict"`
+	Stage           *string         `json:"stage"`
+	FirstStep       *int            `json:"first_step"`
+	FirstContextLen *int            `json:"first_context_len"`
+	Steps           []Step          `json:"steps"`
+	Swaps           []Swap          `json:"swaps,omitempty"`
+	Notes           []string        `json:"notes,omitempty"`
 }
 
 // Step is one decode step of the simulation.

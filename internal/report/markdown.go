@@ -112,19 +112,19 @@ func title(b Bundle) string {
 	if b.Title != "" {
 		return text(b.Title)
 	}
-	count := map[string]int{}
+	count := map[compare.Verdict]int{}
 	for _, it := range b.Items {
 		count[it.Result.Verdict]++
 	}
 	var parts []string
-	for _, v := range []string{check.Fail, check.Error, check.Inconclusive, check.Pass} {
+	for _, v := range []compare.Verdict{check.Fail, check.Error, check.Inconclusive, check.Pass} {
 		if count[v] > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", count[v], text(v)))
+			parts = append(parts, fmt.Sprintf("%d %s", count[v], text(string(v))))
 		}
 	}
 	t := "kcheck report"
 	if b.Diagnosis != nil {
-		t = "kcheck diagnosis: " + text(b.Diagnosis.Verdict)
+		t = "kcheck diagnosis: " + text(string(b.Diagnosis.Verdict))
 		if b.Diagnosis.Stage != nil {
 			t += ", culprit stage " + code(*b.Diagnosis.Stage)
 		}
@@ -134,7 +134,7 @@ func title(b Bundle) string {
 	}
 	if len(b.Items) == 1 && b.Diagnosis == nil {
 		r := b.Items[0].Result
-		t = fmt.Sprintf("kcheck: %s: %s", text(strings.ToUpper(r.Verdict)), text(r.Kernel))
+		t = fmt.Sprintf("kcheck: %s: %s", text(strings.ToUpper(string(r.Verdict))), text(r.Kernel))
 		if r.Stage != nil {
 			t += ", culprit stage " + code(*r.Stage)
 		}
@@ -143,11 +143,11 @@ func title(b Bundle) string {
 	return t + ": " + strings.Join(parts, ", ")
 }
 
-func verdictCell(v string) string {
+func verdictCell(v compare.Verdict) string {
 	if v == check.Pass {
 		return "pass"
 	}
-	return "**" + text(strings.ToUpper(v)) + "**"
+	return "**" + text(strings.ToUpper(string(v))) + "**"
 }
 
 func stageCell(s *string) string {
@@ -284,7 +284,7 @@ func writeStages(mw *mdWriter, r check.Result) {
 
 func writeCheckMD(mw *mdWriter, c compare.Check, figs []Figure) {
 	m := c.Metrics
-	mw.p("#### %s %s %s: %s\n\n", code(c.Tensor), text(string(c.DType)), shapeOf(c.Shape), verdictCell(string(c.Verdict)))
+	mw.p("#### %s %s %s: %s\n\n", code(c.Tensor), text(string(c.DType)), shapeOf(c.Shape), verdictCell(c.Verdict))
 	if c.Reason != "" {
 		mw.p("%s.\n\n", text(strings.TrimSuffix(c.Reason, ".")))
 	}

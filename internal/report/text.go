@@ -35,7 +35,7 @@ func Text(w io.Writer, res check.Result, opt TextOptions) {
 	if label != "" { // a file that says no kernel gets no empty "()"
 		label = "  (" + label + ")"
 	}
-	fmt.Fprintf(w, "%-12s %s%s\n", strings.ToUpper(esc(res.Verdict)), esc(res.File), label)
+	fmt.Fprintf(w, "%-12s %s%s\n", strings.ToUpper(esc(string(res.Verdict))), esc(res.File), label)
 	if opt.Quiet {
 		return
 	}
@@ -48,7 +48,7 @@ func Text(w io.Writer, res check.Result, opt TextOptions) {
 	if len(res.Stages) > 0 {
 		fmt.Fprintf(w, "  %-10s %-18s %-13s %-28s %s\n", "stage", "kernel", "local", "local worst err/tol", "propagated worst err/tol")
 		for _, st := range res.Stages {
-			fmt.Fprintf(w, "  %-10s %-18s %-13s %-28s %s\n", esc(st.Prefix), esc(st.Kernel), esc(st.Verdict), worstExcess(st.Local), worstExcess(st.Propagated))
+			fmt.Fprintf(w, "  %-10s %-18s %-13s %-28s %s\n", esc(st.Prefix), esc(st.Kernel), esc(string(st.Verdict)), worstExcess(st.Local), worstExcess(st.Propagated))
 		}
 	}
 	for _, c := range res.Checks {

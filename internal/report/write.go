@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 
+	"github.com/kcheck-dev/kcheck/internal/compare"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 )
@@ -135,9 +136,9 @@ func renderPlots(b Bundle, mo MarkdownOptions, files map[string][]byte) figures 
 	used := map[string]bool{}
 	for _, i := range detailed(b.Items, mo.MaxDetails) {
 		it := b.Items[i]
-		allPass := it.Result.Verdict == "pass"
+		allPass := it.Result.Verdict == compare.Pass
 		for _, c := range it.Result.Checks {
-			if c.Verdict == "pass" && !allPass {
+			if c.Verdict == compare.Pass && !allPass {
 				continue
 			}
 			p := findProfile(it.Profiles, c.Tensor)
@@ -200,7 +201,7 @@ func (it Item) Trimmed(keep bool) Item {
 	var ps []Profile
 	if keep {
 		for _, c := range it.Result.Checks {
-			if c.Verdict == "pass" && it.Result.Verdict != "pass" {
+			if c.Verdict == compare.Pass && it.Result.Verdict != compare.Pass {
 				continue
 			}
 			if p := findProfile(it.Profiles, c.Tensor); p != nil {

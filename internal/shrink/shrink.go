@@ -32,7 +32,7 @@ import (
 
 // Fingerprint identifies how a capture fails.
 type Fingerprint struct {
-	Verdict string `json:"verdict"`
+	Verdict compare.Verdict `json:"verdict"`
 	// Tensor is the first failing output (contract order).
 	Tensor  string `json:"tensor,omitempty"`
 	Pattern string `json:"pattern,omitempty"`
@@ -41,7 +41,7 @@ type Fingerprint struct {
 
 func (f Fingerprint) String() string {
 	if f.Tensor == "" {
-		return f.Verdict
+		return string(f.Verdict)
 	}
 	s := fmt.Sprintf("%s on %s, %s", f.Verdict, f.Tensor, f.Pattern)
 	if f.Coord != "" {

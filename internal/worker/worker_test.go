@@ -17,6 +17,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/cli"
+	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/gpu"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/safetensors"
@@ -149,7 +150,7 @@ func TestExecStatuses(t *testing.T) {
 	c := catalogCase(t, smallCase)
 	for _, tc := range []struct {
 		mode    string
-		verdict string
+		verdict compare.Verdict
 		status  gpu.Status // for the error verdicts
 		says    string     // in the error message
 	}{

@@ -116,7 +116,7 @@ func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes OutD
 		Equivalent: ov.Equivalent,
 		Reduction:  1,
 		Coords:     Coords{Axes: []CoordKind{KindBlock, KindPageOffset, KindColumn}, Derived: derived},
-		Before:     TensorValues{before},
+		Before:     TensorValues{T: before},
 	}}, nil
 }
 
