@@ -7,29 +7,16 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-// floatInfo describes a binary floating-point dtype as data, in the spirit
-// of strconv's floatInfo{23, 8, -127}: one algorithm serves every format.
-type floatInfo struct {
-	bits     uint // total width in bits
-	mantbits uint // stored mantissa bits
-	minExp   int  // the smallest normal value is 2^minExp
-	signed   bool // has a sign bit (E8M0 has none)
-}
-
-var floatInfos = map[tensor.DType]floatInfo{
-	tensor.F64:    {64, 52, -1022, true},
-	tensor.F32:    {32, 23, -126, true},
-	tensor.F16:    {16, 10, -14, true},
-	tensor.BF16:   {16, 7, -126, true},
-	tensor.F8E4M3: {8, 3, -6, true},
-	tensor.F8E5M2: {8, 2, -14, true},
-	// E8M0 holds powers of two only: no mantissa, no subnormals, no sign.
-	tensor.F8E8M0: {8, 0, -127, false},
+// binaryOf returns dtype d's format from reference/formats' one table of
+// them.
+func binaryOf(d tensor.DType) (formats.Binary, bool) {
+	b, ok := formats.Binaries[string(d)]
+	return b, ok
 }
 
 // Spacing returns the gap between |x| and the next larger value of dtype d
 // in |x|'s binade: one ulp of d at x. Zero and subnormal x give the
-// subnormal spacing 2^(minExp-mantbits) (2^-133 for BF16, 2^-9 for E4M3FN).
+// subnormal spacing 2^(MinExp-MantBits) (2^-133 for BF16, 2^-9 for E4M3FN).
 // Integer dtypes have spacing 1. NaN, ±Inf and unknown dtypes give NaN.
 func Spacing(d tensor.DType, x float64) float64 { return spacingOf(d)(x) }
 
@@ -45,24 +32,24 @@ func spacingOf(d tensor.DType) func(x float64) float64 {
 			return 1
 		}
 	}
-	fi, ok := floatInfos[d]
+	fi, ok := binaryOf(d)
 	if !ok {
 		return func(float64) float64 { return math.NaN() }
 	}
-	minNormal := math.Ldexp(1, fi.minExp)
+	minNormal := math.Ldexp(1, fi.MinExp)
 	return func(x float64) float64 {
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return math.NaN()
 		}
 		ax := math.Abs(x)
-		exp := fi.minExp
+		exp := fi.MinExp
 		if ax >= minNormal { // a normal float64 (minNormal >= 2^-1022): its exponent field
 			exp = int(math.Float64bits(ax)>>52) - 1023
 		}
-		if e := exp - int(fi.mantbits); e >= -1022 {
+		if e := exp - int(fi.MantBits); e >= -1022 {
 			return math.Float64frombits(uint64(e+1023) << 52) // 2^e
 		}
-		return math.Ldexp(1, exp-int(fi.mantbits))
+		return math.Ldexp(1, exp-int(fi.MantBits))
 	}
 }
 
@@ -127,7 +114,7 @@ func ulpDistanceOf(d tensor.DType) func(a, b float64) (uint64, bool) {
 			return uint64(math.Abs(math.Round(a) - math.Round(b))), true
 		}
 	}
-	fi, known := floatInfos[d]
+	fi, known := binaryOf(d)
 	if !known {
 		return func(float64, float64) (uint64, bool) { return 0, false }
 	}
@@ -143,19 +130,19 @@ func ulpDistanceOf(d tensor.DType) func(a, b float64) (uint64, bool) {
 	}
 }
 
-func ulpDistance(d tensor.DType, fi floatInfo, a, b float64) (dist uint64, ok bool) {
+func ulpDistance(d tensor.DType, fi formats.Binary, a, b float64) (dist uint64, ok bool) {
 	ca, oka := code(d, a)
 	cb, okb := code(d, b)
 	if !oka || !okb {
 		return 0, false
 	}
-	if !fi.signed {
+	if !fi.Signed {
 		if ca > cb {
 			return ca - cb, true
 		}
 		return cb - ca, true
 	}
-	sign := uint64(1) << (fi.bits - 1)
+	sign := uint64(1) << (fi.Bits - 1)
 	ma, mb := ca&^sign, cb&^sign
 	if ma == 0 && mb == 0 {
 		return 0, true // +0 and -0

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -137,16 +138,17 @@ func TestSpacing(t *testing.T) {
 // range included).
 func TestSpacingMatchesFrexp(t *testing.T) {
 	rng := rand.New(rand.NewPCG(12, 21))
-	for d, fi := range floatInfos {
-		minNormal := math.Ldexp(1, fi.minExp)
+	for name, fi := range formats.Binaries {
+		d := tensor.DType(name)
+		minNormal := math.Ldexp(1, fi.MinExp)
 		want := func(x float64) float64 {
 			ax := math.Abs(x)
-			exp := fi.minExp
+			exp := fi.MinExp
 			if ax >= minNormal {
 				_, e := math.Frexp(ax)
 				exp = e - 1
 			}
-			return math.Ldexp(1, exp-int(fi.mantbits))
+			return math.Ldexp(1, exp-int(fi.MantBits))
 		}
 		sp := spacingOf(d)
 		for i := 0; i < 200000; i++ {

@@ -358,3 +358,37 @@ func RoundFP16(x float64) float64 { return float64(FP16Decode(FP16Encode(float32
 
 // RoundF32 rounds x to float32.
 func RoundF32(x float64) float64 { return float64(float32(x)) }
+
+// Binary describes a binary floating-point format as data, in the spirit
+// of strconv's floatInfo{23, 8, -127}: its width, its stored mantissa bits,
+// the exponent of its smallest normal value and whether it has a sign bit.
+// It is what the spacing of a format's values (one ulp) and the distance
+// between two of its codes need; Binaries is the one table of them.
+type Binary struct {
+	// Name is the safetensors dtype name (F64, BF16, F8_E4M3...).
+	Name     string
+	Bits     uint // total width in bits
+	MantBits uint // stored mantissa bits
+	MinExp   int  // the smallest normal value is 2^MinExp
+	Signed   bool // has a sign bit (E8M0 has none)
+}
+
+// minifloatBinary is f as a Binary: its smallest normal exponent is 1-Bias.
+func minifloatBinary(name string, f *Minifloat) Binary {
+	return Binary{Name: name, Bits: f.Bits(), MantBits: f.MantBits, MinExp: 1 - f.Bias, Signed: true}
+}
+
+// Binaries are the binary floating-point formats of tensors kcheck reads
+// and writes, by safetensors dtype name: IEEE binary64, binary32 and
+// binary16, bfloat16, the OCP FP8 formats (from their Minifloat
+// descriptions, so the two cannot disagree) and E8M0, which holds powers
+// of two only (no mantissa, no subnormals, no sign).
+var Binaries = map[string]Binary{
+	"F64":     {Name: "F64", Bits: 64, MantBits: 52, MinExp: -1022, Signed: true},
+	"F32":     {Name: "F32", Bits: 32, MantBits: 23, MinExp: -126, Signed: true},
+	"F16":     {Name: "F16", Bits: 16, MantBits: 10, MinExp: -14, Signed: true},
+	"BF16":    {Name: "BF16", Bits: 16, MantBits: 7, MinExp: -126, Signed: true},
+	"F8_E4M3": minifloatBinary("F8_E4M3", E4M3FN),
+	"F8_E5M2": minifloatBinary("F8_E5M2", E5M2),
+	"F8_E8M0": {Name: "F8_E8M0", Bits: 8, MantBits: 0, MinExp: -127, Signed: false},
+}
