@@ -231,6 +231,68 @@ func TestFlashInferMLANamesCheckIdentically(t *testing.T) {
 	}
 }
 
+// vLLM TRITON_MLA's decode_attention_fwd as the capture hook records it
+// (python/kcheck/capture): its own argument names (k_buffer [NB, P, 1, D],
+// req_to_token, b_seq_len, o [B, H, L], lse [B, H], sm_scale,
+// num_kv_splits) and its split-K scratch attn_logits [B, H, S, L+1], lse
+// in column L, built here element by element from the contract's
+// partials. It checks exactly as the contract-named capture, planted
+// error included; SGLang's table, whose Triton decode reuses the names
+// for other layouts, does not read them.
+func TestVLLMTritonMLANames(t *testing.T) {
+	c := mlaCase()
+	c.Splits = 3
+	for _, corrupt := range []string{"partial_lse", "out"} {
+		meta, ts := capture(t, c, nil, corrupt, 1)
+		want := mustFail(t, check.Run(check.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+		q, kc, po, pl := ts["q"], ts["kv_cache"], ts["partial_out"], ts["partial_lse"]
+		B, H, D := q.Shape[0], q.Shape[2], q.Shape[3]
+		S, L := po.Shape[3], po.Shape[4]
+		al := tensor.New(tensor.F32, B, H, S, L+1)
+		for b := 0; b < B; b++ {
+			for h := 0; h < H; h++ {
+				for s := 0; s < S; s++ {
+					r := (b*H+h)*S + s
+					for l := 0; l < L; l++ {
+						al.SetFloat64(r*(L+1)+l, po.Float64At(r*L+l))
+					}
+					al.SetFloat64(r*(L+1)+L, pl.Float64At(r))
+				}
+			}
+		}
+		out, lse := ts["out"], ts["lse"]
+		vm := map[string]string{"kcheck.format": "1", "kcheck.kernel": "mla_decode", "sm_scale": meta["softmax_scale"],
+			"num_kv_splits": fmt.Sprint(S), "page_size": meta["page_size"], "logit_cap": "0.0", "is_mla": "true"}
+		vt := map[string]*tensor.Tensor{
+			"q":            {DType: q.DType, Shape: []int{B, H, D}, Data: q.Data},
+			"k_buffer":     {DType: kc.DType, Shape: []int{kc.Shape[0], kc.Shape[1], 1, kc.Shape[2]}, Data: kc.Data},
+			"req_to_token": ts["block_table"], "b_seq_len": ts["seq_lens"],
+			"o":           {DType: out.DType, Shape: []int{B, H, L}, Data: out.Data},
+			"lse":         {DType: lse.DType, Shape: []int{B, H}, Data: lse.Data},
+			"attn_logits": al,
+		}
+		copied := map[string]*tensor.Tensor{}
+		for k, v := range vt {
+			copied[k] = v
+		}
+		got := check.Run(check.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
+		if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
+			t.Errorf("%s planted: TRITON_MLA-named capture checks differently:\n got %s\nwant %s\nnotes %q", corrupt, g, w, got.Notes)
+		}
+		notes := strings.Join(got.Notes, "\n")
+		for _, n := range []string{"sm_scale read as softmax_scale", "num_kv_splits read as num_splits", "k_buffer -> kv_cache",
+			"req_to_token -> block_table", "b_seq_len -> seq_lens", "o -> out", "read as partial_out [2 1 2 3 512]"} {
+			if !strings.Contains(notes, n) {
+				t.Errorf("notes do not say %q:\n%s", n, notes)
+			}
+		}
+		sg := check.Run(check.Capture{Name: "sglang", Metadata: vm, Tensors: copied}, fromOpts(t, "sglang"))
+		if sg.Verdict != check.Error {
+			t.Errorf("--from sglang read vLLM's TRITON_MLA names: verdict %s, notes %q", sg.Verdict, sg.Notes)
+		}
+	}
+}
+
 // vLLM concat_and_cache_mla with an fp8 cache named "fp8", the scale named
 // scale and the cache saved before and after the call.
 func TestVLLMCacheWriteNames(t *testing.T) {

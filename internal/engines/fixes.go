@@ -401,3 +401,44 @@ var fp4Alpha = Fix{Doc: "alpha -> a_global = alpha, b_global = 1", Apply: func(v
 	v.SetParam("b_global_kind", "dequant")
 	return []string{"alpha read as a_global (dequant) with b_global = 1"}, nil
 }}
+
+// tritonAttnLogits reads vLLM TRITON_MLA's split-K scratch, attn_logits
+// [B, H, S, L+1] F32, as the contract's partials: stage 1 stores split s's
+// normalized output in columns 0..L-1 and its lse (e_max + log(e_sum),
+// base e) in column L (vllm 0.33.0 vllm/v1/attention/ops/
+// triton_decode_attention.py, _fwd_grouped_kernel_stage1, lines 449-466;
+// stage 2 reads the lse at `+ Lv`, line 604). partial_out [B, 1, H, S, L]
+// and partial_lse [B, 1, H, S] are its two column ranges, byte for byte.
+// A split the kernel skipped (split_kv_end <= split_kv_start) is not
+// written, so a faithful capture holds whatever the buffer held there.
+var tritonAttnLogits = Fix{Doc: "attn_logits [B, H, S, L+1] read as partial_out [B, 1, H, S, L] and partial_lse [B, 1, H, S]", Apply: func(v *View) ([]string, error) {
+	al := v.T("attn_logits")
+	if al == nil {
+		return nil, nil
+	}
+	if v.T("partial_out") != nil || v.T("partial_lse") != nil {
+		return nil, fmt.Errorf("tensor %sattn_logits and partial_out/partial_lse are both present: keep one", v.Prefix)
+	}
+	if err := checked(v.Prefix+"attn_logits", al); err != nil {
+		return nil, err
+	}
+	if len(al.Shape) != 4 || al.Shape[3] < 2 {
+		return nil, fmt.Errorf("tensor %sattn_logits has shape %v; TRITON_MLA's is [B, H, S, L+1]", v.Prefix, al.Shape)
+	}
+	if al.DType != tensor.F32 {
+		return nil, fmt.Errorf("tensor %sattn_logits has dtype %s; TRITON_MLA allocates it F32", v.Prefix, al.DType)
+	}
+	b, h, s, l := al.Shape[0], al.Shape[1], al.Shape[2], al.Shape[3]-1
+	es := al.DType.Size()
+	po := tensor.New(al.DType, b, 1, h, s, l)
+	pl := tensor.New(al.DType, b, 1, h, s)
+	for r := 0; r < b*h*s; r++ {
+		row := al.Data[r*(l+1)*es : (r+1)*(l+1)*es]
+		copy(po.Data[r*l*es:(r+1)*l*es], row[:l*es])
+		copy(pl.Data[r*es:(r+1)*es], row[l*es:])
+	}
+	v.Set("partial_out", po)
+	v.Set("partial_lse", pl)
+	v.Del("attn_logits")
+	return []string{fmt.Sprintf("attn_logits %v read as partial_out %v (columns 0..%d) and partial_lse %v (column %d)", al.Shape, po.Shape, l-1, pl.Shape, l)}, nil
+}}

@@ -82,7 +82,41 @@ func vllmKernels() map[string]Kernel {
 	}
 }
 
+// withTritonMLA adds TRITON_MLA's own argument names to vLLM's mla_decode
+// (a copy: SGLang's table starts from vLLM's, and SGLang's Triton decode
+// uses the same names k_buffer, o and attn_logits for other layouts).
+//
+// TRITON_MLA calls decode_attention_fwd(q, k_buffer, v_buffer, o, lse,
+// req_to_token, b_seq_len, attn_logits, num_kv_splits, sm_scale,
+// page_size, ...) (vllm 0.33.0 vllm/v1/attention/ops/
+// triton_decode_attention.py lines 755-770; the call in
+// vllm/v1/attention/backends/mla/triton_mla.py lines 328-342): k_buffer
+// is the cache unsqueezed to [NB, P, 1, D] (line 292), v_buffer its
+// first L columns (line 293: a view, no tensor of its own), req_to_token
+// the decode block table (line 296), b_seq_len the seq lens (line 297),
+// o [B, H, L] and lse [B, H] in q's dtype (lines 262-265), sm_scale the
+// layer's scale (line 338) and num_kv_splits S of attn_logits (asserted,
+// triton_decode_attention.py line 772).
+func withTritonMLA(k Kernel) Kernel {
+	out := Kernel{Tensors: map[string]string{}, Params: map[string]string{}, Defaults: k.Defaults,
+		Fixes: append(append([]Fix(nil), k.Fixes...), tritonAttnLogits), Identify: k.Identify}
+	for a, b := range k.Tensors {
+		out.Tensors[a] = b
+	}
+	for a, b := range k.Params {
+		out.Params[a] = b
+	}
+	for a, b := range map[string]string{"k_buffer": "kv_cache", "req_to_token": "block_table", "b_seq_len": "seq_lens", "o": "out"} {
+		out.Tensors[a] = b
+	}
+	out.Params["sm_scale"] = "softmax_scale"
+	out.Params["num_kv_splits"] = "num_splits"
+	return out
+}
+
 func init() {
+	vllm := vllmKernels()
+	vllm["mla_decode"] = withTritonMLA(vllm["mla_decode"])
 	register(&Engine{
 		Name:    "vllm",
 		Summary: "vLLM custom ops: natural-log lse, -inf for empty rows, amax ds_mla scales, swizzled NVFP4 scales, quant-direction global scales",
@@ -90,7 +124,7 @@ func init() {
 			"lse_base": "e", "lse_empty": "-inf", "ds_mla_scale": "amax",
 		},
 		Values:  map[string]map[string]string{"kv_cache_dtype": vllmCacheDTypes},
-		Kernels: vllmKernels(),
+		Kernels: vllm,
 	})
 
 	// SGLang calls FlashMLA through sgl_kernel with the cache named
