@@ -254,6 +254,85 @@ def test_python_entry_points_have_the_names_the_hook_reads(name):
         pytest.skip(f"{module.split('.')[0]} is not installed")
     path = os.path.join(list(spec.submodule_search_locations)[0], *module.split(".")[1:]) + ".py"
     params = _params(path, qual)
-    for n in (op.cache, *op.inplace, *op.outputs, *op.views):
-        if n and n not in op.returns:
+    named = [*(op.cache or "").split("|"), *op.inplace, *op.outputs, *op.views, *op.rows, *(n for pair in op.csr for n in pair)]
+    named += [k.split(".")[0] for k in op.rename] if op.target.startswith("py:") else []
+    for n in named:
+        if n and n not in op.returns and n not in op.rename.values():
             assert n in params, f"{qual} has no parameter {n} ({params})"
+
+
+# --- request rows ---------------------------------------------------------------
+
+@pytest.fixture
+def rowed(toy, monkeypatch):
+    """The toy engine with an attention-like call that carries request rows
+    (q, block_table and out have one row a request)."""
+
+    def attend(q, block_table, kv_cache, out):
+        out.copy_(q * kv_cache.sum() + block_table.float())
+        return out
+
+    toy.attend = attend
+    monkeypatch.setitem(opsmod.OPS, "toy_attend", opsmod.Op("toy_attend", "vllm", "mla_decode", "attn", "py:kcheck_toy_engine:attend",
+                                                           outputs=("out",), cache="kv_cache", rows=("q", "block_table", "out")))
+    return toy
+
+
+def _rowed_steps(m, n=2, B=3):
+    cache = torch.zeros(2, 4, 8)
+    outs = []
+    for i in range(n):
+        m.write(torch.full((1, 8), float(i + 1)), cache, torch.tensor([i]))
+        q = torch.arange(B * 2.0).reshape(B, 2) + i
+        bt = torch.arange(B * 2).reshape(B, 2)
+        outs.append(m.attend(q, bt, cache, torch.empty(B, 2)).clone())
+    return outs, cache
+
+
+@pytest.mark.parametrize("requests, rows", [("1", [1]), ("0,2", [0, 2]), ("2-9", [2]), ("all", None)])
+def test_request_rows_keep_the_selected_batch_rows(rowed, tmp_path, capsys, requests, rows):
+    from safetensors import safe_open
+
+    plain = _rowed_steps(rowed)
+    with capture.capture(tmp_path, ops="toy_write,toy_attend", steps="all", pipeline_steps=0, requests=requests) as rec:
+        hooked = _rowed_steps(rowed)
+    assert all(torch.equal(a, b) for a, b in zip(plain[0], hooked[0])) and torch.equal(plain[1], hooked[1])
+    with safe_open(str(tmp_path / "toy_attend.s1.l0.safetensors"), "pt") as f:
+        got = {k: f.get_tensor(k) for k in f.keys()}
+        meta = f.metadata()
+    keep = list(range(3)) if rows is None else rows
+    q = torch.arange(6.0).reshape(3, 2) + 1
+    assert torch.equal(got["q"], q[keep]) and torch.equal(got["out"], hooked[0][1][keep])
+    assert torch.equal(got["block_table"], torch.arange(6).reshape(3, 2)[keep])
+    assert torch.equal(got["kv_cache"], plain[1])  # the cache has no request rows: whole
+    err = capsys.readouterr().err
+    if rows is None:
+        assert "kcheck.capture.requests" not in meta and "KCHECK_CAPTURE_REQUESTS" not in err
+        return
+    assert meta["kcheck.capture.requests"] == ",".join(map(str, rows)) and meta["kcheck.capture.batch_rows"] == "3"
+    with safe_open(str(tmp_path / "toy_write.s1.l0.safetensors"), "pt") as f:
+        assert "kcheck.capture.requests" not in f.metadata()
+    assert err.count("toy_write carries no request row") == 1
+
+
+def test_request_rows_outside_every_call_capture_none_of_it(rowed, tmp_path, capsys):
+    with capture.capture(tmp_path, ops="toy_write,toy_attend", steps="all", pipeline_steps=0, requests="7") as rec:
+        _rowed_steps(rowed)
+    names = sorted(os.path.basename(f) for f in rec.store.files)
+    assert names == ["toy_write.s0.l0.safetensors", "toy_write.s1.l0.safetensors"]
+    assert capsys.readouterr().err.count("has 3 request rows, none of them selected") == 1
+
+
+def test_request_rows_cut_token_lists_by_segment(tmp_path, monkeypatch):
+    """A CSR token list (SGLang's kv_indptr / kv_indices) keeps the selected
+    requests' segments, in order, under a new indptr."""
+    from kcheck.capture.recorder import Call
+
+    op = opsmod.Op("t", "sglang", "mla_decode", "attn", "py:x:y", rows=("q",), csr=(("kv_indptr", "kv_indices"),))
+    c = Call(op, {}, {}, [])
+    c.rows = [0, 2]
+    c.before = {"kv_indptr": torch.tensor([0, 3, 5, 9], dtype=torch.int32), "kv_indices": torch.arange(10, 20)}
+    c.ids_before = {"kv_indptr": ("a",), "kv_indices": ("b",)}
+    c.select_csr()
+    assert c.before["kv_indptr"].tolist() == [0, 3, 7] and c.before["kv_indptr"].dtype == torch.int32
+    assert c.before["kv_indices"].tolist() == [10, 11, 12, 15, 16, 17, 18]

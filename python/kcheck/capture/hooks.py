@@ -17,7 +17,7 @@ import importlib.abc
 import sys
 
 from kcheck.capture import ops as opsmod
-from kcheck.capture.recorder import bind_python, bind_schema
+from kcheck.capture.recorder import bind_python, bind_schema, wanted
 
 
 def _record(rec, op, names, vals, run):
@@ -94,7 +94,7 @@ class Hooks:
             self.mode = _dispatch_mode_class()(self.rec, table)
             self.mode.__enter__()
         for op in opsmod.OPS.values():
-            if not op.target.startswith("py:") or not self.rec.sel.wants_op(op.name):
+            if not op.target.startswith("py:") or not wanted(self.rec.sel, op):
                 continue
             module = op.target[3:].split(":")[0]
             if module in sys.modules:

@@ -101,6 +101,21 @@ class Op:
     unreadable_why: str = ""
     contract: callable = None  # call -> [Part]
     params: callable = None  # call -> extra contract params for its own file
+    # Request rows (KCHECK_CAPTURE_REQUESTS): the tensors whose axis 0 is
+    # the batch row of a request (the row of the block table / seq lens
+    # the call carries), and token lists in CSR form (indptr, indices) with
+    # one segment a request. An op that names none carries no request row
+    # (a cache write addresses slots, a projection token rows) and is
+    # captured whole.
+    rows: tuple = ()
+    csr: tuple = ()
+    # A method whose call is a plan for later calls on the same object
+    # (FlashInfer's wrapper: plan() takes the page lists and the scale,
+    # run() the tensors): keeps_plan records the plan's arguments (no
+    # file of its own), plan_from names the op whose latest call on the
+    # object supplies the arguments the call itself lacks.
+    keeps_plan: bool = False
+    plan_from: str = None
 
 
 def _ident(call, name, tag=""):
@@ -219,6 +234,69 @@ def _triton_mla_parts(call):
     return [Part("attn", "mla_decode", attn, {"partial_out", "partial_lse"}, p), Part("combine", "splitk_combine", combine, {"out", "lse"}, {})]
 
 
+# SGLang's split length is whole 32-token blocks (decode_attention.py,
+# _MIN_BLOCK_KV = 32; stage 1 and stage 2 both take kv_len_per_split =
+# cdiv(cdiv(seq_len, kv_splits), MIN_BLOCK_KV) * MIN_BLOCK_KV).
+SGLANG_MIN_BLOCK_KV = 32
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _sglang_decode_parts(call):
+    """SGLang's Triton decode (TritonAttnBackend.forward_decode, MLA) as
+    two stages: stage 1 (attention over each split: attn_logits [B, H, S,
+    L], attn_lse [B, H, S]) and stage 2 (the combine: o [B, H, L]; SGLang
+    stores no final lse). The pool is token-major (page size 1): k_buffer
+    [tokens, 1, D] is read as the contract's [tokens, 1, D] cache and the
+    token lists kv_indptr/kv_indices as a block table of one-token pages,
+    padded with slot 0 (never read past seq_len); split_bounds are the
+    32-token rounded splits the kernel makes of each request's tokens,
+    which is the partials' layout, not a result."""
+    import torch
+
+    q = call.before["q"]
+    kb = call.before["k_buffer"]
+    indptr = call.before["kv_indptr"].to(torch.int64)
+    indices = call.before["kv_indices"].to(torch.int64)
+    splits = call.before["num_kv_splits"].to(torch.int64)
+    logits, lse = call.after["attn_logits"], call.after["attn_lse"]
+    B, H, D = q.shape
+    S, Lv = logits.shape[2], logits.shape[3]
+    lens = (indptr[1:] - indptr[:-1]).tolist()
+    width = max([1, *lens])
+    table = torch.zeros(B, width, dtype=torch.int32)
+    bounds = torch.zeros(B, S + 1, dtype=torch.int32)
+    for b, n in enumerate(lens):
+        table[b, :n] = indices[indptr[b]: indptr[b] + n].to(torch.int32)
+        per = _cdiv(_cdiv(n, int(splits[b])), SGLANG_MIN_BLOCK_KV) * SGLANG_MIN_BLOCK_KV
+        bounds[b] = torch.tensor([min(j * per, n) for j in range(S + 1)], dtype=torch.int32)
+    kind = "bf16" if kb.dtype == torch.bfloat16 else ("fp16" if kb.dtype == torch.float16 else str(kb.dtype))
+    po = logits.reshape(B, 1, H, S, Lv)
+    pl = lse.reshape(B, 1, H, S)
+    po_id, pl_id = _ident(call, "attn_logits@after"), _ident(call, "attn_lse@after")
+    attn = {
+        "q": (q.reshape(B, 1, H, D), _ident(call, "q")),
+        "kv_cache": (kb.reshape(kb.shape[0], 1, kb.shape[-1]), _ident(call, "k_buffer")),
+        "block_table": (table, None),
+        "seq_lens": (torch.tensor(lens, dtype=torch.int32), None),
+        "split_bounds": (bounds, None),
+        "partial_out": (po, po_id),
+        "partial_lse": (pl, pl_id),
+    }
+    # sm_scale_withk is softmax_scale times k_scale (1 for a bf16 cache,
+    # the only one kcheck reads SGLang's decode with: fp8 rounds q and P
+    # to the cache dtype, kcheck.worker.sglang says where).
+    p = {"softmax_scale": call.params["sm_scale_withk"], "kv_cache_dtype": kind, "page_size": "1", "latent_dim": str(Lv)}
+    combine = {
+        "partial_out": (logits.reshape(B * H, S, Lv), po_id),
+        "partial_lse": (lse.reshape(B * H, S), pl_id),
+        "out": (call.after["o"].reshape(B * H, Lv), _ident(call, "o@after")),
+    }
+    return [Part("attn", "mla_decode", attn, {"partial_out", "partial_lse"}, p), Part("combine", "splitk_combine", combine, {"out"}, {})]
+
+
 def _merge_parts(call, lse_layout):
     """A two-state merge as a two-split combine: rows are (token, head).
     lse_layout "HT" (vLLM: [H, T]) or "TH" (SGLang's Triton merge_state)."""
@@ -275,28 +353,44 @@ _add(Op("sgl_cutlass_scaled_fp4_mm", "sglang", "nvfp4_gemm", "quant", "op:sgl_ke
         outputs=("out",), contract=_gemm_parts))
 
 # Python entry points.
-_add(Op("decode_attention_fwd", "vllm", "pipeline", "attn", "py:vllm.v1.attention.ops.triton_decode_attention:decode_attention_fwd",
+_add(Op("decode_attention_fwd", "vllm", "mla_decode", "attn", "py:vllm.v1.attention.ops.triton_decode_attention:decode_attention_fwd",
         outputs=("o", "lse", "attn_logits"), cache="k_buffer", views={"v_buffer": "k_buffer"}, contract=_triton_mla_parts,
-        readable=False,
-        unreadable_why="the vllm engine table has no names for TRITON_MLA's decode_attention_fwd (k_buffer, req_to_token, "
-                       "b_seq_len, o, sm_scale) nor a reading of attn_logits [B, H, S, Lv+1] (issue 16)"))
+        rows=("q", "o", "lse", "req_to_token", "b_seq_len", "attn_logits")))
 _add(Op("triton_merge_attn_states", "vllm", "splitk_combine", "combine", "py:vllm.v1.attention.ops.triton_merge_attn_states:merge_attn_states",
         outputs=("output", "output_lse"), contract=lambda c: _merge_parts(c, "HT")))
 _add(Op("sglang_decode_attention_fwd_grouped", "sglang", "mla_decode", "attn", "py:sglang.kernels.ops.attention.decode_attention:decode_attention_fwd_grouped",
-        outputs=("o", "attn_logits", "attn_lse"), cache="k_buffer", views={"v_buffer": "k_buffer"}, readable=False,
-        unreadable_why="SGLang's Triton decode layout (kv_indptr/kv_indices token lists, separate attn_logits/attn_lse, "
-                       "32-token split rounding, no final lse) has no reading yet (issue 16); the file keeps SGLang's names"))
+        outputs=("o", "attn_logits", "attn_lse"), cache="k_buffer", views={"v_buffer": "k_buffer"}, contract=_sglang_decode_parts,
+        rows=("q", "o", "attn_logits", "attn_lse", "num_kv_splits"), csr=(("kv_indptr", "kv_indices"),), readable=False,
+        unreadable_why="the sglang engine table has no reading of SGLang's Triton decode (kv_indptr/kv_indices token lists, "
+                       "separate attn_logits/attn_lse, 32-token split rounding; issue 16)"))
 _add(Op("sglang_merge_state", "sglang", "splitk_combine", "combine", "py:sglang.srt.layers.attention.merge_state:merge_state",
         outputs=("output", "output_lse"), returns=("output", "output_lse"), contract=lambda c: _merge_parts(c, "TH"),
         readable=False, unreadable_why="the sglang engine table has no merge_state entry (its lse layout is [T, H], audit S4; issue 16)"))
+_FLASHMLA_ROWS = ("q", "block_table", "cache_seqlens", "out", "softmax_lse", "indices")
 _add(Op("flash_mla_with_kvcache", "flashmla", "mla_decode", "attn", "py:vllm.third_party.flashmla.flash_mla_interface:flash_mla_with_kvcache",
-        returns=("out", "softmax_lse"), outputs=("out",), cache="k_cache", params=_flashmla_kernel))
+        returns=("out", "softmax_lse"), outputs=("out",), cache="k_cache", params=_flashmla_kernel, rows=_FLASHMLA_ROWS))
 _add(Op("sglang_flash_mla_with_kvcache", "flashmla", "mla_decode", "attn", "py:sglang.kernels.ops.attention.flash_mla_interface:flash_mla_with_kvcache",
-        returns=("out", "softmax_lse"), outputs=("out",), cache="k_cache", params=_flashmla_kernel))
+        returns=("out", "softmax_lse"), outputs=("out",), cache="k_cache", params=_flashmla_kernel, rows=_FLASHMLA_ROWS))
 _add(Op("flashinfer_merge_states", "flashinfer", "splitk_combine", "combine", "py:flashinfer.cascade:merge_states",
         returns=("v_merged", "s_merged")))
-_add(Op("flashinfer_mla_run", "flashinfer", "mla_decode", "attn", "py:flashinfer.mla._batch_mla._wrapper:BatchMLAPagedAttentionWrapper.run",
-        returns=("out", "lse"), outputs=("out", "lse"), params=_flashinfer_mla_kernel))
+# FlashInfer's MLA wrapper (flashinfer-python 0.7.2.post1,
+# flashinfer/mla/_batch_mla/_wrapper.py): plan(qo_indptr, kv_indptr,
+# kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe, page_size,
+# causal, sm_scale, q_data_type, kv_data_type, ..., *, metadata=
+# MLAPlanMetadata (the same page lists, or the dense cum_seq_lens_q,
+# block_tables, seq_lens: _contracts.py MLAPlanMetadata), ...) at line 410;
+# run(q_nope, q_pe, ckv_cache, kpe_cache, out, lse, return_lse, ...,
+# return_lse_base_on_e, ..., *, query= (packed, or the pair q_nope, q_pe),
+# kv_cache= (packed, or the pair ckv_cache, kpe_cache), ...) at line 852.
+# run's lse is base e exactly when return_lse_base_on_e (_contracts.py
+# lines 139-140, validate_run_options). The page lists and the scale live
+# in the plan, so a run's capture takes them from the wrapper's latest plan.
+_FLASHINFER_MLA = "py:flashinfer.mla._batch_mla._wrapper:BatchMLAPagedAttentionWrapper"
+_add(Op("flashinfer_mla_plan", "flashinfer", "mla_decode", "attn", _FLASHINFER_MLA + ".plan", keeps_plan=True))
+_add(Op("flashinfer_mla_run", "flashinfer", "mla_decode", "attn", _FLASHINFER_MLA + ".run",
+        returns=("out", "lse"), outputs=("out", "lse"), params=_flashinfer_mla_kernel, cache="ckv_cache|kv_cache",
+        plan_from="flashinfer_mla_plan",
+        rename={"query": "q", "query.0": "q_nope", "query.1": "q_pe", "kv_cache.0": "ckv_cache", "kv_cache.1": "kpe_cache"}))
 
 
 def by_target():

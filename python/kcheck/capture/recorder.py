@@ -74,6 +74,45 @@ class Call:
         self.step = self.layer = None
         self.est = 0
         self.reserved = 0
+        self.rows = None  # the request rows kept (KCHECK_CAPTURE_REQUESTS), None: all
+        self.meta = {}  # the capture's own keys for this call's file
+
+    def row_tag(self, name):
+        """Identity suffix of a tensor kept for some request rows only: it
+        is not the engine's whole tensor, so nothing links to it as such."""
+        if self.rows is None or name not in self.op.rows:
+            return ()
+        return (("rows", tuple(self.rows)),)
+
+    def copy(self, name, t):
+        """The CPU copy of a tensor: the selected request rows of a tensor
+        whose axis 0 is the batch row, else the whole tensor."""
+        if self.rows is not None and name in self.op.rows and t.dim() > 0:
+            import torch
+
+            t = t.index_select(0, torch.tensor(self.rows, dtype=torch.int64, device=t.device))
+        return _copy(t)
+
+    def select_csr(self):
+        """Token lists in CSR form (indptr [B+1], indices), cut to the
+        selected rows: each row's segment, in order, and an indptr over
+        them."""
+        if self.rows is None:
+            return
+        import torch
+
+        for ip, ix in self.op.csr:
+            if ip not in self.before or ix not in self.before:
+                continue
+            ptr, idx = self.before[ip], self.before[ix]
+            p = ptr.to(torch.int64).tolist()
+            segs = [idx[p[r]:p[r + 1]] for r in self.rows]
+            lens = torch.tensor([len(x) for x in segs], dtype=torch.int64)
+            new_ptr = torch.zeros(len(self.rows) + 1, dtype=ptr.dtype)
+            new_ptr[1:] = lens.cumsum(0).to(ptr.dtype)
+            self.before[ip], self.before[ix] = new_ptr, torch.cat(segs).contiguous()
+            for n in (ip, ix):
+                self.ids_before[n] = self.ids_before[n] + (("rows", tuple(self.rows)),)
 
     def identity(self, name, tag=""):
         base, _, when = name.partition("@")
@@ -97,11 +136,10 @@ class Recorder:
         self.window_start = {}
         self.writes = {}  # storage -> recorded in-place writes (identity of inference tensors)
         self.producers = {}  # identity -> (call that produced it, weakref to the engine's tensor)
+        self.plans = {}  # id(object) -> (weakref to it, CPU copies of its plan's tensors, its parameters)
         self.serial = 0
         self.index = 0
         self.device = None
-        if selection.requests is not None:
-            self.say("KCHECK_CAPTURE_REQUESTS is not applied yet: every request row of a call is captured")
 
     # -- saying things once ---------------------------------------------
     def say(self, msg, level=logging.WARNING):
@@ -157,9 +195,8 @@ class Recorder:
     def begin(self, op, names, args):
         """Bind, place and copy one call; returns the Call, or None when it
         is not captured. names: the argument names, in order, with args."""
-        if not self.active or not self.sel.wants_op(op.name):
+        if not self.active or not wanted(self.sel, op):
             return None
-        import torch
 
         with self.lock:
             if _graph_capturing():
@@ -170,24 +207,40 @@ class Recorder:
                     "deprecated in 0.5.23).")
                 return None
             tensors, params, skipped = {}, {}, []
-            for name, v in zip(names, args):
-                name = op.rename.get(name, name)
-                if _is_tensor(v):
+            owner = None  # the object of a method call (its plan is kept by it)
+            for arg, v in zip(names, args):
+                name = op.rename.get(arg, arg)
+                if arg == "self" and (op.keeps_plan or op.plan_from):
+                    owner = v
+                elif _is_tensor(v):
                     tensors[name] = v
                 elif isinstance(v, (tuple, list)) and v and all(_is_tensor(x) for x in v):
                     for i, x in enumerate(v):
-                        tensors[f"{name}.{i}"] = x
+                        tensors[op.rename.get(f"{arg}.{i}", f"{name}.{i}")] = x
+                elif _is_dataclass(v) and op.keeps_plan:
+                    # A metadata object (FlashInfer's MLAPlanMetadata): its fields.
+                    for f, fv in _fields(v):
+                        if _is_tensor(fv):
+                            tensors[f] = fv
+                        elif param_str(fv) is not None:
+                            params[f] = param_str(fv)
                 elif v is not None:
                     s = param_str(v)
                     if s is None:
                         skipped.append(f"{name} ({type(v).__name__})")
                     else:
                         params[name] = s
+            if op.keeps_plan:
+                self._keep_plan(op, owner, tensors, params)
+                return None
+            planned = {}
+            if op.plan_from:
+                planned = self._plan_of(op, owner, tensors, params)
             call = Call(op, tensors, params, skipped)
             if self.device is None and tensors:
                 self.device = next(iter(tensors.values())).device
             # Place it: a cache op names its layer and may start a new step.
-            cache = tensors.get(op.cache) if op.cache else None
+            cache = next((tensors[n] for n in (op.cache or "").split("|") if n in tensors), None)
             if cache is not None:
                 layer = self.layers.setdefault(cache.untyped_storage().data_ptr(), len(self.layers))
                 if (op.name, layer) in self.seen:
@@ -205,6 +258,12 @@ class Recorder:
             if call.layer is None and not self.sel.wants_step(self.step) and not self.sel.wants_step(self.step + 1):
                 self._maybe_stop()
                 return None
+            call.rows, batch = self._request_rows(op, tensors)
+            if call.rows == []:
+                return None
+            if call.rows is not None:
+                call.meta["kcheck.capture.requests"] = ",".join(str(r) for r in call.rows)
+                call.meta["kcheck.capture.batch_rows"] = str(batch)
             # Copy the inputs (the written-in-place ones too, as they were).
             views = {}
             for name, t in tensors.items():
@@ -226,8 +285,12 @@ class Recorder:
                     continue
                 if name in op.outputs:
                     continue  # an output buffer: what it holds before is not data
-                call.ids_before[name] = self._input_key(t)
-                call.before[name] = _copy(t)
+                call.ids_before[name] = self._input_key(t) + call.row_tag(name)
+                call.before[name] = call.copy(name, t)
+            for name, t in planned.items():
+                call.before[name] = t
+                call.ids_before[name] = ("plan", name, id(t))
+            call.select_csr()
             return call
 
     def end(self, call, result):
@@ -243,14 +306,14 @@ class Recorder:
                     continue
                 ptr = t.untyped_storage().data_ptr()
                 self.writes[ptr] = self.writes.get(ptr, 0) + 1
-                call.after[name] = _copy(t)
-                call.ids_after[name] = self._output_key(t, call)
+                call.after[name] = call.copy(name, t)
+                call.ids_after[name] = self._output_key(t, call) + call.row_tag(name)
             if op.returns and result is not None:
                 vals = result if isinstance(result, (tuple, list)) else (result,)
                 for name, v in zip(op.returns, vals):
                     if _is_tensor(v):
-                        call.after[name] = _copy(v)
-                        call.ids_after[name] = self._output_key(v, call)
+                        call.after[name] = call.copy(name, v)
+                        call.ids_after[name] = self._output_key(v, call) + call.row_tag(name)
             call.args = None  # the engine's tensors are not kept
             if call.layer is None:
                 self.pending.append(call)
@@ -264,6 +327,67 @@ class Recorder:
                 for c in ready:
                     self._keep(c)
             self._keep(call)
+
+    # -- plans -------------------------------------------------------------
+    def _keep_plan(self, op, owner, tensors, params):
+        """Copy a plan's tensors now: the engine may rewrite them in place
+        before the run (FlashInfer's CUDA-graph plans are updated in place)."""
+        if owner is None:
+            self.say(f"{op.name}: the call has no object to keep its plan by; not used")
+            return
+        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        if self.store.max_bytes is not None and nbytes > self.store.max_bytes:
+            self.fail(f"{op.name}: the plan's tensors ({nbytes} bytes) exceed the byte budget")
+            return
+        for k in [k for k, (ref, _, _) in self.plans.items() if ref() is None]:
+            del self.plans[k]  # objects gone: their plans with them
+        self.plans[id(owner)] = (weakref.ref(owner), {k: _copy(t) for k, t in tensors.items()}, dict(params))
+
+    def _plan_of(self, op, owner, tensors, params):
+        """The latest plan of the call's object: its tensors (the CPU copies
+        taken at plan time) for the names the call lacks; its parameters
+        join the call's (the call's own win)."""
+        kept = self.plans.get(id(owner)) if owner is not None else None
+        if kept is None or kept[0]() is not owner:
+            self.say(f"{op.name}: no {op.plan_from} call on this object was seen (it was planned before the hook "
+                     "was on?): its capture lacks the plan's page lists and scale")
+            return {}
+        _, ts, ps = kept
+        for k, v in ps.items():
+            params.setdefault(k, v)
+        return {k: t for k, t in ts.items() if k not in tensors}
+
+    # -- request rows ------------------------------------------------------
+    def _request_rows(self, op, tensors):
+        """The batch rows of this call KCHECK_CAPTURE_REQUESTS keeps, and
+        the call's batch size: None (all: no selection, or an op with no
+        request rows), a sorted list, or [] (none of the selected rows is in
+        this call: not captured).
+
+        A row is a position in the call's batch (the row of the block
+        table and seq lens it carries), not an engine request id: kernels
+        are not given request ids, and an engine may move a request to
+        another row between steps (vLLM's persistent batch condenses its
+        rows when a request finishes, SGLang filters its batch)."""
+        import logging as _logging
+
+        req = self.sel.requests
+        if req is None:
+            return None, None
+        named = [n for n in op.rows if n in tensors and tensors[n].dim() > 0]
+        if named:
+            batch = tensors[named[0]].shape[0]
+        elif op.csr and op.csr[0][0] in tensors:
+            batch = tensors[op.csr[0][0]].shape[0] - 1
+        else:
+            self.say(f"KCHECK_CAPTURE_REQUESTS: {op.name} carries no request row (it addresses cache slots or token "
+                     "rows, not a request's); its calls are captured whole", _logging.INFO)
+            return None, None
+        rows = sorted(r for r in req if r < batch)
+        if not rows:
+            self.say(f"KCHECK_CAPTURE_REQUESTS: a {op.name} call has {batch} request rows, none of them selected; "
+                     "calls like it are not captured", _logging.INFO)
+        return rows, batch
 
     # -- placement ---------------------------------------------------------
     def _producer(self, tensors):
@@ -310,6 +434,7 @@ class Recorder:
         name = f"{op.name}.s{call.step}.l{call.layer}"
         meta = self._meta(call)
         meta["kcheck.capture.step"], meta["kcheck.capture.layer"] = str(call.step), str(call.layer)
+        meta.update(call.meta)
         if call.skipped:
             meta["kcheck.capture.skipped"] = ", ".join(call.skipped)
         if op.readable or op.contract is None:
@@ -346,6 +471,9 @@ class Recorder:
         m["kcheck.capture.call"] = ", ".join(sorted({c.op.target.split(':', 1)[1] for c in calls}))
         m["kcheck.capture.layer"] = str(layer)
         m["kcheck.capture.steps"] = f"{calls[0].step}-{calls[-1].step}"
+        if self.sel.requests is not None:
+            m["kcheck.capture.requests"] = (",".join(str(r) for r in sorted(self.sel.requests)) + " (batch rows, in the calls "
+                                            "that carry request rows; the others whole)")
         m.update(meta)
         self._write(f"pipeline.l{layer}.s{calls[0].step}-{calls[-1].step}", tensors, m)
 
@@ -364,6 +492,23 @@ class Recorder:
             for layer in list(self.windows):
                 if self.active:
                     self._write_window(layer)
+
+
+def wanted(sel, op):
+    """Is op selected, itself or as the plan of a selected op?"""
+    return sel.wants_op(op.name) or any(o.plan_from == op.name and sel.wants_op(o.name) for o in opsmod.OPS.values())
+
+
+def _is_dataclass(v):
+    import dataclasses
+
+    return dataclasses.is_dataclass(v) and not isinstance(v, type)
+
+
+def _fields(v):
+    import dataclasses
+
+    return [(f.name, getattr(v, f.name)) for f in dataclasses.fields(v)]
 
 
 def _copy(t):

@@ -4,10 +4,21 @@
     KCHECK_CAPTURE_OPS=a,b               op names (kcheck.capture.ops.OPS), default all
     KCHECK_CAPTURE_LAYERS=0,2-3          layers (in the order their KV caches are first seen), default 0
     KCHECK_CAPTURE_STEPS=0-7             decode steps (counted from the hook's start), default 0-3
-    KCHECK_CAPTURE_REQUESTS=0,1          batch rows (read, not applied yet: every row is captured)
+    KCHECK_CAPTURE_REQUESTS=0,1          request rows of a batch (default all; see below)
     KCHECK_CAPTURE_MAX_BYTES=1G          byte budget of the directory, default 1G
     KCHECK_CAPTURE_PIPELINE=4            consecutive steps per pipeline file (0: no pipelines), default 4
     KCHECK_CAPTURE_CALLS=1               also one file per call (0: pipelines only), default 1
+
+A kernel call is not told which request a row belongs to, so a "request"
+here is a batch row: the row of the block table and seq lens (or the
+segment of the token list) an attention call carries. The calls that carry
+such rows (TRITON_MLA's and SGLang's Triton decode, FlashMLA's decode) keep
+the selected rows only (`kcheck.capture.requests` names them); calls that
+address cache slots or token rows (the cache write, the NVFP4 projections,
+the merges) are captured whole. A row is not a stable request id: an engine
+may move a request to another row between steps (vLLM's persistent batch
+condenses rows when a request finishes), so select rows of a batch whose
+membership you know (one request alone, or a fixed batch).
 
 Ranges are inclusive; `all` selects everything. A value that does not parse
 is an error naming the variable (the hook then stays off and says so).
