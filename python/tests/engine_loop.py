@@ -227,3 +227,162 @@ class Loop:
             for b in range(B):
                 free.extend(reversed(blocks[b]))  # freed pages go back, to be reused first
         return outs, cache
+
+
+# --- SGLang -------------------------------------------------------------------
+#
+# The same model, served as SGLang 0.5.23's TritonAttnBackend serves an MLA
+# layer in decode with decode-context parallelism over two ranks (dcp_size
+# 2, triton_backend.py forward_decode, lines 2422-2466): each rank holds
+# its share of every request's tokens in its own token-major pool
+# (MLATokenToKVPool: [tokens, 1, 576], page size 1, here token t on rank t %
+# 2), runs decode_attention_fwd_grouped over its token lists (kv_indptr /
+# kv_indices) into an fp32 o with attn_lse filled with -inf first, and takes
+# local_lse = torch.logsumexp(attn_lse, -1); the ranks' states are then
+# merged. SGLang merges them across ranks (cp_lse_ag_out_rs_mha); one
+# process has both states at hand, so the loop merges them with SGLang's
+# merge_state (sglang/srt/layers/attention/merge_state.py, its Triton kernel
+# on the CPU), the same two-state merge. The pool write is SGLang's Python
+# scatter (set_mla_kv_buffer), not a kernel the hook sees.
+#
+# decode_attention_fwd_grouped is called as TritonAttnBackend calls it for
+# MLA (kcheck.worker.sglang.mla_decode does the same): v_buffer the pool's
+# first L columns, num_kv_splits filled with max_kv_splits (the CPU has no
+# core count: get_num_kv_splits, line 450), sm_scale_withk the layer's
+# scaling (bf16 pool: k_scale 1), v_scale 1, has_mla.
+#
+# Faults, beneath the hook:
+#   token_off_by_one  the decode reads position p >= 36 of a request's
+#                     token list from position p - 1 (a token-list
+#                     off-by-one: first shows when a rank holds 37 tokens
+#                     of a request, request 1 on rank 0 at step 2)
+#   lse_base_mixed    stage 2 (the split-K combine) weighs splits by
+#                     2^(lse - max)
+
+SGL_FAULTS = set()
+_sgl = {}
+
+
+def sglang_modules():
+    if _sgl:
+        return _sgl
+    from sglang.kernels.ops.attention import decode_attention as dec
+    from sglang.srt.layers.attention import merge_state as ms
+
+    from kcheck.worker import interp
+
+    interp.apply()
+    _sgl.update(decode=dec, merge=ms, real_decode=dec.decode_attention_fwd_grouped, real_stage2=dec._decode_softmax_reducev_fwd)
+    return _sgl
+
+
+def _sgl_faulty_decode(real):
+    def decode_attention_fwd_grouped(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_logits, attn_lse, num_kv_splits,
+                                     max_kv_splits, sm_scale_withk, v_scale, *args, **kwargs):
+        shifted = kv_indices.clone()
+        p = kv_indptr.tolist()
+        for b in range(len(p) - 1):
+            lo, hi = p[b], p[b + 1]
+            if hi - lo > 36:
+                shifted[lo + 36:hi] = kv_indices[lo + 35:hi - 1]
+        return real(q, k_buffer, v_buffer, o, kv_indptr, shifted, attn_logits, attn_lse, num_kv_splits, max_kv_splits,
+                    sm_scale_withk, v_scale, *args, **kwargs)
+
+    return decode_attention_fwd_grouped
+
+
+def _sgl_faulty_stage2(real):
+    def _decode_softmax_reducev_fwd(logits, lse, *args, **kwargs):
+        return real(logits, lse * math.log(2.0), *args, **kwargs)
+
+    return _decode_softmax_reducev_fwd
+
+
+class sglang_plant:
+    """with sglang_plant("name"): the SGLang loop's kernels carry that fault."""
+
+    def __init__(self, *names):
+        self.names = set(names)
+
+    def __enter__(self):
+        m = sglang_modules()
+        SGL_FAULTS.update(self.names)
+        if "token_off_by_one" in self.names:
+            m["decode"].decode_attention_fwd_grouped = _sgl_faulty_decode(m["real_decode"])
+        if "lse_base_mixed" in self.names:
+            m["decode"]._decode_softmax_reducev_fwd = _sgl_faulty_stage2(m["real_stage2"])
+        return self
+
+    def __exit__(self, *exc):
+        m = sglang_modules()
+        SGL_FAULTS.difference_update(self.names)
+        m["decode"].decode_attention_fwd_grouped = m["real_decode"]
+        m["decode"]._decode_softmax_reducev_fwd = m["real_stage2"]
+
+
+class SGLangLoop:
+    """One prompt of B requests, prefill written to the pools, then
+    `decode_steps` decode steps over two DCP ranks; S = max_kv_splits."""
+
+    RANKS = 2
+
+    def __init__(self, B=2, H=2, K=64, S=2, prompt_lens=(66, 70), decode_steps=3, seed=1):
+        self.B, self.H, self.K, self.S = B, H, K, S
+        self.prompt_lens, self.decode_steps = prompt_lens, decode_steps
+        g = torch.Generator().manual_seed(seed)
+        self.w_kv = (torch.randn(K, D, generator=g) / math.sqrt(K)).bfloat16()
+        self.w_q = (torch.randn(K, H * D, generator=g) / math.sqrt(K)).bfloat16()
+        self.w_o = (torch.randn(H * L, K, generator=g) / math.sqrt(H * L)).bfloat16()
+        self.x0 = [torch.randn(n, K, generator=g).bfloat16() for n in prompt_lens]
+
+    def run(self):
+        """Returns every decode step's merged output and the pools."""
+        m = sglang_modules()
+        dec, ms = m["decode"], m["merge"]
+        B, H, S, R = self.B, self.H, self.S, self.RANKS
+        size = sum(self.prompt_lens) + B * self.decode_steps
+        # MLATokenToKVPool: size + page_size rows, slot 0 the padding slot.
+        pools = [torch.zeros(size // R + B + 1, 1, D, dtype=torch.bfloat16) for _ in range(R)]
+        next_slot = [1] * R
+        slots = [[[] for _ in range(B)] for _ in range(R)]  # rank -> request -> its tokens' slots
+
+        def write(b, t, latent):
+            r = t % R
+            s = next_slot[r]
+            next_slot[r] += 1
+            slots[r][b].append(s)
+            pools[r][s, 0] = latent  # set_mla_kv_buffer: the pool's scatter
+
+        for b, x in enumerate(self.x0):
+            for t, latent in enumerate((x @ self.w_kv).bfloat16()):
+                write(b, t, latent)
+        lens = list(self.prompt_lens)
+        h = torch.stack([x[-1] for x in self.x0])
+        outs = []
+        for _ in range(self.decode_steps):
+            for b, latent in enumerate((h @ self.w_kv).bfloat16()):
+                write(b, lens[b], latent)
+            lens = [n + 1 for n in lens]
+            q = (h @ self.w_q).bfloat16().reshape(B, H, D)
+            states = []
+            for r in range(R):
+                n = [len(slots[r][b]) for b in range(B)]
+                kv_indptr = torch.zeros(B + 1, dtype=torch.int32)
+                kv_indptr[1:] = torch.tensor(n).cumsum(0).to(torch.int32)
+                kv_indices = torch.tensor([s for b in range(B) for s in slots[r][b]], dtype=torch.int64)
+                attn_logits = torch.empty(B, H, S, L, dtype=torch.float32)
+                attn_lse = torch.empty(B, H, S, dtype=torch.float32)
+                attn_lse.fill_(-float("inf"))
+                num_kv_splits = torch.empty(B, dtype=torch.int32)
+                num_kv_splits.fill_(S)
+                o = torch.empty(B, H, L, dtype=torch.float32)
+                kv = pools[r]
+                dec.decode_attention_fwd_grouped(q, kv, kv[..., :L], o, kv_indptr, kv_indices, attn_logits, attn_lse,
+                                                 num_kv_splits, S, SOFTMAX_SCALE, 1.0, has_mla=True)
+                states.append((o, torch.logsumexp(attn_lse, dim=-1)))
+            (o0, l0), (o1, l1) = states
+            o, _ = ms.merge_state(o0, l0, o1, l1)
+            outs.append(o.clone())
+            h = (o.reshape(B, H * L).bfloat16() @ self.w_o).bfloat16()
+            h = (h.float() / h.float().pow(2).mean(-1, keepdim=True).sqrt().clamp_min(1e-6)).bfloat16()
+        return outs, pools

@@ -116,3 +116,23 @@ def test_disk_full_leaves_the_engine_alone(loop, healthy, tmp_path, capfd, monke
     err = capfd.readouterr().err
     assert err.count("capture turned off") == 1 and "no space left on the device" in err
     assert files == [] and [f for f in os.listdir(tmp_path)] == []
+
+
+def test_request_rows_selected_check_pass_from_vllm(loop, healthy, tmp_path, kcheck_bin):
+    """KCHECK_CAPTURE_REQUESTS=1: the decode calls keep request row 1 only
+    (q, block table, seq lens, o, lse, attn_logits), the calls without
+    request rows are whole, and every file still checks: a row of a
+    decode is a decode."""
+    from safetensors import safe_open
+
+    outs, cache, _, files = _run(loop, tmp_path, requests="1")
+    assert all(torch.equal(a, b) for a, b in zip(healthy[0][0], outs))
+    with safe_open(str(tmp_path / "decode_attention_fwd.s1.l0.safetensors"), "pt") as f:
+        meta = f.metadata()
+        assert f.get_slice("q").get_shape()[0] == 1 and f.get_slice("req_to_token").get_shape()[0] == 1
+        assert torch.equal(f.get_tensor("o"), healthy[0][0][0][1:2])
+    assert meta["kcheck.capture.requests"] == "1" and meta["kcheck.capture.batch_rows"] == "2"
+    p = subprocess.run([kcheck_bin, "check", "--json", "--from", "vllm", *files], capture_output=True, text=True)
+    results = [json.loads(l) for l in p.stdout.splitlines()]
+    bad = [(os.path.basename(r["file"]), r["verdict"], r.get("error")) for r in results if r["verdict"] != "pass"]
+    assert p.returncode == 0 and not bad and len(results) == len(files), bad
