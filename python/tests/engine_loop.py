@@ -1,4 +1,6 @@
-"""A small MLA decode loop built from vLLM's real code, for the capture tests.
+"""Small MLA decode loops built from vLLM's and SGLang's real code, for the capture tests.
+
+Loop (below) is vLLM's; SGLangLoop (at the end) is SGLang's.
 
 Each step of each prompt runs what a vLLM DeepSeek layer runs for its KV
 latent: the activation quantized to NVFP4 (vllm._custom_ops.scaled_fp4_quant,
@@ -216,6 +218,9 @@ class Loop:
                 lens = [n + 1 for n in lens]
                 q = (h @ self.w_q).bfloat16().reshape(B, H, D)
                 o = torch.zeros(B, H, L, dtype=torch.bfloat16)
+                # vLLM's forward_mqa allocates lse in q's dtype (triton_mla.py
+                # line 265); kcheck reads an F32 lse only until issue 16, so
+                # the loop hands the kernel an fp32 buffer.
                 lse = torch.zeros(B, H, dtype=torch.float32)
                 logits = torch.empty(B, H, self.S, L + 1, dtype=torch.float32)
                 kv = cache.unsqueeze(2)

@@ -71,7 +71,8 @@ def test_every_capture_checks_from_sglang(healthy, kcheck_bin):
     assert p.returncode == 0 and not bad and len(results) == len(files), bad
     # What each checked: the decode's partials and o, never an lse it does not have.
     dec = results["sglang_decode_attention_fwd_grouped.s0.l0.safetensors"]
-    assert dec["kernel"] == "pipeline"
+    checked = {st["prefix"]: sorted(c["tensor"] for c in st["local"]) for st in dec["stages"]}
+    assert checked == {"attn": ["partial_lse", "partial_out"], "combine": ["out"]}, checked
     merged = results["sglang_merge_state.s0.l0.safetensors"]
     assert sorted(c["tensor"] for c in merged["checks"]) == ["lse", "out"]
 

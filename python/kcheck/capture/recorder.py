@@ -15,6 +15,12 @@ without a cache (an NVFP4 projection) belongs to the step and layer of the
 next cache op, or, when its inputs are a recorded call's outputs, to that
 call's.
 
+A call that carries request rows keeps the rows KCHECK_CAPTURE_REQUESTS
+selects (Call.copy, Call.select_csr); its cut tensors get an identity of
+their own, so nothing links to them as the engine's whole tensor. A call
+whose arguments live in an earlier plan (FlashInfer's wrapper: plan() then
+run()) gets them from the copies taken when the plan was made.
+
 Identity is what links pipeline stages: a tensor is (storage, byte offset,
 byte size, version), the version being PyTorch's version counter (bumped by
 every in-place write) or, for inference tensors, which have none, the
@@ -272,6 +278,7 @@ class Recorder:
                     views[name] = base
             est = sum(t.numel() * t.element_size() for n, t in tensors.items() if n not in views)
             est += sum(tensors[n].numel() * tensors[n].element_size() for n in (*op.inplace, *op.outputs) if n in tensors)
+            est += sum(t.numel() * t.element_size() for t in planned.values())
             call.est = est + HEADER_SLACK
             copies = (1 if self.sel.calls else 0) + (1 if self.sel.pipeline_steps > 0 and op.contract else 0)
             call.reserved = call.est * copies
