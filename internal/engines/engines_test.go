@@ -244,7 +244,7 @@ func TestVLLMTritonMLANames(t *testing.T) {
 	c.Splits = 3
 	for _, corrupt := range []string{"partial_lse", "out"} {
 		meta, ts := capture(t, c, nil, corrupt, 1)
-		want := mustFail(t, check.Run(check.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+		want := mustFail(t, check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
 		q, kc, po, pl := ts["q"], ts["kv_cache"], ts["partial_out"], ts["partial_lse"]
 		B, H, D := q.Shape[0], q.Shape[2], q.Shape[3]
 		S, L := po.Shape[3], po.Shape[4]
@@ -275,7 +275,7 @@ func TestVLLMTritonMLANames(t *testing.T) {
 		for k, v := range vt {
 			copied[k] = v
 		}
-		got := check.Run(check.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
+		got := check.Run(evidence.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
 		if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 			t.Errorf("%s planted: TRITON_MLA-named capture checks differently:\n got %s\nwant %s\nnotes %q", corrupt, g, w, got.Notes)
 		}
@@ -286,7 +286,7 @@ func TestVLLMTritonMLANames(t *testing.T) {
 				t.Errorf("notes do not say %q:\n%s", n, notes)
 			}
 		}
-		sg := check.Run(check.Capture{Name: "sglang", Metadata: vm, Tensors: copied}, fromOpts(t, "sglang"))
+		sg := check.Run(evidence.Capture{Name: "sglang", Metadata: vm, Tensors: copied}, fromOpts(t, "sglang"))
 		if sg.Verdict != check.Error {
 			t.Errorf("--from sglang read vLLM's TRITON_MLA names: verdict %s, notes %q", sg.Verdict, sg.Notes)
 		}
