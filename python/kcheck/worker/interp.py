@@ -1,4 +1,4 @@
-"""Three fixes for Triton's interpreter, applied only when it runs the kernels.
+"""Four fixes for Triton's interpreter, applied only when it runs the kernels.
 
 Triton 3.9's interpreter stores bfloat16 as its raw 16 bits in uint16
 arrays (triton/runtime/interpreter.py, the `tl.bfloat16: np.uint16`
@@ -26,6 +26,15 @@ Its float downcasts go through _convert_float, which is wrong twice:
   masked off instead of raising the exponent, so float32 7.9 becomes e4m3
   4.0 and 1.0625 becomes 1.125 (python/findings/triton_interpreter_fp8_cast.py).
 
+A load or store mask built as `(tensor < n) & ok`, with ok a comparison
+of a `tl.range` loop variable (vLLM's _fp8_paged_mqa_logits_decode_kernel,
+rocm_aiter_mla_sparse.py lines 596-597, `mask_pos = (pos < seq_len) &
+blk_ok`), reaches InterpreterBuilder.create_masked_load as an int32 array
+of 0/1, and the interpreter's C++ load refuses it ("mask has unsupported
+dtype"; python/findings/triton_interpreter_int_mask.py). Compiled, the same
+expression is an i1 mask. The shim passes such a mask on as its truth value
+(`mask != 0`), which is what the compiled i1 holds.
+
 The shim converts float32/float16/bfloat16 to a narrower bfloat16, float16,
 float8e4nv or float8e5 with torch's round-to-nearest-even, after saturating
 to the format's largest finite value for the fp8 formats (what the GPU's
@@ -37,7 +46,8 @@ interpreter's own.
 import numpy as np
 
 NOTE = ("triton interpreter: bf16 tl.dot operands widened exactly to fp32 (create_dot multiplies raw bf16 bits otherwise; "
-        "python/findings/triton_interpreter_bf16_dot.py); downcasts to bf16, f16 and fp8 by torch's RTNE, fp8 after saturation "
+        "python/findings/triton_interpreter_bf16_dot.py); integer 0/1 load/store masks passed as their truth value "
+        "(python/findings/triton_interpreter_int_mask.py); downcasts to bf16, f16 and fp8 by torch's RTNE, fp8 after saturation "
         "(_convert_float truncates fp32 to bf16 and drops the fp8 mantissa carry; python/findings/triton_interpreter_bf16_cast.py, "
         "python/findings/triton_interpreter_fp8_cast.py)")
 
@@ -63,7 +73,8 @@ def apply():
         return NOTE
     fix_dot = needed()
     fix_cast = any(cast_error(t) > 0 for t in CAST_TARGETS)
-    if not (fix_dot or fix_cast):
+    fix_mask = mask_error()
+    if not (fix_dot or fix_cast or fix_mask):
         return None
     orig = ti.InterpreterBuilder.create_dot
 
@@ -78,6 +89,8 @@ def apply():
         ti.InterpreterBuilder.create_dot = create_dot
     if fix_cast:
         _patch_float_cast(ti, tl)
+    if fix_mask:
+        _patch_int_mask(ti, tl)
     _applied = True
     return NOTE
 
@@ -110,6 +123,47 @@ def _patch_float_cast(ti, tl):
         return orig(input, input_dtype, output_dtype, rounding_mode)
 
     ti._convert_float = convert
+
+
+def _patch_int_mask(ti, tl):
+    load, store = ti.InterpreterBuilder.create_masked_load, ti.InterpreterBuilder.create_masked_store
+
+    def truth(mask):
+        if mask.data.dtype != np.bool_ and np.issubdtype(mask.data.dtype, np.integer):
+            return ti.TensorHandle(mask.data != 0, tl.int1)
+        return mask
+
+    def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+        return load(self, ptrs, truth(mask), other, cache_policy, is_volatile)
+
+    def create_masked_store(self, ptrs, value, mask, cache_policy):
+        return store(self, ptrs, value, truth(mask), cache_policy)
+
+    ti.InterpreterBuilder.create_masked_load = create_masked_load
+    ti.InterpreterBuilder.create_masked_store = create_masked_store
+
+
+def mask_error():
+    """Whether the interpreter refuses a mask `(r < n) & (i < n)` with i a
+    tl.range loop variable: the probe `apply` and the test use."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _copy(x_ptr, y_ptr, n, N: tl.constexpr):
+        r = tl.arange(0, N)
+        for start in tl.range(0, n, N):
+            m = (start + r < n) & (start < n)
+            tl.store(y_ptr + start + r, tl.load(x_ptr + start + r, mask=m, other=0.0), mask=m)
+
+    x = torch.arange(8, dtype=torch.float32)
+    y = torch.zeros(8)
+    try:
+        _copy[(1,)](x, y, 6, 8)
+    except Exception:
+        return True
+    return y.tolist() != [0, 1, 2, 3, 4, 5, 0, 0]
 
 
 def cast_error(target="float8_e4m3fn"):
