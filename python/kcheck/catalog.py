@@ -1,14 +1,18 @@
 """Judge each engine worker over (a subset of) kcheck's case catalog.
 
     python -m kcheck.catalog [--subset ci|full] [--kcheck bin/kcheck] [--json FILE]
+        [--only LABEL]... [--md FILE [--append]]
 
-Runs `kcheck run --backend worker:... --json` for every entry of RUNS and
+Runs `kcheck run --backend worker:... --json` for every entry of RUNS (and
+the worker protocol then `kcheck check` for every entry of DERIVED) and
 prints one Markdown table row per entry: cases run, pass / fail /
 inconclusive / error counts, and the refused cases (worker exit 4,
 `unsupported`) with the worker's reason. The `ci` subset is what .ci/run
 runs: one case for each worker and kernel (every worker process imports its
-engine, 20-50 s on two busy cores), ten in all; `full` is every catalog case
-the kernel maps to, except where an entry's note says why not.
+engine, 20-120 s on two busy cores), twelve in all; `full` is every catalog
+case the kernel maps to, except where an entry's note says why not.
+--only runs the entries whose label holds any of the given strings, and
+--append adds this run's block to an --md file written by an earlier one.
 """
 
 import argparse
@@ -16,6 +20,7 @@ import collections
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -49,6 +54,10 @@ RUNS = [
      ["splitk_combine-base2-small/h4/l16/s2"], ["splitk_combine-base2-small/*"],
      "base 2, small shapes (python/cases/flashinfer-base2-small.json): its scalar loop over every element takes"
      " over 20 minutes a case of the catalog's 32 x 512 in the interpreter (python/cases/flashinfer-base2.json holds those)"),
+    ("vLLM Triton paged MQA logits (DSA indexer) rocm_fp8_paged_mqa_logits_triton, then vLLM's torch top-k", "worker:vllm",
+     "dsa_indexer", None, ["dsa_indexer/glm-5/p64/ctx-P+1"], ["dsa_indexer/*"],
+     "the catalog's BF16 q and cache lie off the fp8 grid the kernel reads: refused, not quantized (issue 16, item 5);"
+     " the same cases on the fp8 grid are judged in the next entry"),
     ("torchao nvfp4_quantize", "worker:torchao", "nvfp4_quantize", None,
      ["nvfp4_quantize/m16/k2048/swizzled_128x4"], ["nvfp4_quantize/*"], "linear and to_blocked scales"),
     ("torchao NVFP4Tensor.dequantize", "worker:torchao", "nvfp4_dequantize", None,
@@ -58,6 +67,63 @@ RUNS = [
     ("ModelOpt NVFP4QTensor.dequantize", "worker:modelopt", "nvfp4_dequantize", None,
      ["nvfp4_dequantize/m16/k2048/linear/dequant"], ["nvfp4_dequantize/*"], "linear scales, dequant-direction global only"),
 ]
+
+
+# Entries judged on inputs derived from catalog cases, for engine kernels
+# whose input dtypes the contract cannot hold yet: (label, worker, kernel,
+# worker options, derivation module, ci globs, full globs, note). Each case
+# is built by `kcheck run --backend reference --out`, rewritten by the
+# derivation (python -m MODULE IN OUT: exact re-encodings, never the
+# engine's arithmetic), run through the worker protocol and judged by
+# `kcheck check`.
+DERIVED = [
+    ("vLLM Triton paged MQA logits (DSA indexer), then vLLM's torch top-k, on fp8-grid inputs", "vllm", "dsa_indexer", [],
+     "kcheck.fp8grid", ["dsa_indexer/glm-5/p64/ctx-P+1"], ["dsa_indexer/*"],
+     "the catalog cases with q and k_cache rounded to e4m3 x power-of-two scales (python -m kcheck.fp8grid), which the"
+     " worker hands the kernel exactly"),
+]
+
+
+def _timeout_s(t):
+    units = {"s": 1, "m": 60, "h": 3600}
+    return float(t[:-1]) * units[t[-1]] if t[-1] in units else float(t)
+
+
+def run_derived(kcheck, worker, kernel, opts, module, glob, timeout):
+    """One DERIVED glob: results shaped like `kcheck run --json`'s."""
+    import glob as globmod
+    import tempfile
+
+    t0 = time.time()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="kcheck-derived-") as tmp:
+        ref = os.path.join(tmp, "ref")
+        p = subprocess.run([kcheck, "run", "--quiet", "--match", glob, "--out", ref], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit(f"kcheck run --match {glob} --out: exit {p.returncode}: {p.stderr.strip()[-500:]}")
+        for src in sorted(globmod.glob(os.path.join(ref, "*.safetensors"))):
+            base = os.path.basename(src)
+            dst, out = os.path.join(tmp, "in-" + base), os.path.join(tmp, "out-" + base)
+            subprocess.run([sys.executable, "-m", module, src, dst], check=True)
+            cmd = [sys.executable, "-m", "kcheck.worker", worker]
+            for o in opts:
+                cmd += ["--set", o]
+            cmd += ["run", "--kernel", kernel, "--in", dst, "--out", out]
+            try:
+                w = subprocess.run(cmd, capture_output=True, text=True, timeout=_timeout_s(timeout))
+            except subprocess.TimeoutExpired:
+                results.append({"case": base, "verdict": "error", "error": f"kernel {kernel}: hang (over {timeout})"})
+                continue
+            if w.returncode != 0:
+                status = {2: "bad_input", 4: "unsupported", 5: "unavailable"}.get(w.returncode, "crash")
+                last = (w.stderr.strip().splitlines() or ["?"])[-1]
+                results.append({"case": base, "verdict": "error", "error": f"kernel {kernel}: {status}: {last.split(': ', 1)[-1]}"})
+                continue
+            c = subprocess.run([kcheck, "check", "--json", out], capture_output=True, text=True)
+            r = json.loads(c.stdout.splitlines()[0])
+            r["case"] = base
+            results.append(r)
+    return results, time.time() - t0
 
 
 def run_one(kcheck, backend, cases_file, glob, timeout):
@@ -112,9 +178,12 @@ def main(argv=None):
     ap.add_argument("--subset", choices=("ci", "full"), default="ci")
     ap.add_argument("--kcheck", default=os.environ.get("KCHECK", "bin/kcheck"))
     ap.add_argument("--timeout", default="10m", help="per-case limit passed to kcheck run")
-    ap.add_argument("--only", default="", help="run only entries whose label contains this")
+    ap.add_argument("--only", action="append", default=[],
+                    help="run only entries whose label contains this (repeatable: any of them)")
     ap.add_argument("--json", help="also write the raw results here")
     ap.add_argument("--md", help="also write the table, the command and the versions here (rewritten after each entry)")
+    ap.add_argument("--append", action="store_true",
+                    help="keep what --md already holds and add this run's block after it (runs of separate subsets in one file)")
     a = ap.parse_args(argv)
     os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ.setdefault("KCHECK_PYTHON", sys.executable)
@@ -126,33 +195,26 @@ def main(argv=None):
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     head = [
-        f"Generated by `python -m kcheck.catalog {' '.join(argv if argv is not None else sys.argv[1:])}`"
-        f" (make engines-{a.subset}) on {time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.1f}"
+        f"Generated by `python -m kcheck.catalog {shlex.join(argv if argv is not None else sys.argv[1:])}`"
+        f"{'' if a.only else f' (make engines-{a.subset})'} on {time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.1f}"
         f" on {os.cpu_count()} cores, TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET')}; {_versions()}.",
         "",
     ]
+
+    before = ""
+    if a.md and a.append and os.path.exists(a.md):
+        with open(a.md) as f:
+            before = f.read().rstrip("\n") + "\n\n"
 
     def emit(line):
         print(line, flush=True)
         lines.append(line)
         if a.md:
             with open(a.md + ".tmp", "w") as f:
-                f.write("\n".join(head + lines) + "\n")
+                f.write(before + "\n".join(head + lines) + "\n")
             os.replace(a.md + ".tmp", a.md)
 
-    for l in lines:
-        print(l)
-    raw = {}
-    for label, backend, kernel, cf, ci, full, note in RUNS:
-        globs = ci if a.subset == "ci" else full
-        if (a.only and a.only not in label) or globs is None:
-            continue
-        results, secs = [], 0.0
-        for glob in globs:
-            r, t = run_one(a.kcheck, backend, cf, glob, a.timeout)
-            results += r
-            secs += t
-        raw[label] = results
+    def report(label, backend, note, results, secs):
         counts, refused, errors, outputs = summarize(results)
         per = "; ".join(f"{t}: " + ", ".join(f"{v} {n}" for v, n in sorted(c.items())) for t, c in sorted(outputs.items()))
         emit(f"| {label} ({note}) | `{backend}` | {len(results)} | {counts['pass']} | {counts['fail']} | {counts['inconclusive']} | {counts['error']} | {counts['refused']} | {per} | {secs:.0f} s |")
@@ -164,6 +226,35 @@ def main(argv=None):
             if r["verdict"] in ("fail", "inconclusive"):
                 bad = ", ".join(f"{c.get('tensor')} {c.get('verdict')}" for c in r.get("checks") or [] if c.get("verdict") != "pass")
                 emit(f"|  | {r['verdict']}: `{r.get('file') or r.get('case')}` ({bad}) | | | | | | | | |")
+
+    for l in lines:
+        print(l)
+    raw = {}
+    for label, backend, kernel, cf, ci, full, note in RUNS:
+        globs = ci if a.subset == "ci" else full
+        if (a.only and not any(o in label for o in a.only)) or globs is None:
+            continue
+        results, secs = [], 0.0
+        for glob in globs:
+            r, t = run_one(a.kcheck, backend, cf, glob, a.timeout)
+            results += r
+            secs += t
+        raw[label] = results
+        report(label, backend, note, results, secs)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(raw, f, indent=1)
+    for label, worker, kernel, opts, module, ci, full, note in DERIVED:
+        globs = ci if a.subset == "ci" else full
+        if (a.only and not any(o in label for o in a.only)) or globs is None:
+            continue
+        results, secs = [], 0.0
+        for glob in globs:
+            r, t = run_derived(a.kcheck, worker, kernel, opts, module, glob, a.timeout)
+            results += r
+            secs += t
+        raw[label] = results
+        report(label, f"python -m kcheck.worker {worker}" + "".join(f" --set {o}" for o in opts) + " (derived inputs)", note, results, secs)
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(raw, f, indent=1)

@@ -25,7 +25,7 @@ import traceback
 
 # Worker name -> (module, one-line description). Listing imports none of them.
 WORKERS = {
-    "vllm": ("kcheck.worker.vllm", "vLLM Triton kernels: TRITON_MLA decode_attention_fwd, merge_attn_states"),
+    "vllm": ("kcheck.worker.vllm", "vLLM Triton kernels: TRITON_MLA decode_attention_fwd, merge_attn_states, the DSA indexer's paged MQA logits"),
     "sglang": ("kcheck.worker.sglang", "SGLang Triton kernels: grouped MLA decode, merge_state, the DSA fp8_ds_mla cache quantizer"),
     "flashinfer": ("kcheck.worker.flashinfer", "FlashInfer Triton cascade merge_states kernel"),
     "torchao": ("kcheck.worker.nvfp4", "torchao NVFP4 quantize and dequantize (pure PyTorch), linear and to_blocked scales"),

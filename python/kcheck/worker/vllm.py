@@ -220,5 +220,238 @@ def splitk_combine(tensors, meta, opts):
     return {"out": output.reshape(N, L), "lse": output_lse.reshape(N)}, m
 
 
+# The vLLM runtime modules rocm_aiter_mla_sparse.py imports at its top
+# (lines 14-16, 21) and that no function the dsa_indexer worker calls uses:
+# vllm.config's import chain needs cbor2, transformers, openai_harmony and
+# more of vLLM's serving dependencies, which requirements.lock does not
+# install (it pins the kernels' packages, not vLLM's server).
+# vllm.v1.worker.workspace, which the wrapper does use, reaches
+# vllm.forward_context through vllm.v1.worker.ubatching only for
+# ForwardContext, a type it does not touch on one thread.
+_RUNTIME_ONLY = (
+    "vllm.config",
+    "vllm.forward_context",
+    "vllm.compilation.breakable_cudagraph",
+    "vllm.v1.attention.backends.mla.indexer",
+)
+
+RUNTIME_SHIM = ("vllm.config, vllm.forward_context, vllm.compilation.breakable_cudagraph and "
+                "vllm.v1.attention.backends.mla.indexer stood in for by placeholders that raise when used "
+                "(their imports need vLLM's serving dependencies, not installed; the kernel, its wrapper, the "
+                "workspace manager and the top-k do not use them); eager_break_during_capture, the decorator of "
+                "rocm_aiter_sparse_attn_indexer (not called), is the identity it is outside a CUDA-graph capture")
+
+
+class _Placeholder:
+    """A name from a vLLM runtime module that cannot be imported here: any use raises."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def _fail(self, *a, **k):
+        raise RuntimeError(f"{self._name} is a kcheck placeholder (vLLM's runtime is not installed); the worker's call path must not use it")
+
+    __call__ = _fail
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Placeholder(f"{self._name}.{attr}")
+
+    def __mro_entries__(self, bases):
+        self._fail()
+
+
+def _placeholder_module(modname):
+    import types
+
+    mod = types.ModuleType(modname, "kcheck placeholder for a vLLM runtime module that cannot be imported here")
+
+    def getattr_(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        if attr == "eager_break_during_capture":
+            # breakable_cudagraph.py: outside a capture context the
+            # decorated function "executes normally".
+            return lambda fn: fn
+        return _Placeholder(f"{modname}.{attr}")
+
+    mod.__getattr__ = getattr_
+    return mod
+
+
+def _load_without_runtime(modname):
+    """_load, and when vLLM's runtime modules cannot be imported (their
+    dependencies are not installed), again with placeholders for exactly
+    the _RUNTIME_ONLY modules. Returns (module, shim note or None)."""
+    import importlib
+    import sys
+
+    try:
+        return _load(modname)
+    except ImportError as e:
+        missing = getattr(e, "name", None) or str(e)
+        if missing and missing.startswith("vllm"):
+            raise
+    placeholders = []
+    for m in _RUNTIME_ONLY:
+        try:
+            importlib.import_module(m)
+        except ImportError:
+            sys.modules[m] = _placeholder_module(m)
+            placeholders.append(m)
+    mod, shim = _load(modname)
+    note = "; ".join(x for x in (shim, RUNTIME_SHIM if placeholders else None) if x)
+    return mod, note or None
+
+
+def _e4m3_pow2(x, rows_read, what):
+    """Re-encode x [..., D] (bf16) as e4m3 codes times one power-of-two
+    scale per row, exactly, or refuse. The scale is vLLM's ue8m0 choice,
+    2^ceil(log2(max(amax, 1e-4) / 448)) (rocm_aiter_mla_sparse.py lines
+    151-157, indexer_k_quant_and_cache with USE_UE8M0): with a power of two
+    the decoded value e4m3 * scale is the bf16 value itself, so the kernel
+    sees exactly the contract's inputs and nothing is quantized. rows_read
+    masks the rows the kernel reads (a cache's unattended rows may hold
+    anything, NaN included)."""
+    xf = x.float()
+    amax = xf.abs().amax(dim=-1).nan_to_num(0.0)
+    scale = torch.exp2(torch.ceil(torch.log2(amax.clamp(min=1e-4) / 448.0)))
+    codes = (xf / scale.unsqueeze(-1)).to(torch.float8_e4m3fn)
+    back = codes.float() * scale.unsqueeze(-1)
+    bad = (back != xf) & rows_read.unsqueeze(-1)
+    n = int(bad.sum())
+    if n:
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        raise Unsupported(
+            f"tensor {what}: {n} of {int(rows_read.sum()) * x.shape[-1]} values read are not an e4m3 code times a power-of-two "
+            f"scale per row (first at {list(idx)}: {xf[idx].item()!r}); the Triton kernel reads fp8 q and an fp8 cache with a "
+            "per-token f32 scale (rocm_aiter_mla_sparse.py lines 543-550), kcheck's dsa_indexer contract gives BF16 ones, and "
+            "quantizing them would be kcheck computing: it needs fp8 q and cache kinds (issue 16, item 5)")
+    return codes, scale
+
+
+def dsa_indexer(tensors, meta, opts):
+    """vLLM's Triton paged MQA logits, rocm_fp8_paged_mqa_logits_triton
+    (vllm/v1/attention/ops/rocm_aiter_mla_sparse.py lines 624-692, kernel
+    _fp8_paged_mqa_logits_decode_kernel lines 542-621), then vLLM's "torch"
+    top-k backend (SparseIndexerTopk, vllm/model_executor/layers/
+    indexer_topk.py, selected by --kernel-config
+    sparse_indexer_topk_backend=torch: mask columns >= seq_len to -inf,
+    torch.topk, -1 past seq_len).
+
+    vLLM calls this Triton wrapper on ROCm gfx942/gfx950 for DeepSeek-V4's
+    block-flat C4A indexer cache with pages a multiple of 64
+    (rocm_fp8_paged_mqa_logits, lines 794-803). Its inputs: q_fp8 [B,
+    next_n, H, D] e4m3 (the query's scale folded into weights by the
+    caller), kv_cache uint8 [NB, P, 1, D+4] block-split (each block P*D e4m3
+    codes, then P f32 scales), weights f32 [B*next_n, H], context_lens [B],
+    block_tables, max_model_len. Its output: logits f32 [B*next_n,
+    max_model_len], written only where pos < seq_len (mask_pos, lines 597,
+    621): the rest is the workspace buffer as it was.
+
+    The contract's BF16 q and cache map onto it only exactly (see
+    _e4m3_pow2): each (request, head) row of q and each cache token
+    becomes e4m3 codes times a power-of-two scale, q's folded into weights
+    (exact in fp32), else the case is refused. Outputs: scores = logits[:,
+    :max_seq]; topk_indices from vLLM's torch top-k. max_model_len is
+    max(max_seq, topk), as in a deployment (the model length is never below
+    the top-k; vLLM's torch top-k needs as many columns as topk).
+
+    Option past_seq_len: `nan` (default) fills the workspace with NaN before
+    the call, so what the kernel leaves unwritten is visibly not data
+    (vLLM's workspace is torch.empty, vllm/v1/worker/workspace.py line 262);
+    `-inf` fills it with -inf, what vLLM's torch reference
+    fp8_paged_mqa_logits_torch (line 452) allocates, so only the values the
+    kernel writes are judged.
+    """
+    past = opts.get("past_seq_len", "nan")
+    if past not in ("nan", "-inf"):
+        raise BadInput(f"option past_seq_len={past}: want nan or -inf")
+    q = need(tensors, "q")
+    kc = need(tensors, "k_cache")
+    w = need(tensors, "weights").to(torch.float32)
+    block_table = need(tensors, "block_table").to(torch.int32)
+    seq_lens = need(tensors, "seq_lens").to(torch.int32)
+    if q.dim() != 3:
+        raise BadInput(f"tensor q has shape {tuple(q.shape)}; want [B, Hi, Dk]")
+    B, H, D = q.shape
+    if kc.dim() != 3 or kc.shape[2] != D:
+        raise BadInput(f"tensor k_cache has shape {tuple(kc.shape)}; want [NB, P, {D}]")
+    if tuple(w.shape) != (B, H):
+        raise BadInput(f"tensor weights has shape {tuple(w.shape)}; want [{B}, {H}]")
+    if seq_lens.shape != (B,) or block_table.dim() != 2 or block_table.shape[0] != B:
+        raise BadInput(f"seq_lens {tuple(seq_lens.shape)} and block_table {tuple(block_table.shape)} must be [{B}] and [{B}, max_blocks]")
+    NB, P, _ = kc.shape
+    # The wrapper's own limits (line 641 assert, tl.arange in the kernel).
+    if P % 64:
+        raise Unsupported(f"page size {P}: rocm_fp8_paged_mqa_logits_triton tiles 64 tokens and asserts block_size % 64 == 0 (line 641)")
+    if H & (H - 1) or D & (D - 1) or D % 4:
+        raise Unsupported(f"{H} heads of dim {D}: the kernel's tl.arange(0, NUM_HEADS) and (0, HEAD_SIZE) need powers of two, HEAD_SIZE % 4 == 0 (lines 586-590)")
+    topk = int(param(meta, "topk"))
+    longest = int(seq_lens.max().item()) if B else 0
+    max_seq = int(meta.get("max_seq", longest))
+    if int(seq_lens.min().item()) < 0 or longest > max_seq:
+        raise BadInput(f"seq_lens {seq_lens.tolist()} must lie in [0, max_seq = {max_seq}]")
+    blocks_used = -(-seq_lens.long() // P)
+    if int(blocks_used.max().item()) > block_table.shape[1]:
+        raise BadInput(f"block_table has {block_table.shape[1]} columns; seq_lens need {int(blocks_used.max().item())}")
+    # Which cache rows the kernel reads: the pages of each request's tokens.
+    read = torch.zeros(NB, P, dtype=torch.bool, device=kc.device)
+    for b in range(B):
+        n = int(seq_lens[b])
+        for j in range(-(-n // P)):
+            blk = int(block_table[b, j])
+            if not 0 <= blk < NB:
+                raise BadInput(f"block_table[{b}, {j}] = {blk} is outside the cache's {NB} blocks")
+            read[blk, : min(P, n - j * P)] = True
+
+    q8, q_scale = _e4m3_pow2(q, torch.ones(B, H, dtype=torch.bool, device=q.device), "q")
+    k8, k_scale = _e4m3_pow2(kc, read, "k_cache")
+    w_folded = w * q_scale
+    if not torch.equal(w_folded / q_scale, w) or not torch.isfinite(w_folded).all():
+        raise Unsupported("weights times q's power-of-two scales is not exact in fp32 (over- or underflow)")
+    # vLLM's block-split cache: per block P*D e4m3 bytes, then P f32 scales.
+    cache = torch.cat([k8.view(torch.uint8).reshape(NB, P * D), k_scale.to(torch.float32).contiguous().view(torch.uint8).reshape(NB, P * 4)], dim=1)
+    cache = cache.reshape(NB, P, 1, D + 4)
+
+    mod, shim = _load_without_runtime("vllm.v1.attention.ops.rocm_aiter_mla_sparse")
+    import vllm.v1.worker.workspace as ws
+
+    if not ws.is_workspace_manager_initialized():
+        ws.init_workspace_manager(q.device)
+    max_model_len = max(max_seq, topk)
+    (buf,) = ws.current_workspace_manager().get_simultaneous(((B, max_model_len), torch.float32))
+    buf.fill_(float("nan") if past == "nan" else float("-inf"))
+    logits = mod.rocm_fp8_paged_mqa_logits_triton(
+        q8.reshape(B, 1, H, D), cache, w_folded.contiguous(), seq_lens, block_table, max_model_len,
+    )
+    if logits.data_ptr() != buf.data_ptr():
+        raise RuntimeError("the wrapper's logits are not the workspace buffer the worker initialized")
+    scores = logits[:, :max_seq].clone()
+
+    from vllm.model_executor.layers.indexer_topk import SparseIndexerTopk
+
+    topk_indices = torch.full((B, topk), -2, dtype=torch.int32, device=q.device)
+    SparseIndexerTopk("torch").forward(logits, seq_lens.reshape(B, 1), 1, topk_indices, topk, max_model_len)
+
+    m = provenance("vllm", "vllm", "vllm.v1.attention.ops.rocm_aiter_mla_sparse.rocm_fp8_paged_mqa_logits_triton, "
+                   "then vllm.model_executor.layers.indexer_topk.SparseIndexerTopk('torch')", shim)
+    m["kcheck.worker.past_seq_len"] = past
+    m["kcheck.worker.max_model_len"] = str(max_model_len)
+    m["kcheck.worker.note"] = ("q and k_cache re-encoded exactly as e4m3 codes times power-of-two scales (q's folded into weights); "
+                               f"N_SPLITS from _decode_cu_count() = {mod._decode_cu_count()} (no GPU: its fallback)")
+    # The kernel's arithmetic (lines 608-620): fp8 x fp8 tl.dot with fp32
+    # accumulation (products exact), relu, times w, summed over heads in
+    # fp32, times the token's scale: the contract's Expected model (fp32
+    # dot, relu, fp32 weighted head sum; reference/dsa) with the scales
+    # exact powers of two. Nothing to declare beyond the contract's.
+    m["kcheck.worker.precision_source"] = "vllm/v1/attention/ops/rocm_aiter_mla_sparse.py (vllm 0.33.0) lines 608-620"
+    return {"scores": scores, "topk_indices": topk_indices}, m
+
+
+dsa_indexer.options = ("past_seq_len",)
+
+
 def kernels(name):
-    return {"mla_decode": mla_decode, "splitk_combine": splitk_combine}
+    return {"mla_decode": mla_decode, "splitk_combine": splitk_combine, "dsa_indexer": dsa_indexer}
