@@ -309,7 +309,7 @@ def _e4m3_pow2(x, rows_read, what):
     """Re-encode x [..., D] (bf16) as e4m3 codes times one power-of-two
     scale per row, exactly, or refuse. The scale is vLLM's ue8m0 choice,
     2^ceil(log2(max(amax, 1e-4) / 448)) (rocm_aiter_mla_sparse.py lines
-    151-157, indexer_k_quant_and_cache with USE_UE8M0): with a power of two
+    151-158, indexer_k_quant_and_cache with USE_UE8M0): with a power of two
     the decoded value e4m3 * scale is the bf16 value itself, so the kernel
     sees exactly the contract's inputs and nothing is quantized. rows_read
     masks the rows the kernel reads (a cache's unattended rows may hold
@@ -326,7 +326,7 @@ def _e4m3_pow2(x, rows_read, what):
         raise Unsupported(
             f"tensor {what}: {n} of {int(rows_read.sum()) * x.shape[-1]} values read are not an e4m3 code times a power-of-two "
             f"scale per row (first at {list(idx)}: {xf[idx].item()!r}); the Triton kernel reads fp8 q and an fp8 cache with a "
-            "per-token f32 scale (rocm_aiter_mla_sparse.py lines 543-550), kcheck's dsa_indexer contract gives BF16 ones, and "
+            "per-token f32 scale (rocm_aiter_mla_sparse.py lines 543-546), kcheck's dsa_indexer contract gives BF16 ones, and "
             "quantizing them would be kcheck computing: it needs fp8 q and cache kinds (issue 16, item 5)")
     return codes, scale
 
@@ -342,7 +342,7 @@ def dsa_indexer(tensors, meta, opts):
 
     vLLM calls this Triton wrapper on ROCm gfx942/gfx950 for DeepSeek-V4's
     block-flat C4A indexer cache with pages a multiple of 64
-    (rocm_fp8_paged_mqa_logits, lines 794-803). Its inputs: q_fp8 [B,
+    (rocm_fp8_paged_mqa_logits, lines 794-806). Its inputs: q_fp8 [B,
     next_n, H, D] e4m3 (the query's scale folded into weights by the
     caller), kv_cache uint8 [NB, P, 1, D+4] block-split (each block P*D e4m3
     codes, then P f32 scales), weights f32 [B*next_n, H], context_lens [B],
@@ -360,9 +360,9 @@ def dsa_indexer(tensors, meta, opts):
 
     Option past_seq_len: `nan` (default) fills the workspace with NaN before
     the call, so what the kernel leaves unwritten is visibly not data
-    (vLLM's workspace is torch.empty, vllm/v1/worker/workspace.py line 262);
+    (vLLM's workspace is torch.empty, vllm/v1/worker/workspace.py line 264);
     `-inf` fills it with -inf, what vLLM's torch reference
-    fp8_paged_mqa_logits_torch (line 452) allocates, so only the values the
+    fp8_paged_mqa_logits_torch (lines 454-459) allocates, so only the values the
     kernel writes are judged.
     """
     past = opts.get("past_seq_len", "nan")
@@ -383,11 +383,11 @@ def dsa_indexer(tensors, meta, opts):
     if seq_lens.shape != (B,) or block_table.dim() != 2 or block_table.shape[0] != B:
         raise BadInput(f"seq_lens {tuple(seq_lens.shape)} and block_table {tuple(block_table.shape)} must be [{B}] and [{B}, max_blocks]")
     NB, P, _ = kc.shape
-    # The wrapper's own limits (line 641 assert, tl.arange in the kernel).
+    # The wrapper's own limits (line 637 assert; tl.arange, lines 583-584; line 571).
     if P % 64:
-        raise Unsupported(f"page size {P}: rocm_fp8_paged_mqa_logits_triton tiles 64 tokens and asserts block_size % 64 == 0 (line 641)")
+        raise Unsupported(f"page size {P}: rocm_fp8_paged_mqa_logits_triton tiles 64 tokens and asserts block_size % 64 == 0 (line 637)")
     if H & (H - 1) or D & (D - 1) or D % 4:
-        raise Unsupported(f"{H} heads of dim {D}: the kernel's tl.arange(0, NUM_HEADS) and (0, HEAD_SIZE) need powers of two, HEAD_SIZE % 4 == 0 (lines 586-590)")
+        raise Unsupported(f"{H} heads of dim {D}: the kernel's tl.arange(0, NUM_HEADS) and (0, HEAD_SIZE) need powers of two, HEAD_SIZE % 4 == 0 (lines 571, 583-584)")
     topk = int(param(meta, "topk"))
     longest = int(seq_lens.max().item()) if B else 0
     max_seq = int(meta.get("max_seq", longest))
