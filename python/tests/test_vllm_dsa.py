@@ -56,3 +56,35 @@ def test_fp8_grid_case_judged(worker_env, kcheck_bin, reference_capture, tmp_pat
         meta = f.metadata()
     assert "rocm_fp8_paged_mqa_logits_triton" in meta["kcheck.worker.call"]
     assert meta["kcheck.worker.past_seq_len"] == "nan"
+
+
+def _tamper(src, dst, change):
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(src, "pt") as f:
+        meta = dict(f.metadata())
+        t = {k: f.get_tensor(k) for k in f.keys() if k not in ("scores", "topk_indices")}
+    change(t, meta)
+    save_file({k: v.contiguous() for k, v in t.items()}, dst, metadata=meta)
+
+
+def _bt_out_of_range(t, m):
+    t["block_table"] = t["block_table"].clone()
+    t["block_table"][0, 0] = 1 << 20
+
+
+@pytest.mark.parametrize("change, rc, message", [
+    (lambda t, m: t.update(q=t["q"][0]), 2, "tensor q has shape"),
+    (lambda t, m: t.update(weights=t["weights"][:, :3]), 2, "tensor weights has shape"),
+    (lambda t, m: m.update(topk="many"), 2, "parameter topk = 'many' is not an integer"),
+    (lambda t, m: m.update(max_seq="8"), 2, "must lie in [0, max_seq = 8]"),
+    (_bt_out_of_range, 2, "is outside the cache's"),
+    (lambda t, m: t.update(k_cache=t["k_cache"].reshape(-1, 32, t["k_cache"].shape[2])), 4, "page size 32"),
+])
+def test_bad_inputs_named(worker_env, reference_capture, tmp_path, change, rc, message):
+    src = str(tmp_path / "in.safetensors")
+    _tamper(reference_capture, src, change)
+    p = _worker(worker_env, src, str(tmp_path / "out.safetensors"))
+    assert p.returncode == rc, p.stderr[-2000:]
+    assert message in p.stderr, p.stderr[-2000:]

@@ -331,6 +331,14 @@ def _e4m3_pow2(x, rows_read, what):
     return codes, scale
 
 
+def _int_param(meta, name, default):
+    v = param(meta, name, default)
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        raise BadInput(f"parameter {name} = {v!r} is not an integer") from None
+
+
 def dsa_indexer(tensors, meta, opts):
     """vLLM's Triton paged MQA logits, rocm_fp8_paged_mqa_logits_triton
     (vllm/v1/attention/ops/rocm_aiter_mla_sparse.py lines 624-692, kernel
@@ -388,9 +396,10 @@ def dsa_indexer(tensors, meta, opts):
         raise Unsupported(f"page size {P}: rocm_fp8_paged_mqa_logits_triton tiles 64 tokens and asserts block_size % 64 == 0 (line 637)")
     if H & (H - 1) or D & (D - 1) or D % 4:
         raise Unsupported(f"{H} heads of dim {D}: the kernel's tl.arange(0, NUM_HEADS) and (0, HEAD_SIZE) need powers of two, HEAD_SIZE % 4 == 0 (lines 571, 583-584)")
-    topk = int(param(meta, "topk"))
     longest = int(seq_lens.max().item()) if B else 0
-    max_seq = int(meta.get("max_seq", longest))
+    topk, max_seq = _int_param(meta, "topk", None), _int_param(meta, "max_seq", longest)
+    if topk <= 0:
+        raise BadInput(f"parameter topk = {topk}: want a positive count")
     if int(seq_lens.min().item()) < 0 or longest > max_seq:
         raise BadInput(f"seq_lens {seq_lens.tolist()} must lie in [0, max_seq = {max_seq}]")
     blocks_used = -(-seq_lens.long() // P)
