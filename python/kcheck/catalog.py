@@ -36,6 +36,11 @@ RUNS = [
     ("vLLM TRITON_MLA decode_attention_fwd, fp32 lse buffer", "worker:vllm,lse_dtype=f32,partials=off", "mla_decode", None,
      ["mla_decode/deepseek-v3/tp8/fp8_e4m3/p16/ctx-P+1"], ["mla_decode/*/tp8/*", "mla_decode/mtp/*"],
      "out (bf16) and lse; tp1 (128 heads) not in the full run: 8x the interpreter time of tp8"),
+    ("vLLM TRITON_MLA decode_attention_fwd, fp32 lse buffer, variant sample", "worker:vllm,lse_dtype=f32,partials=off",
+     "mla_decode", None, None,
+     ["mla_decode/deepseek-v3/tp8/fp8_e4m3/p64/ctx-P+1", "mla_decode/split/deepseek-v3/tp8/s4/ctx-S+1"],
+     "two cases, an fp8_e4m3 cache at page 64 and 4 splits over a bf16 cache, for runs too short for the entry above:"
+     " a sample, not the full set"),
     ("vLLM TRITON_MLA decode_attention_fwd, as forward_mqa calls it", "worker:vllm", "mla_decode", None,
      None, ["mla_decode/deepseek-v3/tp8/bf16/p16/ctx-P+1", "mla_decode/split/deepseek-v3/tp8/s4/*"],
      "bf16 lse and attn_logits partials: needs issue 16; the full run is a few cases, every one ends in the same contract error"),
