@@ -65,7 +65,7 @@ CUDA_CC  ?= $(or $(shell command -v gcc 2>/dev/null),$(shell command -v gcc-11 2
 CUDA_GO  := $(CUDA_CGO_ENV) CGO_ENABLED=1 CC=$(CUDA_CC) $(GO)
 CUDA_TEST_PKGS := ./cuda ./cmd/kcheck-gpu
 
-.PHONY: cuda-toolchain kernels kernels-sass kernels-hostcheck cuda-vet gpu-bundle
+.PHONY: cuda-toolchain kernels kernels-sass kernels-hostcheck cuda-vet gpu-bundle ptxasreport-testdata ptxasreport-testdata-check
 
 cuda-toolchain: $(CUDA_TOOLCHAIN_DEP)
 
@@ -136,6 +136,15 @@ kernels-sass: cuda/ptx/nvfp4.sm_120a.cubin cuda/ptx/nvfp4.sm_90a.cubin
 build/hostcheck: cuda/hostcheck/hostcheck.cu $(CUDA_HDRS) | $(CUDA_TOOLCHAIN_DEP)
 	@mkdir -p build
 	$(NVCC) -O2 -std=c++17 -arch=sm_80 -o $@ $<
+
+# cuda/ptxasreport/testdata/mla.ptx is an excerpt of the PTX nvcc makes of
+# cuda/mla_decode.cu (testdata/excerpt.sh says which part): regenerate it,
+# and in CI fail when the tracked copy no longer matches the kernel.
+ptxasreport-testdata: cuda/ptx/mla_decode.ptx
+	sh cuda/ptxasreport/testdata/excerpt.sh $< > cuda/ptxasreport/testdata/mla.ptx
+ptxasreport-testdata-check: cuda/ptx/mla_decode.ptx
+	sh cuda/ptxasreport/testdata/excerpt.sh $< | diff -u cuda/ptxasreport/testdata/mla.ptx - || \
+	  { echo "cuda/ptxasreport/testdata/mla.ptx differs from cuda/mla_decode.cu's PTX: run make ptxasreport-testdata"; exit 1; }
 
 kernels-hostcheck: build/hostcheck
 	./build/hostcheck cuda/testdata

@@ -13,7 +13,9 @@ import (
 // The testdata logs are real ptxas -v output: ptxas 11.8 and 13.0 on
 // small.ptx (a kernel with 4 KB of __shared__ and one without), ptxas 13.0
 // on a kernel built to spill (nvcc -maxrregcount=16), and ptxas 13.0 on two
-// MLA decode variants of mla_decode.cu for sm_120.
+// MLA decode variants of mla_decode.cu for sm_120. small.ptx is hand-written
+// input; mla.ptx is generated from cuda/mla_decode.cu (testdata/excerpt.sh,
+// checked in CI by make ptxasreport-testdata-check).
 func TestParsePtxas(t *testing.T) {
 	cases := []struct {
 		file string
