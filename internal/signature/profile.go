@@ -132,22 +132,7 @@ func NewProfile(o kernel.Output, excess kernel.Values, opt Options) *Profile {
 	if N == 0 {
 		return &Profile{N: 0, Rate: 1}
 	}
-	maxFinite := 0.0
-	for i := 0; i < N; i++ {
-		if e := excess.At(i); !math.IsInf(e, 0) && !math.IsNaN(e) {
-			maxFinite = max(maxFinite, e)
-		}
-	}
-	capv := 10 * max(maxFinite, thr)
-	capped := func(e float64) float64 {
-		switch {
-		case math.IsNaN(e) || e < 0:
-			return 0
-		case math.IsInf(e, 1):
-			return capv
-		}
-		return e
-	}
+	capped := excessCapper(excess, N, thr)
 	weight := func(e float64) float64 {
 		if e > thr {
 			return 1 + math.Log(e/thr)

@@ -218,25 +218,7 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 		shape = []int{N}
 	}
 
-	// Cap infinities so that sums stay finite: an Inf element weighs ten
-	// times the largest finite excess (and at least 10·Threshold).
-	maxFinite := 0.0
-	for i := 0; i < N; i++ {
-		if e := excess.At(i); !math.IsInf(e, 0) && !math.IsNaN(e) {
-			maxFinite = max(maxFinite, e)
-		}
-	}
-	capv := 10 * max(maxFinite, thr)
-	// capped caps an element's excess.
-	capped := func(e float64) float64 {
-		switch {
-		case math.IsNaN(e) || e < 0:
-			return 0
-		case math.IsInf(e, 1):
-			return capv
-		}
-		return e
-	}
+	capped := excessCapper(excess, N, thr)
 	// ex is the capped excess of element i.
 	ex := func(i int) float64 { return capped(excess.At(i)) }
 	// weight is an element's share of the excess mass, from its capped excess.
@@ -971,4 +953,27 @@ func spearman(y []float64) float64 {
 		return 0
 	}
 	return sxy / math.Sqrt(sxx*syy)
+}
+
+// excessCapper returns the excess of one element as the sums take it: NaN
+// and negative as 0, and +Inf capped so that sums stay finite, weighing ten
+// times the largest finite excess of the N elements (and at least
+// 10·thr). The signature and the profile cap alike.
+func excessCapper(excess kernel.Values, N int, thr float64) func(float64) float64 {
+	maxFinite := 0.0
+	for i := 0; i < N; i++ {
+		if e := excess.At(i); !math.IsInf(e, 0) && !math.IsNaN(e) {
+			maxFinite = max(maxFinite, e)
+		}
+	}
+	capv := 10 * max(maxFinite, thr)
+	return func(e float64) float64 {
+		switch {
+		case math.IsNaN(e) || e < 0:
+			return 0
+		case math.IsInf(e, 1):
+			return capv
+		}
+		return e
+	}
 }
