@@ -8,7 +8,8 @@
 //  1. parameter names: the engine's spelling of a parameter becomes the
 //     contract's (FlashInfer sm_scale -> softmax_scale);
 //  2. parameter values: the engine's spelling of a value becomes the
-//     contract's (vLLM kv_cache_dtype "fp8" -> "fp8_e4m3", "auto" -> "bf16");
+//     contract's (vLLM kv_cache_dtype "fp8_e4m3"; "fp8" by the cache's entry
+//     width, fp8_ds_mla or fp8_e4m3; FlashMLA is_fp8_kvcache);
 //  3. defaults: what the engine leaves implicit (lse_base, lse_empty,
 //     ds_mla_scale, scale_layout, global scale direction) is filled in when
 //     the capture does not say it: the capture's own keys always win;
@@ -24,45 +25,37 @@
 // through an engine holds exactly the bits the engine wrote. Every step is
 // reported as a note in the check result.
 //
-// What was confirmed where (read from the engines' sources with the project's
-// search tool; their code was not copied):
-//   - FlashMLA flash_mla/flash_mla_interface.py, flash_mla_with_kvcache(q,
-//     k_cache, block_table, cache_seqlens, head_dim_v, ..., softmax_scale,
-//     causal, is_fp8_kvcache, indices) -> (out, softmax_lse): q [B, s_q, H,
-//     D], k_cache [NB, P, h_k = 1, D] (656 bytes a token in fp8 sparse mode),
-//     out [B, s_q, H, Dv], softmax_lse [B, H, s_q] float32.
-//     tests/ref.py: lse = torch.logsumexp (base e); a query that sees no token
-//     gets lse = +inf and out = 0 ("lonely_q_mask").
-//   - vLLM vllm/_custom_ops.py: concat_and_cache_mla(kv_c, k_pe, kv_cache,
-//     slot_mapping, kv_cache_dtype: str, scale); gather_and_maybe_dequant_cache
-//     (src_cache, dst, block_table, cu_seq_lens, batch_size, kv_cache_dtype,
-//     scale, seq_starts); scaled_fp4_quant(input, input_global_scale) ->
-//     (output uint8 [m, n/2], output_scale): output_scale allocated int32
-//     [round_up(m, 128), round_up(n/16, 4)/4] and returned viewed as
-//     float8_e4m3fn (the swizzled 128x4 layout);
-//     cutlass_scaled_fp4_mm(a, b, block_scale_a, block_scale_b, alpha,
-//     out_dtype) -> out [m, n]; merge_attn_states(output, prefix_output,
-//     prefix_lse, suffix_output, suffix_lse, output_lse): outputs [T, H, D],
-//     lse [H, T], base e, a partial lse of +inf read as -inf (empty).
-//     tests' dequantize_nvfp4_to_dtype divides the block scale by the global
-//     scale: vLLM's global scales are in the QUANT direction (2688/amax).
-//     vLLM and SGLang Triton decode kernels store split lse as
-//     e_max + log(e_sum) (base e) and -inf for an empty split.
-//   - FlashInfer: the MLA paged decode reference (flashinfer-bench) takes
-//     (q_nope, q_pe, ckv_cache, kpe_cache, qo_indptr, kv_indptr, kv_indices,
-//     kv_len_arr, sm_scale) and returns (output [total_q, H, L], lse
-//     [total_q, H]) with "2-base LSE" (logsumexp / ln 2), -inf for a request
-//     with no page; cascade merge_states(v [T, S, H, D], s [T, S, H]) -> (V
-//     [T, H, D], S [T, H]) merges with exp2/log2; fp4_quantize(input,
-//     global_scale, sf_vec_size=16, sf_use_ue8m0=False,
-//     is_sf_swizzled_layout=True) -> (x_q, sf).
-//   - SGLang's sgl_kernel flash_mla_with_kvcache(q, kv_cache, block_table,
-//     cache_seqlens, ...) uses FlashMLA's conventions under the name kv_cache.
-//
-// Not confirmed, hence defaults a capture can override: vLLM's "auto" cache
-// dtype is taken as bf16 (it means "the model dtype"); the ds_mla_scale of
-// FlashMLA captures is its tests' pow2 convention (FlashMLA itself only reads
-// the cache, and any reader decodes both).
+// What was confirmed where. Each fact the tables and fixes use cites its
+// source beside it (an installed package's version and file, or a
+// repository path at a commit); ../shared/audit/ENGINES-2026-12.md audits
+// the claims row by row (F1-F17, V1-V17, S1-S5, I1-I8), and
+// internal/engines/CAPTURE.md says per engine what is read and what is not.
+// The corrections the audit asked for, in brief:
+//   - FlashMLA's dense decode has no FP8 mode (deepseek-ai/FlashMLA@9241ae3
+//     csrc/api/dense_decode.h:35): is_fp8_kvcache = true reads only the
+//     sparse decode's 656-byte fp8_ds_mla entry (F9). Its sparse decode
+//     masks only -1 indices (F10): the flashmla and vllm tables set
+//     invalid_index = minus_one.
+//   - FlashMLA's fp8_ds_mla readers do not multiply by the stored F32 tile
+//     scale: SM90 rounds it to bf16 (csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh:550),
+//     SM100 to E8M0 toward zero (csrc/sm100/decode/head64/kernel.cuh:708-709),
+//     so kcheck's reader model bf16(fp32(e4m3)·s) is exact only for pow2
+//     scales (F15; reference/CONTRACTS.md §8.2).
+//   - vLLM's fp8_ds_mla writer moved from amax to pow2 tile scales (vLLM PR
+//     #49435): --from vllm reads the convention from the written scales
+//     (dsMLAScaleFromData) instead of assuming one (V5).
+//   - vLLM's gather is gather_and_maybe_dequant_cache(src_cache, dst,
+//     block_table, cu_seq_lens, token_to_seq, num_tokens, kv_cache_dtype,
+//     scale, seq_starts) (vllm 0.33.0 vllm/_custom_ops.py:3074-3084; V6).
+//   - vLLM's and SGLang's Triton decode kernels store a split's lse as
+//     e_max + log(e_sum) (base e) but write nothing for an empty split
+//     (vllm 0.33.0 vllm/v1/attention/ops/triton_decode_attention.py,
+//     :124 and :360, `if split_kv_end > split_kv_start:`; V13).
+//   - SGLang's sgl_kernel flash_mla_with_kvcache names the cache k_cache
+//     (sgl-kernel/python/sgl_kernel/flash_mla.py@176ee5c7; S1).
+//   - FlashInfer's MLA wrapper returns a base-2 lse unless
+//     run(..., return_lse_base_on_e=True) (flashinfer 0.7.2.post1
+//     flashinfer/mla/_batch_mla/_wrapper.py:852-864; I2).
 package engines
 
 import (

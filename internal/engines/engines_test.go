@@ -12,6 +12,7 @@ import (
 
 	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -318,6 +319,61 @@ func TestVLLMCacheWriteNames(t *testing.T) {
 	}
 }
 
+// A vLLM fp8_ds_mla write checks with --from vllm whichever tile-scale
+// convention its writer used (audit V5: the writer moved from amax to pow2
+// in vLLM PR #49435), with the convention read from the stored scales and
+// named in a note; a capture that declares the other convention fails, as
+// does a written cache with one code flipped.
+func TestVLLMDSMLAWriteConvention(t *testing.T) {
+	tests := []struct {
+		written  string // the writer's convention
+		declared string // the capture's ds_mla_scale ("" = not set)
+		corrupt  bool
+		want     compare.Verdict
+		wantNote string
+	}{
+		{written: "pow2", want: check.Pass, wantNote: "ds_mla_scale not set: pow2"},
+		{written: "amax", want: check.Pass, wantNote: "ds_mla_scale not set: amax"},
+		{written: "pow2", declared: "amax", want: check.Fail},
+		{written: "amax", declared: "pow2", want: check.Fail},
+		{written: "pow2", corrupt: true, want: check.Fail, wantNote: "ds_mla_scale not set: pow2"},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%s/declared=%q/corrupt=%v", tc.written, tc.declared, tc.corrupt), func(t *testing.T) {
+			c := cases.Case{Name: "w", Kernel: "kv_cache_write", Preset: "deepseek-v3", SeqLens: []int{9, 4}, PageSize: 4,
+				KVCacheDType: "fp8_ds_mla", Seed: 5}
+			corrupt := ""
+			if tc.corrupt {
+				corrupt = "cache_after"
+			}
+			meta, ts := capture(t, c, map[string]string{"ds_mla_scale": tc.written}, corrupt, 3)
+			vm := map[string]string{"kv_cache_dtype": "fp8"} // vLLM's CLI spelling (FLASHMLA_SPARSE's alias)
+			for k, v := range meta {
+				if k != "ds_mla_scale" && k != "kv_cache_dtype" && k != "kcheck.kernel" {
+					vm[k] = v
+				}
+			}
+			if tc.declared != "" {
+				vm["ds_mla_scale"] = tc.declared
+			}
+			vt := map[string]*tensor.Tensor{
+				"kv_c": ts["kv_c"], "k_pe": ts["k_pe"], "slot_mapping": ts["slot_mapping"],
+				"kv_cache_before": ts["cache_before"], "kv_cache": ts["cache_after"],
+			}
+			got := check.Run(evidence.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
+			if got.Error != nil {
+				t.Fatalf("error %s (notes %q)", *got.Error, got.Notes)
+			}
+			if got.Verdict != tc.want {
+				t.Errorf("verdict %s, want %s (notes %q)", got.Verdict, tc.want, got.Notes)
+			}
+			if tc.wantNote != "" && !strings.Contains(strings.Join(got.Notes, "\n"), tc.wantNote) {
+				t.Errorf("notes %q lack %q", got.Notes, tc.wantNote)
+			}
+		})
+	}
+}
+
 // vLLM scaled_fp4_quant: int32 [M_pad, K_pad/4] scales (as allocated), the
 // swizzled layout and the tensor names left implicit.
 func TestVLLMScaledFP4QuantNames(t *testing.T) {
@@ -463,6 +519,41 @@ func TestAdaptTable(t *testing.T) {
 			tensors:  map[string]*tensor.Tensor{"k_cache": tensor.New(tensor.F8E4M3, 3, 64, 1, 656), "indices": tensor.New(tensor.I32, 1, 1, 8)},
 			wantMeta: map[string]string{"kv_cache_dtype": "fp8_ds_mla"},
 			wantT:    map[string][]int{"kv_cache": {3, 64, 656}},
+		},
+		{
+			name: "flashmla fp8 flag over a dense width: no such mode upstream", engine: "flashmla",
+			meta:    map[string]string{"kcheck.kernel": "mla_decode", "is_fp8_kvcache": "true"},
+			tensors: map[string]*tensor.Tensor{"k_cache": tensor.New(tensor.U8, 3, 64, 1, 576)},
+			wantErr: "its dense decode has no FP8 mode",
+		},
+		{
+			name: "flashmla fp8 flag false, bf16 cache", engine: "flashmla",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode", "is_fp8_kvcache": "false"},
+			tensors:  map[string]*tensor.Tensor{"k_cache": bf(3, 64, 1, 576)},
+			wantMeta: map[string]string{"kv_cache_dtype": "bf16"},
+		},
+		{
+			name: "flashmla fp8 flag false, fp16 cache", engine: "flashmla",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode", "is_fp8_kvcache": "false"},
+			tensors:  map[string]*tensor.Tensor{"k_cache": tensor.New(tensor.F16, 3, 64, 1, 576)},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp16"},
+		},
+		{
+			name: "flashmla sparse masks only -1", engine: "flashmla",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse"},
+			wantMeta: map[string]string{"invalid_index": "minus_one"},
+		},
+		{
+			name: "vllm fp8 over 656-byte entries is fp8_ds_mla", engine: "vllm",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "kv_cache_dtype": "fp8"},
+			tensors:  map[string]*tensor.Tensor{"kv_c_and_k_pe_cache": tensor.New(tensor.U8, 3, 64, 656), "indices": tensor.New(tensor.I32, 1, 1, 8)},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp8_ds_mla", "invalid_index": "minus_one"},
+		},
+		{
+			name: "vllm fp8 over 576-byte entries is fp8_e4m3", engine: "vllm",
+			meta:     map[string]string{"kcheck.kernel": "kv_cache_gather", "kv_cache_dtype": "fp8"},
+			tensors:  map[string]*tensor.Tensor{"src_cache": tensor.New(tensor.U8, 3, 64, 576)},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp8_e4m3"},
 		},
 		{
 			name: "decode without s_q axis", engine: "flashmla",

@@ -1,10 +1,12 @@
 package engines
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"strings"
 
+	"github.com/kcheck-dev/kcheck/reference/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -67,9 +69,17 @@ var decodeRank = Fix{Doc: "q [B, H, D], out [B, H, L], lse [B, H] read with s_q 
 	return notes, nil
 }}
 
-// flashMLAFP8 turns FlashMLA's is_fp8_kvcache flag into kv_cache_dtype: a
-// 656-byte entry is DeepSeek-V3.2's fp8_ds_mla, any other width per-tensor
-// fp8_e4m3. A capture that names kv_cache_dtype keeps it.
+// flashMLAFP8 turns FlashMLA's is_fp8_kvcache flag into kv_cache_dtype.
+// Upstream FlashMLA's only FP8 cache is the sparse decode's 656-byte
+// fp8_ds_mla entry (deepseek-ai/FlashMLA@9241ae3
+// flash_mla/flash_mla_interface.py:94-99, csrc/api/sparse_decode.h:292):
+// its dense decode has no FP8 mode (dense_decode_fwd is not given the flag,
+// interface.py:165-170, and csrc/api/dense_decode.h:35 requires the cache's
+// dtype to be q's), so a true flag over any other width is refused rather
+// than read as a per-tensor fp8_e4m3 cache FlashMLA never reads (audit F9).
+// A false flag means the cache holds q's dtype: the cache tensor's own, bf16
+// or fp16 (dense_decode.h:33-35). A capture that names kv_cache_dtype keeps
+// it.
 var flashMLAFP8 = Fix{Doc: "is_fp8_kvcache -> kv_cache_dtype", Apply: func(v *View) ([]string, error) {
 	flag, ok := v.Param("is_fp8_kvcache")
 	if !ok {
@@ -78,24 +88,114 @@ var flashMLAFP8 = Fix{Doc: "is_fp8_kvcache -> kv_cache_dtype", Apply: func(v *Vi
 	if _, set := v.Param("kv_cache_dtype"); set {
 		return nil, nil
 	}
+	c := v.T("kv_cache")
+	if c == nil || len(c.Shape) != 3 {
+		return nil, fmt.Errorf("parameter is_fp8_kvcache = %s but tensor kv_cache is missing or not [NB, P, entry]", flag)
+	}
 	switch strings.ToLower(flag) {
 	case "false", "0":
-		v.SetParam("kv_cache_dtype", "bf16")
-		return []string{"is_fp8_kvcache = false: kv_cache_dtype = bf16"}, nil
+		kind, err := cacheDTypeOf(c)
+		if err != nil {
+			return nil, fmt.Errorf("parameter is_fp8_kvcache = %s: %v", flag, err)
+		}
+		v.SetParam("kv_cache_dtype", kind)
+		return []string{fmt.Sprintf("is_fp8_kvcache = false: kv_cache_dtype = %s (the cache tensor's dtype)", kind)}, nil
 	case "true", "1":
 	default:
 		return nil, fmt.Errorf("parameter is_fp8_kvcache = %q: want true or false", flag)
 	}
-	c := v.T("kv_cache")
-	if c == nil || len(c.Shape) != 3 {
-		return nil, fmt.Errorf("parameter is_fp8_kvcache = true but tensor kv_cache is missing or not [NB, P, entry]")
+	if c.Shape[2] != kvcache.DSEntryBytes {
+		return nil, fmt.Errorf("parameter is_fp8_kvcache = true with %d-byte kv_cache entries: FlashMLA's only FP8 cache is the %d-byte fp8_ds_mla entry of its sparse decode; its dense decode has no FP8 mode (FlashMLA@9241ae3 csrc/api/dense_decode.h:35), and vLLM's fork's flash_mla_with_kvcache_fp8 (fp8 q, descale_q, descale_k) has no kcheck mapping: set kv_cache_dtype in the metadata if this cache is another layout",
+			c.Shape[2], kvcache.DSEntryBytes)
 	}
-	kind := "fp8_e4m3"
-	if c.Shape[2] == 656 {
-		kind = "fp8_ds_mla"
+	v.SetParam("kv_cache_dtype", "fp8_ds_mla")
+	return []string{fmt.Sprintf("is_fp8_kvcache = true with %d-byte entries: kv_cache_dtype = fp8_ds_mla", c.Shape[2])}, nil
+}}
+
+// cacheDTypeOf names the kv_cache_dtype of an unquantized cache from its
+// tensor's dtype: what an engine's "the model dtype" means for a capture.
+func cacheDTypeOf(c *tensor.Tensor) (string, error) {
+	switch c.DType {
+	case tensor.BF16:
+		return "bf16", nil
+	case tensor.F16:
+		return "fp16", nil
 	}
-	v.SetParam("kv_cache_dtype", kind)
-	return []string{fmt.Sprintf("is_fp8_kvcache = true with %d-byte entries: kv_cache_dtype = %s", c.Shape[2], kind)}, nil
+	return "", fmt.Errorf("the cache tensor has dtype %s, not an unquantized cache's BF16 or F16", c.DType)
+}
+
+// vllmFP8Alias reads vLLM's kv_cache_dtype "fp8" by the cache's entry
+// width: FLASHMLA_SPARSE lists "fp8" as an alias for fp8_ds_mla
+// (vllm 0.33.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:150-154,
+// `"fp8",  # alias for fp8_ds_mla`), so a 656-byte entry is fp8_ds_mla;
+// elsewhere "fp8" is per-tensor fp8_e4m3 (audit V2).
+func vllmFP8Alias(cache string) Fix {
+	return Fix{Doc: `kv_cache_dtype "fp8" -> fp8_ds_mla (656-byte entries) or fp8_e4m3`, Apply: func(v *View) ([]string, error) {
+		if val, ok := v.Param("kv_cache_dtype"); !ok || val != "fp8" {
+			return nil, nil
+		}
+		kind := "fp8_e4m3"
+		if c := v.T(cache); c != nil && len(c.Shape) == 3 && c.Shape[2] == kvcache.DSEntryBytes {
+			kind = "fp8_ds_mla"
+		}
+		v.SetParam("kv_cache_dtype", kind)
+		return []string{fmt.Sprintf(`kv_cache_dtype = "fp8" read as %q (the %s entry width; FLASHMLA_SPARSE's "fp8" is fp8_ds_mla)`, kind, cache)}, nil
+	}}
+}
+
+// dsMLAScaleFromData names the ds_mla_scale convention of a vLLM
+// fp8_ds_mla write from the tile scales the kernel stored, when the capture
+// does not say. vLLM's writer changed convention (audit V5): the CUDA
+// concat_and_cache_mla at vllm-project/vllm@00eb0c87
+// csrc/libtorch_stable/cache_kernels.cu stores max(amax/448, FLT_MIN), and
+// vLLM PR #49435 (merged) moved every fp8_ds_mla writer to
+// 2^ceil(log2(max(amax/448, 1e-4))). A fixed default would turn one of the
+// two into a false FAIL that looks like the planted scale-convention fault;
+// the data tell them apart, since an amax scale is a power of two only when
+// a tile's amax is 448 times one. The convention is read from the written
+// slots' scales, and said in a note; a file that sets ds_mla_scale keeps it
+// (so a declared convention the kernel did not follow still fails).
+var dsMLAScaleFromData = Fix{Doc: "ds_mla_scale read from the written tile scales (amax or pow2)", Apply: func(v *View) ([]string, error) {
+	if kind, _ := v.Param("kv_cache_dtype"); kind != "fp8_ds_mla" {
+		return nil, nil
+	}
+	if _, set := v.Param("ds_mla_scale"); set {
+		return nil, nil
+	}
+	after, slots := v.T("cache_after"), v.T("slot_mapping")
+	if after == nil || slots == nil || len(after.Shape) != 3 || after.Shape[2] != kvcache.DSEntryBytes || len(after.Data) != after.Len() {
+		return nil, nil // the checker names what is wrong with them
+	}
+	entries := after.Shape[0] * after.Shape[1]
+	pow2, other := 0, 0
+	for i := 0; i < slots.Len(); i++ {
+		s := slots.Int64At(i)
+		if s < 0 || s >= int64(entries) {
+			continue
+		}
+		for tile := 0; tile < kvcache.DSTiles; tile++ {
+			off := int(s)*kvcache.DSEntryBytes + kvcache.DSScaleOff + 4*tile
+			sc := math.Float32frombits(binary.LittleEndian.Uint32(after.Data[off:]))
+			if sc == math.SmallestNonzeroFloat32*(1<<23) {
+				continue // FLT_MIN: the amax writer's all-zero tile, a power of two that says nothing
+			}
+			if f, _ := math.Frexp(float64(sc)); f == 0.5 {
+				pow2++
+			} else {
+				other++
+			}
+		}
+	}
+	conv := "amax"
+	switch {
+	case pow2+other == 0:
+		v.SetParam("ds_mla_scale", conv)
+		return []string{"ds_mla_scale not set and no written tile says which: amax assumed"}, nil
+	case other == 0:
+		conv = "pow2"
+	}
+	v.SetParam("ds_mla_scale", conv)
+	return []string{fmt.Sprintf("ds_mla_scale not set: %s, read from the written tile scales (%d of %d are powers of two; vLLM's writer moved from amax to pow2 in PR #49435: set ds_mla_scale to check against a declared one)", conv, pow2, pow2+other)}, nil
 }}
 
 // flashInferMLA assembles FlashInfer's split MLA operands into the contract:

@@ -5,10 +5,11 @@ package engines
 
 // vllmCacheDTypes translates vLLM's --kv-cache-dtype spellings ("auto" is
 // the model dtype, bf16 for the models kcheck targets; e5m2 caches have no
-// contract and are refused with a message).
+// contract and are refused with a message). "fp8" depends on the backend
+// and is read by vllmFP8Alias.
 var vllmCacheDTypes = map[string]string{
 	"auto": "bf16", "bfloat16": "bf16", "bf16": "bf16",
-	"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_ds_mla": "fp8_ds_mla",
+	"fp8_e4m3": "fp8_e4m3", "fp8_ds_mla": "fp8_ds_mla",
 	"fp8_e5m2": "",
 }
 
@@ -23,7 +24,7 @@ func vllmKernels() map[string]Kernel {
 			"block_tables": "block_table", "softmax_lse": "lse", "output": "out",
 		},
 		Params:   map[string]string{"scale": "softmax_scale"},
-		Fixes:    []Fix{squeezeHeads("kv_cache"), decodeRank, flashMLAFP8},
+		Fixes:    []Fix{squeezeHeads("kv_cache"), decodeRank, flashMLAFP8, vllmFP8Alias("kv_cache")},
 		Identify: []string{"cache_seqlens", "block_table"},
 	}
 	return map[string]Kernel{
@@ -57,20 +58,24 @@ func vllmKernels() map[string]Kernel {
 				"scale": "k_scale", "kv_cache_before": "cache_before", "kv_cache_in": "cache_before",
 				"kv_cache_after": "cache_after", "kv_cache_out": "cache_after", "kv_cache": "cache_after",
 			},
-			Fixes:    []Fix{squeezeHeads("cache_before", "cache_after")},
+			Fixes:    []Fix{squeezeHeads("cache_before", "cache_after"), vllmFP8Alias("cache_after"), dsMLAScaleFromData},
 			Identify: []string{"kv_c", "k_pe", "slot_mapping"},
 		},
 		// gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens, batch_size, kv_cache_dtype, scale, seq_starts)
 		"kv_cache_gather": {
 			Tensors:  map[string]string{"src_cache": "cache", "dst": "gathered", "scale": "k_scale"},
-			Fixes:    []Fix{squeezeHeads("cache"), cumulativeSeqLens},
+			Fixes:    []Fix{squeezeHeads("cache"), cumulativeSeqLens, vllmFP8Alias("cache")},
 			Identify: []string{"src_cache", "dst"},
 		},
 		"mla_decode": mla,
 		"mla_decode_sparse": {
-			Tensors:  map[string]string{"kv_c_and_k_pe_cache": "kv_cache", "k_cache": "kv_cache", "softmax_lse": "lse", "output": "out"},
-			Params:   map[string]string{"scale": "softmax_scale"},
-			Fixes:    []Fix{squeezeHeads("kv_cache"), flashMLAFP8},
+			Tensors: map[string]string{"kv_c_and_k_pe_cache": "kv_cache", "k_cache": "kv_cache", "softmax_lse": "lse", "output": "out"},
+			Params:  map[string]string{"scale": "softmax_scale"},
+			// FLASHMLA_SPARSE calls FlashMLA's sparse kernels, which mask only
+			// -1 (vllm 0.33.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:1217-1220:
+			// "the fp8 kernel masks natively").
+			Defaults: map[string]string{"invalid_index": "minus_one"},
+			Fixes:    []Fix{squeezeHeads("kv_cache"), flashMLAFP8, vllmFP8Alias("kv_cache")},
 			Identify: []string{"indices", "k_cache"},
 		},
 		// merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse)
@@ -119,9 +124,9 @@ func init() {
 	vllm["mla_decode"] = withTritonMLA(vllm["mla_decode"])
 	register(&Engine{
 		Name:    "vllm",
-		Summary: "vLLM custom ops: natural-log lse, -inf for empty rows, amax ds_mla scales, swizzled NVFP4 scales, quant-direction global scales",
+		Summary: "vLLM custom ops: natural-log lse, -inf for empty rows, ds_mla scales read from the data (amax before PR #49435, pow2 after), swizzled NVFP4 scales, quant-direction global scales",
 		Defaults: map[string]string{
-			"lse_base": "e", "lse_empty": "-inf", "ds_mla_scale": "amax",
+			"lse_base": "e", "lse_empty": "-inf",
 		},
 		Values:  map[string]map[string]string{"kv_cache_dtype": vllmCacheDTypes},
 		Kernels: vllm,
@@ -185,7 +190,9 @@ func init() {
 				Identify: []string{"k_cache", "cache_seqlens", "block_table"},
 			},
 			"mla_decode_sparse": {
-				Tensors:  map[string]string{"k_cache": "kv_cache", "softmax_lse": "lse"},
+				Tensors: map[string]string{"k_cache": "kv_cache", "softmax_lse": "lse"},
+				// only -1 is masked (FlashMLA@9241ae3 csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh:632, tests/ref.py:71)
+				Defaults: map[string]string{"invalid_index": "minus_one"},
 				Fixes:    []Fix{squeezeHeads("kv_cache"), flashMLAFP8},
 				Identify: []string{"k_cache", "indices"},
 			},

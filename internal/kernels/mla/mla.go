@@ -107,9 +107,21 @@ func init() {
 			{Name: "lse_base", Kind: ParamEnum, Default: "e", Allowed: []string{"e", "2"}, Doc: "the base the lse outputs are in"},
 			{Name: "lse_empty", Kind: ParamEnum, Default: "-inf", Allowed: []string{"-inf", "+inf", "inf"}, Doc: "the lse of a row that sees no token"},
 			{Name: "topk", Kind: ParamInt, Doc: "slots a query attends; when given it must equal the indices' last dimension, its default"},
+			{Name: "invalid_index", Kind: ParamEnum, Default: invalidOutside, Allowed: []string{invalidOutside, invalidMinusOne},
+				Doc: "which indices are not attended: outside (-1 or any slot outside the cache, reference/CONTRACTS.md §3.7) or minus_one (only -1, as FlashMLA: any other slot outside the cache is an input error, since FlashMLA would read it)"},
 		},
 	}, Compute: mlaDecodeSparse}})
 }
+
+// The invalid_index conventions. FlashMLA's sparse decode masks only -1
+// (deepseek-ai/FlashMLA@9241ae3 csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh:632,
+// csrc/sm100/decode/head64/kernel.cuh:701, tests/ref.py:71): any other
+// slot it is given is read, so a caller's out-of-range index is a bad input
+// there, not a masked one (audit F10). The contract masks any slot outside.
+const (
+	invalidOutside  = "outside"
+	invalidMinusOne = "minus_one"
+)
 
 // indexedRows is the sparse decode's Read of kv_cache: the entries whose
 // global slots (block*P + offset) the indices name; -1, or any slot outside
@@ -394,9 +406,18 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 	} else if k != topk {
 		return nil, fmt.Errorf("parameter topk = %d but tensor indices has shape %v (topk = %d)", k, it.Shape, topk)
 	}
+	invalid, err := in.Params.Enum("invalid_index", invalidOutside, invalidOutside, invalidMinusOne)
+	if err != nil {
+		return nil, err
+	}
+	slots := int64(c.cache.NB) * int64(c.lay.PageSize)
 	idx := make([]int64, it.Len())
 	for i := range idx {
 		idx[i] = it.Int64At(i)
+		if v := idx[i]; invalid == invalidMinusOne && v != -1 && (v < 0 || v >= slots) {
+			return nil, fmt.Errorf("tensor indices[%d,%d,%d] = %d is outside the cache (%d slots) and not -1: with invalid_index = minus_one (FlashMLA's convention) only -1 is masked, and FlashMLA would read this slot out of bounds",
+				i/(c.q.SQ*topk), i/topk%c.q.SQ, i%topk, v, slots)
+		}
 	}
 	sp := &mla.Sparse{Q: c.q, Cache: c.cache, TopK: topk, Indices: idx}
 	ex, xp, err := mla.DecodeSparse(ctx, sp, c.cfg, c.prec)

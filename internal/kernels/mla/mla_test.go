@@ -358,6 +358,18 @@ func TestMLADecodeSparseContract(t *testing.T) {
 	if _, err := Evaluate(context.Background(), sparse, sin, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "topk = 7") {
 		t.Errorf("topk mismatch: error %v", err)
 	}
+	delete(sin.Params, "topk")
+	// FlashMLA masks only -1 (audit F10): under its convention the
+	// out-of-cache slot 16 is a bad input, named, and -1 alone is not.
+	sin.Params["invalid_index"] = "minus_one"
+	if _, err := Evaluate(context.Background(), sparse, sin, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "indices[0,0,5] = 16 is outside the cache (16 slots) and not -1") {
+		t.Errorf("out-of-cache slot under invalid_index = minus_one: error %v", err)
+	}
+	onlyMinusOne := slices.DeleteFunc(slices.Clone(idx), func(v int64) bool { return v == 16 })
+	sin.Tensors["indices"] = tensor.FromInt64s(tensor.I32, []int{1, 1, len(onlyMinusOne)}, onlyMinusOne)
+	if _, err := Evaluate(context.Background(), sparse, sin, DefaultPrecision(), nil); err != nil {
+		t.Errorf("-1 under invalid_index = minus_one: %v", err)
+	}
 }
 
 func TestSplitKCombineContract(t *testing.T) {
