@@ -18,7 +18,12 @@ func init() {
 // padded128x4 is the swizzled scale shape for rows x kSF scales (reference/CONTRACTS.md §5).
 func padded128x4(rows, kSF int) (int, int) { return ceilDiv(rows, 128) * 128, ceilDiv(kSF, 4) * 4 }
 
+// fp4Layout reads scale_layout; kcheck's kernels write and read the linear
+// and 128x4 layouts only, so the 8x4 one is unsupported (not a bad input).
 func fp4Layout(p kernel.Params) (swizzled bool, err error) {
+	if p.String("scale_layout", "linear") == "swizzled_8x4" {
+		return false, unsupported("scale_layout = swizzled_8x4: kcheck's CUDA NVFP4 kernels write and read linear or swizzled_128x4 scales")
+	}
 	s, err := p.Enum("scale_layout", "linear", "linear", "swizzled_128x4")
 	return s == "swizzled_128x4", asInput(err)
 }

@@ -426,13 +426,15 @@ func quantizeWeights(w []float64, n, k int, layout string) (map[string]*tensor.T
 	}
 	kSF := k / nvfp4.BlockSize
 	sc := &tensor.Tensor{DType: tensor.F8E4M3, Shape: []int{n, kSF}, Data: q.Scales}
-	if layout == "swizzled_128x4" {
-		sw, err := nvfp4.SwizzleScales(q.Scales, n, kSF)
+	if lay, err := nvfp4.ParseLayout(layout); err != nil {
+		return nil, err
+	} else if lay != nvfp4.Linear {
+		st, err := lay.FromLinear(q.Scales, n, kSF)
 		if err != nil {
 			return nil, err
 		}
-		mPad, kPad := nvfp4.PaddedShape(n, kSF)
-		sc = &tensor.Tensor{DType: tensor.F8E4M3, Shape: []int{mPad, kPad}, Data: sw}
+		mPad, kPad := lay.PaddedShape(n, kSF)
+		sc = &tensor.Tensor{DType: tensor.F8E4M3, Shape: []int{mPad, kPad}, Data: st}
 	}
 	return map[string]*tensor.Tensor{
 		"b_packed": {DType: tensor.U8, Shape: []int{n, k / 2}, Data: q.Packed()},

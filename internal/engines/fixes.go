@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
+	"github.com/kcheck-dev/kcheck/reference/nvfp4"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -542,3 +543,93 @@ var tritonAttnLogits = Fix{Doc: "attn_logits [B, H, S, L+1] read as partial_out 
 	v.Del("attn_logits")
 	return []string{fmt.Sprintf("attn_logits %v read as partial_out %v (columns 0..%d) and partial_lse %v (column %d)", al.Shape, po.Shape, l-1, pl.Shape, l)}, nil
 }}
+
+// fp4QuantLayout names the scale_layout of an NVFP4 quantize capture from
+// the call's own arguments, when the file does not set scale_layout:
+//   - vLLM scaled_fp4_quant(input, input_global_scale, is_sf_swizzled_layout
+//     = True, backend = "none", padded_n = None): a "trtllm" backend with
+//     m <= 32 rows writes the 8x4 layout, else is_sf_swizzled_layout picks
+//     128x4 or linear (vllm 0.33.0 vllm/_custom_ops.py:1526-1601); the
+//     swizzled scales are allocated int32, the linear ones uint8
+//     (create_fp4_scale_tensor, :37-66);
+//   - FlashInfer fp4_quantize(..., is_sf_swizzled_layout = True,
+//     is_sf_8x4_layout = False) (flashinfer 0.7.2.post1
+//     flashinfer/quantization/fp4_quantization.py:1053-1059, reshaped at
+//     :1220-1224).
+//
+// Without those arguments the scale tensor's shape decides, except where
+// rows % 128 == 0 and K/16 % 4 == 0 (rows % 8 for 8x4): there the linear
+// and tiled layouts have the same shape and the same dtype (vLLM views both
+// as float8_e4m3fn), so the capture is refused with a message asking which
+// rather than read one way silently (audit V8, I8).
+var fp4QuantLayout = Fix{Doc: "scale_layout from the quantize call's arguments, or the one layout block_scale's shape fits", Apply: fp4QuantLayoutFrom}
+
+func fp4QuantLayoutFrom(v *View) ([]string, error) {
+	if _, set := v.Param("scale_layout"); set {
+		return nil, nil
+	}
+	x, sc := v.T("x"), v.T("block_scale")
+	if x == nil || sc == nil || len(x.Shape) != 2 || x.Shape[1]%16 != 0 {
+		return nil, nil // the checker names what is wrong with them
+	}
+	rows, kSF := x.Shape[0], x.Shape[1]/16
+	flag := func(name string) (bool, bool, error) {
+		s, ok := v.Param(name)
+		if !ok {
+			return false, false, nil
+		}
+		switch strings.ToLower(s) {
+		case "true", "1":
+			return true, true, nil
+		case "false", "0":
+			return false, true, nil
+		}
+		return false, true, fmt.Errorf("parameter %s = %q: want true or false", name, s)
+	}
+	swz, swzSet, err := flag("is_sf_swizzled_layout")
+	if err != nil {
+		return nil, err
+	}
+	eight, eightSet, err := flag("is_sf_8x4_layout")
+	if err != nil {
+		return nil, err
+	}
+	if b, ok := v.Param("backend"); ok && strings.Contains(b, "trtllm") && rows <= 32 {
+		eight, eightSet = true, true
+	}
+	var lay nvfp4.Layout
+	var why string
+	switch {
+	case swzSet && !swz:
+		lay, why = nvfp4.Linear, "is_sf_swizzled_layout = false"
+	case eightSet && eight:
+		lay, why = nvfp4.Swizzled8x4, "an 8x4 call (is_sf_8x4_layout, or a trtllm backend with m <= 32)"
+	case swzSet:
+		lay, why = nvfp4.Swizzled128x4, "is_sf_swizzled_layout = true"
+	case sc.DType == tensor.I32 || sc.DType == tensor.U32:
+		lay, why = nvfp4.Swizzled128x4, "the int32 allocation vLLM makes only for swizzled scales"
+	default:
+		var fits []nvfp4.Layout
+		for _, l := range []nvfp4.Layout{nvfp4.Linear, nvfp4.Swizzled128x4, nvfp4.Swizzled8x4} {
+			mPad, kPad := l.PaddedShape(rows, kSF)
+			if len(sc.Shape) == 2 && sc.Shape[0] == mPad && sc.Shape[1] == kPad || len(sc.Shape) == 1 && sc.Shape[0] == mPad*kPad {
+				fits = append(fits, l)
+			}
+		}
+		switch len(fits) {
+		case 0:
+			return nil, nil // no layout fits: the checker's shape error says what each wants
+		case 1:
+			lay, why = fits[0], fmt.Sprintf("the only layout block_scale %v fits for x %v", sc.Shape, x.Shape)
+		default:
+			names := make([]string, len(fits))
+			for i, l := range fits {
+				names[i] = l.String()
+			}
+			return nil, fmt.Errorf("tensor block_scale %v fits scale_layout %s for x %v (rows a multiple of the tile, K/16 of 4): set scale_layout, or record the call's is_sf_swizzled_layout (and is_sf_8x4_layout or backend) in the metadata; kcheck does not guess",
+				sc.Shape, strings.Join(names, " and "), x.Shape)
+		}
+	}
+	v.SetParam("scale_layout", lay.String())
+	return []string{fmt.Sprintf("scale_layout = %s, from %s", lay, why)}, nil
+}

@@ -31,8 +31,7 @@ func vllmKernels() map[string]Kernel {
 		// scaled_fp4_quant(input, input_global_scale) -> (output, output_scale)
 		"nvfp4_quantize": {
 			Tensors:  map[string]string{"input": "x", "input_global_scale": "global_scale", "output": "packed", "output_scale": "block_scale"},
-			Defaults: map[string]string{"scale_layout": "swizzled_128x4"},
-			Fixes:    []Fix{int32Scales("block_scale")},
+			Fixes:    []Fix{fp4QuantLayout, int32Scales("block_scale")},
 			Identify: []string{"input", "input_global_scale", "output_scale"},
 		},
 		// tests' dequantize_nvfp4_to_dtype(tensor_fp4, tensor_sf, global_scale): divides.
@@ -172,7 +171,7 @@ func init() {
 			// fp4_quantize(input, global_scale, ..., is_sf_swizzled_layout=True) -> (x_q, sf)
 			"nvfp4_quantize": {
 				Tensors:  map[string]string{"input": "x", "x_q": "packed", "sf": "block_scale"},
-				Defaults: map[string]string{"scale_layout": "swizzled_128x4"},
+				Fixes:    []Fix{fp4QuantLayout},
 				Identify: []string{"x_q", "sf"},
 			},
 		},

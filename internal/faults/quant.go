@@ -288,14 +288,15 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "scale_padding_uninitialised", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_quantize", "nvfp4_gemm"},
-		Needs:    "scale_layout = swizzled_128x4 with padding that is read: M not a multiple of 128 for the quantizer, K/16 not a multiple of 4 for the GEMM",
+		Needs:    "a tiled scale_layout with padding: for the quantizer swizzled_128x4 or swizzled_8x4 with M not a multiple of the tile's rows (128 or 8) or K/16 not a multiple of 4; for the GEMM swizzled_128x4 with K/16 not a multiple of 4",
 		BugClass: "swizzled scale buffer allocated with torch.empty and its padding never zeroed, read by a GEMM whose last K tile spans the padded scale columns",
-		Doc: "The quantizer leaves the padding of the 128x4 swizzled scales as it found it (here 0xFF, the E4M3 NaN a poisoned " +
+		Doc: "The quantizer leaves the padding of the 128x4 (or 8x4) swizzled scales as it found it (here 0xFF, the E4M3 NaN a poisoned " +
 			"or recycled buffer holds; reference/CONTRACTS.md §5 says padding is zero). The GEMM's last K tile reads the padded scale columns " +
 			"(K/16 not a multiple of 4) and multiplies them by its zero-filled out-of-range data: 0 x NaN poisons every " +
 			"output of a row whose padding is NaN.",
 		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
-			if in.Params.String("scale_layout", "linear") != "swizzled_128x4" {
+			lay, err := nvfp4.ParseLayout(in.Params.String("scale_layout", "linear"))
+			if err != nil || lay == nvfp4.Linear {
 				return nil
 			}
 			if sc, ok := out["block_scale"]; ok {
@@ -303,7 +304,7 @@ func init() {
 				rows, kSF := x.Shape[0], x.Shape[1]/nvfp4.BlockSize
 				sc = replaced(sc)
 				for off := range sc.Data {
-					if m, k := nvfp4.SwizzledPosition(off, kSF); m >= rows || k >= kSF {
+					if m, k := lay.Position(off, kSF); m >= rows || k >= kSF {
 						sc.Data[off] = 0xFF
 					}
 				}

@@ -219,3 +219,90 @@ func TestParseLayout(t *testing.T) {
 		t.Error("ParseLayout accepted \"swizzled\"")
 	}
 }
+
+// The 8x4 layout as a permutation of the padded linear matrix: TensorRT-LLM's
+// get_sf_out_offset_8x4 indexes [mTile, kTile, innerM, innerK]
+// (quantization_utils.cuh:1026-1048 in flashinfer 0.7.2.post1), i.e. the
+// padded [mPad, kPad] matrix viewed as [mt, 8, kt, 4] and permuted (0, 2, 1,
+// 3). Built here by that permutation, independently of Swizzled8x4Offset's
+// arithmetic, with hand-computed offsets from the source's strides.
+func TestSwizzled8x4MatchesPermutation(t *testing.T) {
+	for _, tc := range []struct{ m, k, kSF, want int }{
+		{0, 0, 1, 0}, {0, 3, 4, 3}, {1, 0, 4, 4}, {7, 3, 4, 31}, {8, 0, 4, 32},
+		{9, 5, 8, 101}, // mTile 1 (stride 2 tiles x 32), kTile 1 (32), innerM 1 (4), innerK 1
+	} {
+		if got := Swizzled8x4Offset(tc.m, tc.k, tc.kSF); got != tc.want {
+			t.Errorf("Swizzled8x4Offset(%d, %d, kSF %d) = %d, want %d", tc.m, tc.k, tc.kSF, got, tc.want)
+		}
+	}
+	for _, sh := range [][2]int{{1, 1}, {3, 2}, {8, 4}, {9, 5}, {32, 7}, {33, 13}} {
+		rows, kSF := sh[0], sh[1]
+		mPad, kPad := Swizzled8x4.PaddedShape(rows, kSF)
+		if mPad%8 != 0 || kPad%4 != 0 || mPad < rows || kPad < kSF || mPad-rows >= 8 || kPad-kSF >= 4 {
+			t.Fatalf("[%d,%d]: padded shape [%d,%d]", rows, kSF, mPad, kPad)
+		}
+		mt, kt := mPad/8, kPad/4
+		perm := make([][2]int, 0, mPad*kPad) // byte position -> (m, k)
+		for a := 0; a < mt; a++ {
+			for b := 0; b < kt; b++ {
+				for c := 0; c < 8; c++ {
+					for d := 0; d < 4; d++ {
+						perm = append(perm, [2]int{a*8 + c, b*4 + d})
+					}
+				}
+			}
+		}
+		for pos, mk := range perm {
+			if m, k := Swizzled8x4.Position(pos, kSF); m != mk[0] || k != mk[1] {
+				t.Errorf("[%d,%d]: Position(%d) = (%d,%d), the permutation has (%d,%d)", rows, kSF, pos, m, k, mk[0], mk[1])
+			}
+			if mk[0] < rows && mk[1] < kSF {
+				if got := Swizzled8x4.Offset(mk[0], mk[1], kSF); got != pos {
+					t.Errorf("[%d,%d]: Offset(%d,%d) = %d, the permutation has %d", rows, kSF, mk[0], mk[1], got, pos)
+				}
+			}
+		}
+	}
+}
+
+// Every layout round-trips and leaves its padding zero.
+func TestLayoutsRoundTrip(t *testing.T) {
+	for _, name := range Layouts {
+		l, err := ParseLayout(name)
+		if err != nil || l.String() != name {
+			t.Fatalf("ParseLayout(%q) = %v, %v", name, l, err)
+		}
+		for _, sh := range [][2]int{{1, 1}, {9, 5}, {130, 3}} {
+			rows, kSF := sh[0], sh[1]
+			lin := make([]uint8, rows*kSF)
+			for i := range lin {
+				lin[i] = uint8(i%251 + 1)
+			}
+			st, err := l.FromLinear(lin, rows, kSF)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nonzero := 0
+			for _, b := range st {
+				if b != 0 {
+					nonzero++
+				}
+			}
+			if nonzero != len(lin) {
+				t.Errorf("%s [%d,%d]: %d nonzero bytes stored, want %d (padding must be zero)", name, rows, kSF, nonzero, len(lin))
+			}
+			back, err := l.ToLinear(st, rows, kSF)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range lin {
+				if back[i] != lin[i] {
+					t.Fatalf("%s [%d,%d]: round trip differs at %d", name, rows, kSF, i)
+				}
+			}
+		}
+	}
+	if _, err := ParseLayout("swizzled_16x4"); err == nil {
+		t.Error("ParseLayout accepted swizzled_16x4")
+	}
+}

@@ -23,7 +23,7 @@ import (
 var (
 	fp4ScaleDTypes  = []tensor.DType{tensor.F8E4M3, tensor.U8}
 	fp4FloatOutputs = []tensor.DType{tensor.BF16, tensor.F16, tensor.F32}
-	fp4Layouts      = []string{"linear", "swizzled_128x4"}
+	fp4Layouts      = nvfp4.Layouts
 	fp4Kinds        = []string{"dequant", "quant"}
 )
 
@@ -54,7 +54,7 @@ func init() {
 			{Name: "block_scale", DTypes: fp4ScaleDTypes},
 		},
 		Params: []ParamSpec{
-			{Name: "scale_layout", Kind: ParamEnum, Default: "linear", Allowed: []string{"linear", "swizzled_128x4"}, Doc: "the block scales' layout: row-major, or the 128x4 swizzle of the tensor-core GEMMs"},
+			{Name: "scale_layout", Kind: ParamEnum, Default: "linear", Allowed: nvfp4.Layouts, Doc: "the block scales' layout: row-major, the 128x4 swizzle of the tensor-core GEMMs, or the 8x4 one of TensorRT-LLM's small-batch kernels (reference/CONTRACTS.md §5)"},
 		},
 	}, Compute: nvfp4Quantize}}
 	Register(quantizeKernel)
@@ -69,7 +69,7 @@ func init() {
 		},
 		Outputs: []TensorSpec{{Name: "out", DTypes: fp4FloatOutputs}},
 		Params: []ParamSpec{
-			{Name: "scale_layout", Kind: ParamEnum, Default: "linear", Allowed: []string{"linear", "swizzled_128x4"}, Doc: "the block scales' layout: row-major, or the 128x4 swizzle of the tensor-core GEMMs"},
+			{Name: "scale_layout", Kind: ParamEnum, Default: "linear", Allowed: nvfp4.Layouts, Doc: "the block scales' layout: row-major, the 128x4 swizzle of the tensor-core GEMMs, or the 8x4 one of TensorRT-LLM's small-batch kernels (reference/CONTRACTS.md §5)"},
 			{Name: "global_scale_kind", Kind: ParamEnum, Default: "dequant", Allowed: []string{"dequant", "quant"}, Doc: "whether global_scale multiplies on dequantization or is its inverse (the quantizer's)"},
 		},
 	}, Compute: nvfp4Dequantize}})
@@ -87,7 +87,7 @@ func init() {
 		},
 		Outputs: []TensorSpec{{Name: "out", DTypes: fp4FloatOutputs}},
 		Params: []ParamSpec{
-			{Name: "scale_layout", Kind: ParamEnum, Default: "linear", Allowed: []string{"linear", "swizzled_128x4"}, Doc: "the block scales' layout: row-major, or the 128x4 swizzle of the tensor-core GEMMs"},
+			{Name: "scale_layout", Kind: ParamEnum, Default: "linear", Allowed: nvfp4.Layouts, Doc: "the block scales' layout: row-major, the 128x4 swizzle of the tensor-core GEMMs, or the 8x4 one of TensorRT-LLM's small-batch kernels (reference/CONTRACTS.md §5)"},
 			{Name: "a_global_kind", Kind: ParamEnum, Default: "dequant", Allowed: []string{"dequant", "quant"}, Doc: "a_global's direction (see nvfp4_dequantize's global_scale_kind)"},
 			{Name: "b_global_kind", Kind: ParamEnum, Default: "dequant", Allowed: []string{"dequant", "quant"}, Doc: "b_global's direction"},
 		},
@@ -137,14 +137,14 @@ func fp4Scales(in Inputs, name string, rows, kSF int, lay nvfp4.Layout, of strin
 		}
 		return t.Data, nil
 	}
-	mPad, kPad := nvfp4.PaddedShape(rows, kSF)
+	mPad, kPad := lay.PaddedShape(rows, kSF)
 	okShape := len(t.Shape) == 2 && t.Shape[0] == mPad && t.Shape[1] == kPad ||
 		len(t.Shape) == 1 && t.Shape[0] == mPad*kPad
 	if !okShape {
-		return nil, fmt.Errorf("tensor %s has shape %v; with scale_layout = swizzled_128x4 and %s it must be [%d, %d] or [%d] (rows padded to 128, scale columns to 4)",
-			name, t.Shape, of, mPad, kPad, mPad*kPad)
+		return nil, fmt.Errorf("tensor %s has shape %v; with scale_layout = %s and %s it must be [%d, %d] or [%d] (rows padded to %d, scale columns to 4)",
+			name, t.Shape, lay, of, mPad, kPad, mPad*kPad, lay.TileRows())
 	}
-	return nvfp4.UnswizzleScales(t.Data, rows, kSF)
+	return lay.ToLinear(t.Data, rows, kSF)
 }
 
 func fp4Layout(p Params) (nvfp4.Layout, error) {
@@ -327,17 +327,17 @@ func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.L
 		}
 		return []Coord{{Kind: KindTile128, Value: idx[0] / nvfp4.TileRows}}
 	}}
-	if lay == nvfp4.Swizzled128x4 {
+	if lay != nvfp4.Linear {
 		var err error
-		if exCodes, err = nvfp4.SwizzleScales(exCodes, rows, kSF); err != nil {
+		if exCodes, err = lay.FromLinear(exCodes, rows, kSF); err != nil {
 			return Output{}, err
 		}
-		if expCodes, err = nvfp4.SwizzleScales(expCodes, rows, kSF); err != nil {
+		if expCodes, err = lay.FromLinear(expCodes, rows, kSF); err != nil {
 			return Output{}, err
 		}
-		mPad, kPad := nvfp4.PaddedShape(rows, kSF)
+		mPad, kPad := lay.PaddedShape(rows, kSF)
 		shape = []int{mPad, kPad}
-		pos = func(i int) (m, k int) { return nvfp4.SwizzledPosition(i, kSF) }
+		pos = func(i int) (m, k int) { return lay.Position(i, kSF) }
 		coords = Coords{Axes: []CoordKind{KindScaleRow, KindScaleCol}, Derived: func(idx []int) []Coord {
 			off := 0
 			switch len(idx) {
@@ -348,7 +348,7 @@ func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.L
 			default:
 				return nil
 			}
-			m, k := nvfp4.SwizzledPosition(off, kSF)
+			m, k := lay.Position(off, kSF)
 			pad := 0
 			if m >= rows || k >= kSF {
 				pad = 1

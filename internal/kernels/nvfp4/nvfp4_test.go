@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/nvfp4"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -245,10 +246,11 @@ func TestNVFP4QuantizeEquivalence(t *testing.T) {
 // NVFP4's resolution; and the GEMM of the quantized x with itself is the
 // dequantized product.
 func TestNVFP4ProduceChain(t *testing.T) {
-	for _, layout := range []string{"linear", "swizzled_128x4"} {
+	for _, layout := range nvfp4.Layouts {
 		in, q := fp4Quantized(t, 130, 80, layout)
-		if layout == "swizzled_128x4" && (q["block_scale"].Shape[0] != 256 || q["block_scale"].Shape[1] != 8) {
-			t.Fatalf("swizzled scale shape %v, want [256 8]", q["block_scale"].Shape)
+		want := map[string][2]int{"linear": {130, 5}, "swizzled_128x4": {256, 8}, "swizzled_8x4": {136, 8}}[layout]
+		if sh := q["block_scale"].Shape; len(sh) != 2 || sh[0] != want[0] || sh[1] != want[1] {
+			t.Fatalf("%s scale shape %v, want %v", layout, sh, want)
 		}
 		gs := in.Tensors["global_scale"]
 		dk, _ := Lookup("nvfp4_dequantize")

@@ -1,6 +1,7 @@
 package nvfp4
 
 import (
+	"cmp"
 	"fmt"
 
 	. "github.com/kcheck-dev/kcheck/internal/kernel"
@@ -17,14 +18,14 @@ func (*dequantize) CaseSizes() CaseSizes { return CaseSizes{M: defaultM, K: defa
 // CaseSizes implements Slicer.
 func (*gemm) CaseSizes() CaseSizes { return CaseSizes{M: defaultM, K: defaultK, N: defaultN} }
 
-// scaleRows slices the rows of an NVFP4 block-scale tensor in either
-// layout (a swizzled one is unswizzled, sliced and swizzled again, its
-// padding zero).
-func scaleRows(sc *tensor.Tensor, rows, kSF int, swizzled bool, keep []int) (*tensor.Tensor, error) {
-	if !swizzled {
+// scaleRows slices the rows of an NVFP4 block-scale tensor in any layout
+// (a tiled one is read back to linear, sliced and stored again, its padding
+// zero).
+func scaleRows(sc *tensor.Tensor, rows, kSF int, lay nvfp4.Layout, keep []int) (*tensor.Tensor, error) {
+	if lay == nvfp4.Linear {
 		return SelectAxis(sc, 0, keep), nil
 	}
-	lin, err := nvfp4.UnswizzleScales(sc.Data, rows, kSF)
+	lin, err := lay.ToLinear(sc.Data, rows, kSF)
 	if err != nil {
 		return nil, err
 	}
@@ -32,16 +33,16 @@ func scaleRows(sc *tensor.Tensor, rows, kSF int, swizzled bool, keep []int) (*te
 	for _, r := range keep {
 		sub = append(sub, lin[r*kSF:(r+1)*kSF]...)
 	}
-	sw, err := nvfp4.SwizzleScales(sub, len(keep), kSF)
+	st, err := lay.FromLinear(sub, len(keep), kSF)
 	if err != nil {
 		return nil, err
 	}
-	mPad, kPad := nvfp4.PaddedShape(len(keep), kSF)
+	mPad, kPad := lay.PaddedShape(len(keep), kSF)
 	shape := []int{mPad, kPad}
 	if len(sc.Shape) == 1 {
 		shape = []int{mPad * kPad}
 	}
-	return &tensor.Tensor{DType: sc.DType, Shape: shape, Data: sw}, nil
+	return &tensor.Tensor{DType: sc.DType, Shape: shape, Data: st}, nil
 }
 
 // rowsAxis is an axis of n rows: the axes tensors sliced along it, and the
@@ -51,7 +52,11 @@ func rowsAxis(ts map[string]*tensor.Tensor, meta map[string]string, name string,
 		repl := SliceNamed(ts, keep, axes)
 		for sc, k := range scales {
 			if t, ok := ts[sc]; ok {
-				s, err := scaleRows(t, n, k/nvfp4.BlockSize, meta["scale_layout"] == "swizzled_128x4", keep)
+				lay, err := nvfp4.ParseLayout(cmp.Or(meta["scale_layout"], "linear"))
+				if err != nil {
+					return nil, err
+				}
+				s, err := scaleRows(t, n, k/nvfp4.BlockSize, lay, keep)
 				if err != nil {
 					return nil, fmt.Errorf("tensor %s: %v", sc, err)
 				}
