@@ -599,6 +599,22 @@ func TestAdaptTable(t *testing.T) {
 			wantMeta: map[string]string{"scale_layout": "swizzled_8x4"},
 		},
 		{
+			name: "flashinfer mxfp4 refused", engine: "flashinfer",
+			meta:    map[string]string{"kcheck.kernel": "nvfp4_quantize", "sf_vec_size": "32"},
+			wantErr: "parameter sf_vec_size = \"32\": MXFP4",
+		},
+		{
+			name: "flashinfer inverted global scale refused", engine: "flashinfer",
+			meta:    map[string]string{"kcheck.kernel": "nvfp4_quantize", "is_global_scale_inversed": "True"},
+			wantErr: "is_global_scale_inversed",
+		},
+		{
+			name: "flashinfer default modes pass", engine: "flashinfer",
+			meta:     map[string]string{"kcheck.kernel": "nvfp4_quantize", "sf_vec_size": "16", "sf_use_ue8m0": "False", "is_sf_swizzled_layout": "false"},
+			tensors:  map[string]*tensor.Tensor{"input": bf(16, 64), "sf": tensor.New(tensor.U8, 16, 4)},
+			wantMeta: map[string]string{"scale_layout": "linear"},
+		},
+		{
 			name: "decode without s_q axis", engine: "flashmla",
 			meta:    map[string]string{"kcheck.kernel": "mla_decode"},
 			tensors: map[string]*tensor.Tensor{"q": bf(2, 16, 576), "out": bf(2, 16, 512), "softmax_lse": tensor.New(tensor.F32, 2, 16)},

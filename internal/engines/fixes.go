@@ -633,3 +633,37 @@ func fp4QuantLayoutFrom(v *View) ([]string, error) {
 	v.SetParam("scale_layout", lay.String())
 	return []string{fmt.Sprintf("scale_layout = %s, from %s", lay, why)}, nil
 }
+
+// flashInferFP4Modes refuses the fp4_quantize modes that are not NVFP4 as
+// the contract defines it (flashinfer 0.7.2.post1
+// flashinfer/quantization/fp4_quantization.py:1053-1064): MXFP4
+// (sf_vec_size 32, sf_use_ue8m0 = True), a global scale given inverted
+// (is_global_scale_inversed = True), and the 4over6 block-scale recipe
+// (nvfp4_4over6, or FLASHINFER_NVFP4_4OVER6 in the environment, recorded as
+// the capture's nvfp4_4over6). Read as 128x4 NVFP4 with a quant-direction
+// global scale they would check against the wrong recipe (audit I8), so
+// each is refused, naming it.
+var flashInferFP4Modes = Fix{Doc: "non-NVFP4 fp4_quantize modes refused", Apply: func(v *View) ([]string, error) {
+	off := func(val string) bool {
+		switch strings.ToLower(val) {
+		case "", "false", "0", "none":
+			return true
+		}
+		return false
+	}
+	for _, m := range []struct {
+		key    string
+		accept func(string) bool
+		why    string
+	}{
+		{"sf_vec_size", func(s string) bool { return s == "16" }, "MXFP4 (32-element blocks, E8M0 scales) has no kcheck contract"},
+		{"sf_use_ue8m0", off, "UE8M0 block scales (MXFP4) have no kcheck contract"},
+		{"is_global_scale_inversed", off, "an inverted global scale is not the quant-direction gs the contract reads; pass 1/gs as global_scale"},
+		{"nvfp4_4over6", off, "the 4over6 block-scale recipe is not the contract's NVFP4 (e4m3(gs·amax/6) scales)"},
+	} {
+		if val, set := v.Param(m.key); set && !m.accept(val) {
+			return nil, fmt.Errorf("parameter %s = %q: %s", m.key, val, m.why)
+		}
+	}
+	return nil, nil
+}}

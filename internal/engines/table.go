@@ -171,7 +171,7 @@ func init() {
 			// fp4_quantize(input, global_scale, ..., is_sf_swizzled_layout=True) -> (x_q, sf)
 			"nvfp4_quantize": {
 				Tensors:  map[string]string{"input": "x", "x_q": "packed", "sf": "block_scale"},
-				Fixes:    []Fix{fp4QuantLayout},
+				Fixes:    []Fix{flashInferFP4Modes, fp4QuantLayout},
 				Identify: []string{"x_q", "sf"},
 			},
 		},
