@@ -44,7 +44,7 @@ func makeTargets(t *testing.T) map[string]string {
 // Every make target the README names exists, and the two commands it
 // promises a newcomer do what it says: make demo runs the two kcheck
 // commands its output shows, and make test vets, runs the tests under the
-// race detector and every test without it (the documented examples, which
+// race detector and, without it, the tests it leaves out (the documented examples, which
 // skip under the detector, included).
 func TestMakeTargets(t *testing.T) {
 	recipes := makeTargets(t)
@@ -69,7 +69,7 @@ func TestMakeTargets(t *testing.T) {
 			t.Errorf("README.md names make %s, which no Makefile defines (%s)", n, strings.Join(makefiles, ", "))
 		}
 	}
-	for _, want := range []string{"$(GO) vet $(PKGS)", "$(GO) test -race", "$(GO) test $(PKGS)"} {
+	for _, want := range []string{"$(GO) vet $(PKGS)", "$(GO) test -race -short $(PKGS)", "$(GO) test $(TEST_FULL_PKGS)"} {
 		if !strings.Contains(recipes["test"], want) {
 			t.Errorf("make test does not run %q, as the README says it does:\n%s", want, recipes["test"])
 		}
@@ -170,5 +170,61 @@ func TestREADMEDemoTranscript(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// make test's second pass runs only the packages FULL_PKGS finds by their
+// markers (testing.Short() or a raceEnabled constant): a test that skipped
+// or shrank in the first pass for another reason written another way would
+// never run whole. So every Skip in a test whose condition is about the
+// race detector or -short must use one of the two markers, and the
+// Makefile's pattern must be the one this test checks for.
+func TestSecondPassFindsEverySkip(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `grep -rlE 'testing\.Short\(\)|raceEnabled' --include='*.go' cases cmd cuda internal reference`) {
+		t.Fatal("Makefile's FULL_PKGS no longer finds packages by testing.Short() or raceEnabled: update this test with it")
+	}
+	about := regexp.MustCompile(`(?i)race|short`)
+	marker := regexp.MustCompile(`testing\.Short\(\)|raceEnabled`)
+	checked := 0
+	for _, dir := range []string{"cases", "cmd", "cuda", "internal", "reference"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			lines := strings.Split(string(src), "\n")
+			for i, l := range lines {
+				if !strings.Contains(l, ".Skip") {
+					continue
+				}
+				// the nearest if above the Skip is its condition
+				for j := i - 1; j >= 0 && j >= i-4; j-- {
+					c := strings.TrimSpace(lines[j])
+					if !strings.HasPrefix(c, "if ") && !strings.HasPrefix(c, "} else if ") {
+						continue
+					}
+					checked++
+					if about.MatchString(c) && !marker.MatchString(c) {
+						rel, _ := filepath.Rel(root, path)
+						t.Errorf("%s:%d: %q skips on the race detector or -short without testing.Short() or raceEnabled: make test's second pass (FULL_PKGS) would not find it", rel, j+1, c)
+					}
+					break
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("found %d skip conditions: is the scan still right?", checked)
 	}
 }

@@ -16,6 +16,7 @@ case the kernel maps to, except where an entry's note says why not.
 """
 
 import argparse
+import concurrent.futures
 import collections
 import json
 import os
@@ -186,6 +187,9 @@ def main(argv=None):
     ap.add_argument("--only", action="append", default=[],
                     help="run only entries whose label contains this (repeatable: any of them)")
     ap.add_argument("--json", help="also write the raw results here")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="entries run at once (each is a kcheck run with its own worker processes; the interpreter is single-threaded, "
+                         "so two use two cores); the table keeps the entries' order")
     ap.add_argument("--md", help="also write the table, the command and the versions here (rewritten after each entry)")
     ap.add_argument("--append", action="store_true",
                     help="keep what --md already holds and add this run's block after it (runs of separate subsets in one file)")
@@ -234,35 +238,39 @@ def main(argv=None):
 
     for l in lines:
         print(l)
-    raw = {}
+    tasks = []  # (label, backend shown, note, thunk returning (results, secs))
+
+    def entry(runner, globs, *args):
+        def run():
+            results, secs = [], 0.0
+            for glob in globs:
+                r, t = runner(*args, glob, a.timeout)
+                results += r
+                secs += t
+            return results, secs
+        return run
+
     for label, backend, kernel, cf, ci, full, note in RUNS:
         globs = ci if a.subset == "ci" else full
         if (a.only and not any(o in label for o in a.only)) or globs is None:
             continue
-        results, secs = [], 0.0
-        for glob in globs:
-            r, t = run_one(a.kcheck, backend, cf, glob, a.timeout)
-            results += r
-            secs += t
-        raw[label] = results
-        report(label, backend, note, results, secs)
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump(raw, f, indent=1)
+        tasks.append((label, backend, note, entry(run_one, globs, a.kcheck, backend, cf)))
     for label, worker, kernel, opts, module, ci, full, note in DERIVED:
         globs = ci if a.subset == "ci" else full
         if (a.only and not any(o in label for o in a.only)) or globs is None:
             continue
-        results, secs = [], 0.0
-        for glob in globs:
-            r, t = run_derived(a.kcheck, worker, kernel, opts, module, glob, a.timeout)
-            results += r
-            secs += t
-        raw[label] = results
-        report(label, f"python -m kcheck.worker {worker}" + "".join(f" --set {o}" for o in opts) + " (derived inputs)", note, results, secs)
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump(raw, f, indent=1)
+        shown = f"python -m kcheck.worker {worker}" + "".join(f" --set {o}" for o in opts) + " (derived inputs)"
+        tasks.append((label, shown, note, entry(run_derived, globs, a.kcheck, worker, kernel, opts, module)))
+    raw = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+        futures = [pool.submit(run) for _, _, _, run in tasks]
+        for (label, shown, note, _), fut in zip(tasks, futures):
+            results, secs = fut.result()
+            raw[label] = results
+            report(label, shown, note, results, secs)
+            if a.json:
+                with open(a.json, "w") as f:
+                    json.dump(raw, f, indent=1)
     # Exit 0: a fail or an inconclusive verdict is a result to report, not
     # a broken run; the pytest suite asserts the verdicts it expects.
     return 0
