@@ -40,7 +40,12 @@ func TestEveryFaultFailsItsTrigger(t *testing.T) {
 	if len(all) < 24 {
 		t.Errorf("catalog holds %d faults; the issue asks for at least 24", len(all))
 	}
+	sampled := map[string]bool{}
 	for _, f := range all {
+		if raceEnabled && sampled[f.Stage] {
+			continue // one fault a stage: see raceEnabled
+		}
+		sampled[f.Stage] = true
 		t.Run(f.Name, func(t *testing.T) {
 			if f.Trigger == nil {
 				t.Fatalf("fault %s has no trigger case", f.Name)
