@@ -120,11 +120,22 @@ type Dense struct {
 // Sparse is a DSA decode's input: query (b, i) attends the cache slots
 // Indices[b, i, :] (block*P + offset); -1 or a slot outside the cache is not
 // attended. A slot listed twice is attended twice, as a kernel would.
+//
+// TopKLength, when set, holds per request b how many of the leftmost
+// indices count (FlashMLA's topk_length: "only the leftmost topk_length
+// indices will be processed", deepseek-ai/FlashMLA@9241ae3
+// flash_mla/flash_mla_interface.py:93, tests/ref.py:72-73). AttnSink, when
+// set, holds per head h a logit that joins the softmax's denominator but
+// has no value: out is scaled by 1/(1 + exp(sink_h - lse)) and lse is left
+// as it is (interface.py:90, tests/ref.py:96-98; a sink of +inf gives out
+// 0, and a row that sees no token still gives out 0 and the empty lse).
 type Sparse struct {
-	Q       Query
-	Cache   *kvcache.Cache
-	TopK    int
-	Indices []int64 // [B, SQ, TopK]
+	Q          Query
+	Cache      *kvcache.Cache
+	TopK       int
+	Indices    []int64   // [B, SQ, TopK]
+	TopKLength []int64   // [B], or nil
+	AttnSink   []float64 // [H] (F32 values), or nil
 }
 
 // Outputs are a decode's outputs: Out [B, SQ, H, L] and LSE [B, H, SQ] (the
@@ -382,6 +393,9 @@ func DecodePartials(ctx context.Context, p *Dense, cfg Config, prec Precision, s
 func (p *Sparse) ValidSlots(b, i int) []int {
 	n := int64(p.Cache.Slots())
 	row := p.Indices[(b*p.Q.SQ+i)*p.TopK : (b*p.Q.SQ+i+1)*p.TopK]
+	if p.TopKLength != nil {
+		row = row[:max(0, min(int64(len(row)), p.TopKLength[b]))]
+	}
 	var out []int
 	for _, v := range row {
 		if v >= 0 && v < n {
@@ -400,6 +414,12 @@ func DecodeSparse(ctx context.Context, p *Sparse, cfg Config, prec Precision) (e
 	if p.TopK < 0 || len(p.Indices) != q.B*q.SQ*p.TopK {
 		return nil, nil, fmt.Errorf("tensor indices has %d entries; [B=%d, s_q=%d, topk=%d] needs %d", len(p.Indices), q.B, q.SQ, p.TopK, q.B*q.SQ*p.TopK)
 	}
+	if p.TopKLength != nil && len(p.TopKLength) != q.B {
+		return nil, nil, fmt.Errorf("tensor topk_length has %d entries; B = %d requests need one each", len(p.TopKLength), q.B)
+	}
+	if p.AttnSink != nil && len(p.AttnSink) != q.H {
+		return nil, nil, fmt.Errorf("tensor attn_sink has %d entries; H = %d heads need one each", len(p.AttnSink), q.H)
+	}
 	e := newEngine(ctx, p.Cache, q, cfg, prec, cfg.LSE.Empty, prec.Out, prec.LSE, q.B*q.SQ*q.H)
 	L, P := p.Cache.Layout.L, p.Cache.Layout.PageSize
 	g := headGroup(q.H, q.B*q.SQ, e.workers)
@@ -411,7 +431,11 @@ func DecodeSparse(ctx context.Context, p *Sparse, cfg Config, prec Precision) (e
 				u := unit{token: tok}
 				for h := h0; h < min(h0+g, q.H); h++ {
 					r := (b*q.SQ+i)*q.H + h
-					u.rows = append(u.rows, rowSpec{q: r * q.D, limit: len(slots), out: r * L, lse: (b*q.H+h)*q.SQ + i})
+					rs := rowSpec{q: r * q.D, limit: len(slots), out: r * L, lse: (b*q.H+h)*q.SQ + i}
+					if p.AttnSink != nil {
+						rs.sink, rs.hasSink = p.AttnSink[h], true
+					}
+					u.rows = append(u.rows, rs)
 				}
 				e.units = append(e.units, u)
 			}
@@ -445,6 +469,9 @@ type rowSpec struct {
 	limit int // it attends tokens [0, limit) of its unit's token list
 	out   int // offset of its output vector
 	lse   int // index of its lse
+	// its attention sink's logit (natural log), when it has one
+	sink    float64
+	hasSink bool
 }
 
 // unit is a piece of work: one token list (decoded once) and the rows that
@@ -786,8 +813,17 @@ func (w *worker) finish(rs rowSpec, ex, xp *state) {
 		e.xp.lse[rs.lse] = splitk.RoundTo(e.lseDT, e.empty)
 		return
 	}
+	// The sink scales out by 1/(1 + exp(sink - lse)) (natural-log lse, as
+	// FlashMLA's tests/ref.py:96-98), computed once a row: exactly here, in
+	// fp32 from the fp32 lse for the expected answer (a kernel's epilogue).
+	exSink, xpSink := 1.0, 1.0
+	if rs.hasSink {
+		exSink = 1 / (1 + math.Exp(rs.sink-(ex.m+math.Log(ex.sum))))
+		xlse := float32(xp.m*e.scale32 + float64(float32(math.Log(xp.sum))))
+		xpSink = float64(1 / (1 + float32(math.Exp(float64(float32(rs.sink)-xlse)))))
+	}
 	for l, a := range ex.acc {
-		exOut[l] = a / ex.sum
+		exOut[l] = a / ex.sum * exSink
 	}
 	lse := ex.m + math.Log(ex.sum)
 	if e.cfg.LSE.Base == splitk.Base2 {
@@ -797,7 +833,11 @@ func (w *worker) finish(rs rowSpec, ex, xp *state) {
 
 	inv := float64(float32(1 / xp.sum))
 	for l, a := range xp.acc {
-		xpOut[l] = splitk.RoundTo(e.outDT, float64(float32(a*inv)))
+		o := float64(float32(a * inv))
+		if xpSink != 1 {
+			o = float64(float32(o * xpSink))
+		}
+		xpOut[l] = splitk.RoundTo(e.outDT, o)
 	}
 	// max·scale is exact in float64; adding the fp32 log and rounding once
 	// is the fp32 fma.

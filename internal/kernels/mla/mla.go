@@ -94,6 +94,13 @@ func init() {
 			{Name: "kv_cache", DTypes: paged.CacheDTypes, Read: indexedRows},
 			{Name: "indices", DTypes: paged.IndexDTypes},
 			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
+			// FlashMLA's optional arguments (deepseek-ai/FlashMLA@9241ae3
+			// flash_mla/flash_mla_interface.py:65-69, :90-93): see mla.Sparse.
+			{Name: "topk_length", DTypes: paged.IndexDTypes, Optional: true},
+			{Name: "attn_sink", DTypes: []tensor.DType{tensor.F32}, Optional: true},
+			{Name: "extra_k_cache", DTypes: paged.CacheDTypes, Optional: true},
+			{Name: "extra_indices_in_kvcache", DTypes: paged.IndexDTypes, Optional: true},
+			{Name: "extra_topk_length", DTypes: paged.IndexDTypes, Optional: true},
 		},
 		Outputs: []TensorSpec{
 			{Name: "out", DTypes: outTypes},
@@ -132,7 +139,15 @@ func indexedRows(in Inputs) (func(int) bool, error) {
 		return nil, fmt.Errorf("tensors kv_cache or indices missing or misshapen")
 	}
 	read := make([]bool, ct.Shape[0]*ct.Shape[1])
+	tl := in.Tensors["topk_length"]
+	perReq := 0 // indices a request holds: s_q * topk
+	if len(it.Shape) == 3 {
+		perReq = it.Shape[1] * it.Shape[2]
+	}
 	for i := 0; i < it.Len(); i++ {
+		if tl != nil && perReq > 0 && it.Shape[2] > 0 && i/perReq < tl.Len() && int64(i%it.Shape[2]) >= tl.Int64At(i/perReq) {
+			continue // past the request's topk_length: not read
+		}
 		if s := it.Int64At(i); s >= 0 && s < int64(len(read)) {
 			read[s] = true
 		}
@@ -419,7 +434,34 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 				i/(c.q.SQ*topk), i/topk%c.q.SQ, i%topk, v, slots)
 		}
 	}
+	for _, n := range []string{"extra_k_cache", "extra_indices_in_kvcache", "extra_topk_length"} {
+		if in.Tensors[n] != nil {
+			return nil, fmt.Errorf("tensor %s: FlashMLA's extra KV scope (a second cache attended with the first) is not modelled yet; check a capture without it, or the two scopes as two captures", n)
+		}
+	}
 	sp := &mla.Sparse{Q: c.q, Cache: c.cache, TopK: topk, Indices: idx}
+	if t := in.Tensors["topk_length"]; t != nil {
+		if err := CheckShape("topk_length", t, c.q.B); err != nil {
+			return nil, err
+		}
+		sp.TopKLength = make([]int64, c.q.B)
+		for b := range sp.TopKLength {
+			if sp.TopKLength[b] = t.Int64At(b); sp.TopKLength[b] < 0 || sp.TopKLength[b] > int64(topk) {
+				return nil, fmt.Errorf("tensor topk_length[%d] = %d is outside [0, topk = %d]", b, sp.TopKLength[b], topk)
+			}
+		}
+	}
+	if t := in.Tensors["attn_sink"]; t != nil {
+		if err := CheckShape("attn_sink", t, c.q.H); err != nil {
+			return nil, err
+		}
+		sp.AttnSink = t.Float64s()
+		for h, v := range sp.AttnSink {
+			if math.IsNaN(v) {
+				return nil, fmt.Errorf("tensor attn_sink[%d] is NaN", h)
+			}
+		}
+	}
 	ex, xp, err := mla.DecodeSparse(ctx, sp, c.cfg, c.prec)
 	if err != nil {
 		return nil, err

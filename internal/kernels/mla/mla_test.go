@@ -426,3 +426,107 @@ func TestSplitKCombineContract(t *testing.T) {
 		})
 	}
 }
+
+// FlashMLA's topk_length and attn_sink (deepseek-ai/FlashMLA@9241ae3
+// tests/ref.py:72-98): a topk_length of k is the same decode as the indices
+// past k set to -1; a sink scales out by exp(lse)/(exp(lse)+exp(sink)) and
+// leaves lse alone (+inf gives out 0, -inf changes nothing). The sink's
+// factor is recomputed here from the definition, in float64, by a softmax
+// over the one token plus the sink (no reference code involved).
+func TestMLADecodeSparseSinkAndTopKLength(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	in := mlaInputs(rng, []int{8, 8}, 1, 2, 12, 4, 8)
+	var idx []int64
+	for b := 0; b < 2; b++ {
+		for tk := 0; tk < 8; tk++ {
+			idx = append(idx, in.Tensors["block_table"].Int64At(b*2+tk/4)*4+int64(tk%4))
+		}
+	}
+	sparse, _ := Lookup("mla_decode_sparse")
+	run := func(ix []int64, extra map[string]*tensor.Tensor) (out, lse Output) {
+		t.Helper()
+		ts := map[string]*tensor.Tensor{"q": in.Tensors["q"], "kv_cache": in.Tensors["kv_cache"],
+			"indices": tensor.FromInt64s(tensor.I32, []int{2, 1, 8}, ix)}
+		for k, v := range extra {
+			ts[k] = v
+		}
+		outs, err := Evaluate(context.Background(), sparse, Inputs{Tensors: ts, Params: in.Params}, DefaultPrecision(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outputNamed(t, outs, "out"), outputNamed(t, outs, "lse")
+	}
+	same := func(what string, a, b Output) {
+		t.Helper()
+		for i := 0; i < a.Exact.Len(); i++ {
+			if a.Exact.At(i) != b.Exact.At(i) || a.Expected.At(i) != b.Expected.At(i) {
+				t.Fatalf("%s: element %d %v/%v vs %v/%v", what, i, a.Exact.At(i), a.Expected.At(i), b.Exact.At(i), b.Expected.At(i))
+			}
+		}
+	}
+
+	// topk_length [5, 0]: request 0 keeps 5 indices, request 1 none.
+	cut := slices.Clone(idx)
+	for i := range cut {
+		if b, k := i/8, i%8; b == 0 && k >= 5 || b == 1 {
+			cut[i] = -1
+		}
+	}
+	o1, l1 := run(idx, map[string]*tensor.Tensor{"topk_length": tensor.FromInt64s(tensor.I32, []int{2}, []int64{5, 0})})
+	o2, l2 := run(cut, nil)
+	same("topk_length out", o1, o2)
+	same("topk_length lse", l1, l2)
+
+	base, baseLSE := run(idx, nil)
+	for _, tc := range []struct {
+		name string
+		sink []float64
+	}{{"finite", []float64{0.5, -3}}, {"+inf and -inf", []float64{math.Inf(1), math.Inf(-1)}}} {
+		o, l := run(idx, map[string]*tensor.Tensor{"attn_sink": tensor.FromFloat64s(tensor.F32, []int{2}, tc.sink)})
+		same(tc.name+": lse", l, baseLSE)
+		for i := 0; i < o.Exact.Len(); i++ {
+			b, h := i/(2*12), i/12%2
+			lse := baseLSE.Exact.At(b*2 + h) // [B, H, s_q = 1]
+			sink := float64(float32(tc.sink[h]))
+			// softmax over the tokens and the sink: the tokens' share of the mass
+			share := 1.0
+			switch {
+			case math.IsInf(sink, 1):
+				share = 0
+			case !math.IsInf(sink, -1):
+				share = math.Exp(lse) / (math.Exp(lse) + math.Exp(sink))
+			}
+			want := base.Exact.At(i) * share
+			if got := o.Exact.At(i); math.Abs(got-want) > 1e-12*math.Max(1, math.Abs(want)) {
+				t.Fatalf("%s: out[%d] = %v, want %v (share %v)", tc.name, i, got, want, share)
+			}
+			// the expected answer applies the same factor, in fp32, before
+			// its one rounding to bf16: within a bf16 ulp of the scaled
+			// expected answer without the sink
+			wantXP := base.Expected.At(i) * share
+			if d := math.Abs(o.Expected.At(i) - wantXP); d > math.Abs(wantXP)/128+1e-30 {
+				t.Fatalf("%s: expected out[%d] = %v, %v away from %v", tc.name, i, o.Expected.At(i), d, wantXP)
+			}
+		}
+	}
+
+	for _, tc := range []struct {
+		name string
+		t    map[string]*tensor.Tensor
+		want string
+	}{
+		{"topk_length too long", map[string]*tensor.Tensor{"topk_length": tensor.FromInt64s(tensor.I32, []int{2}, []int64{9, 1})}, "topk_length[0] = 9 is outside [0, topk = 8]"},
+		{"topk_length shape", map[string]*tensor.Tensor{"topk_length": tensor.FromInt64s(tensor.I32, []int{1}, []int64{1})}, "topk_length"},
+		{"attn_sink shape", map[string]*tensor.Tensor{"attn_sink": tensor.FromFloat64s(tensor.F32, []int{3}, []float64{0, 0, 0})}, "attn_sink"},
+		{"extra scope", map[string]*tensor.Tensor{"extra_k_cache": in.Tensors["kv_cache"]}, "extra KV scope"},
+	} {
+		ts := map[string]*tensor.Tensor{"q": in.Tensors["q"], "kv_cache": in.Tensors["kv_cache"],
+			"indices": tensor.FromInt64s(tensor.I32, []int{2, 1, 8}, idx)}
+		for k, v := range tc.t {
+			ts[k] = v
+		}
+		if _, err := Evaluate(context.Background(), sparse, Inputs{Tensors: ts, Params: in.Params}, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
