@@ -18,6 +18,12 @@ func init() {
 		return runMLA(d, in, opt, false)
 	}
 	runners["mla_decode_sparse"] = func(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
+		// cuda/mla_decode.cu's sparse variant has no sink and reads every index
+		for _, n := range []string{"topk_length", "attn_sink"} {
+			if in.Tensors[n] != nil {
+				return nil, unsupported("tensor %s: kcheck's CUDA sparse decode does not implement FlashMLA's %s", n, n)
+			}
+		}
 		return runMLA(d, in, opt, true)
 	}
 	runners["splitk_combine"] = runSplitK
