@@ -1,6 +1,8 @@
 package faults
 
 import (
+	"encoding/binary"
+
 	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -26,5 +28,36 @@ func init() {
 		Trigger: &Trigger{Case: cases.Case{Name: "trigger/dsa_indexer", Kernel: "dsa_indexer", Preset: "glm-5", Heads: 8,
 			SeqLens: []int{40, 70}, PageSize: 16, TopK: 16, Seed: 105}},
 		NotSimulated: "the simulated decoder attends densely and runs no indexer; the trigger and the shipped example capture show this fault",
+	})
+	Register(&Fault{
+		Name: "indexer_fp8_cache_interleaved", Stage: kernel.StageAttn, Kernels: []string{"dsa_indexer"},
+		Needs:    "k_cache_dtype = fp8_e4m3 (vLLM's block-split indexer cache)",
+		BugClass: "vLLM's fp8 indexer cache read as if each token's 128 codes and its scale were interleaved ([Dk+4] bytes a token, as the [NB, P, 1, 132] view suggests) instead of block-split (every code of the block, then every scale)",
+		Doc: "The indexer reads token t's codes at t·132 of its block and its scale at t·132+128. Only token 0 of a block reads its own codes; " +
+			"every other token reads a mix of codes and scale bytes, and every scale is four code bytes read as an F32.",
+		Inputs: func(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*tensor.Tensor, error) {
+			kc, q := in["k_cache"], in["q"]
+			if p.String("k_cache_dtype", "bf16") != "fp8_e4m3" || kc == nil || q == nil || len(kc.Shape) != 3 || len(q.Shape) != 3 {
+				return in, nil
+			}
+			nb, pg, dk := kc.Shape[0], kc.Shape[1], q.Shape[2]
+			if kc.Shape[2] != dk+4 {
+				return in, nil
+			}
+			out := replaced(kc)
+			block := pg * (dk + 4)
+			for blk := 0; blk < nb; blk++ {
+				src, dst := kc.Data[blk*block:(blk+1)*block], out.Data[blk*block:(blk+1)*block]
+				for t := 0; t < pg; t++ {
+					copy(dst[t*dk:(t+1)*dk], src[t*(dk+4):t*(dk+4)+dk])
+					binary.LittleEndian.PutUint32(dst[pg*dk+4*t:], binary.LittleEndian.Uint32(src[t*(dk+4)+dk:]))
+				}
+			}
+			in["k_cache"] = out
+			return in, nil
+		},
+		Trigger: &Trigger{Case: cases.Case{Name: "trigger/dsa_indexer/fp8", Kernel: "dsa_indexer", Preset: "glm-5", Heads: 8,
+			SeqLens: []int{40, 70}, PageSize: 16, TopK: 16, Seed: 106, Params: map[string]string{"k_cache_dtype": "fp8_e4m3"}}},
+		NotSimulated: "the simulated decoder attends densely and runs no indexer; the trigger shows this fault",
 	})
 }

@@ -155,6 +155,7 @@ var signatureTable = []struct {
 	{"heads_swapped", "mla_decode", manyHeads, nil, "out", signature.HeadGroup, kernel.KindHead, ""},
 	{"heads_swapped", "mla_decode_sparse", manyHeads, nil, "out", signature.HeadGroup, kernel.KindHead, ""},
 	{"indexer_weights_ignored", "dsa_indexer", nil, nil, "scores", signature.Uniform, "", "every head's weight is wrong, so every score is"},
+	{"indexer_fp8_cache_interleaved", "dsa_indexer", nil, nil, "scores", signature.NonFinite, "", "every scale is four code bytes read as an F32: those with a high exponent overflow the score to inf"},
 	{"page_tail_attended", "mla_decode", nil, nil, "out", signature.NonFinite, "", "the tail past seq_len holds NaN-poisoned slots, attended by every row of the request"},
 	{"rope_dropped", "mla_decode", manyContexts, nil, "out", signature.GrowthWithContext, kernel.KindContextLen, ""},
 	{"rope_dropped", "mla_decode_sparse", manyAttended, nil, "out", signature.GrowthWithContext, kernel.KindContextLen, ""},

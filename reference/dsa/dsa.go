@@ -4,7 +4,16 @@
 //	score[b, t] = Σ_h w[b, h] · relu(q[b, h] · k_t)
 //
 // over a paged BF16 key cache [NB, P, Dk] (Dk = 128), -inf past seq_len, and
-// the top-k tokens by score. The top-k set is what matters downstream (the
+// the top-k tokens by score.
+//
+// The key cache may also be vLLM's fp8 indexer cache: per block, the P
+// tokens' Dk e4m3 codes, then their P F32 scales ([P·Dk | P·4] bytes, a
+// U8 [NB, P, Dk+4] tensor whose rows are not the tokens' entries), key t
+// being codes_t · scale_t. vLLM's kernel scores it as
+// (Σ_h w_h · relu(q_h · codes_t)) · scale_t: the scale after the head sum
+// (vllm 0.33.0 vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:441-488,
+// fp8_paged_mqa_logits_torch, and the Triton kernel's `s = s * sc` after
+// `tl.sum`), the same value since the scale is positive. The top-k set is what matters downstream (the
 // sparse attention reads those tokens), and a correct fp32 kernel may order
 // nearly equal scores differently, so a top-k entry is judged by its score,
 // not by its position.
@@ -12,10 +21,12 @@ package dsa
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"sort"
 
+	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/parallel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -23,10 +34,29 @@ import (
 
 // Input is one indexer invocation.
 type Input struct {
-	Q       *tensor.Tensor // [B, Hi, Dk], any float dtype (the contract's is BF16)
-	KCache  *tensor.Tensor // BF16 [NB, P, Dk]
+	Q       *tensor.Tensor // [B, Hi, Dk], any float dtype (BF16, or F8_E4M3 with its scale in the weights)
+	KCache  *tensor.Tensor // BF16 [NB, P, Dk], or with FP8 U8 [NB, P, Dk+4] (block-split)
+	FP8     bool           // KCache is vLLM's block-split fp8 indexer cache
 	Weights *tensor.Tensor // [B, Hi], any float dtype (F32)
 	Pages   *kvcache.Pages // block_table and seq_lens, validated against KCache
+}
+
+// fp8Cache reads vLLM's block-split fp8 indexer cache.
+type fp8Cache struct {
+	data  []byte
+	p, dk int
+}
+
+// FP8BlockBytes is the bytes of one block of the fp8 indexer cache.
+func FP8BlockBytes(p, dk int) int { return p * (dk + 4) }
+
+// row decodes token (blk, off)'s codes into kv (unscaled) and returns its scale.
+func (c *fp8Cache) row(blk, off int, kv []float64) float64 {
+	base := blk * FP8BlockBytes(c.p, c.dk)
+	for j, b := range c.data[base+off*c.dk : base+(off+1)*c.dk] {
+		kv[j] = formats.E4M3FN.Decode(b)
+	}
+	return float64(math.Float32frombits(binary.LittleEndian.Uint32(c.data[base+c.p*c.dk+4*off:])))
 }
 
 // Scores holds the indexer scores of every request, row-major [B, MaxSeq].
@@ -68,10 +98,23 @@ func Compute(ctx context.Context, in Input, maxSeq int) (*Scores, error) {
 	if p.B() != b {
 		return nil, fmt.Errorf("tensor seq_lens has %d entries but q has %d requests", p.B(), b)
 	}
-	lay := kvcache.Layout{Kind: kvcache.BF16, L: dk, PageSize: p.PageSize, Saturate: true}
-	kc, err := kvcache.NewNamed("k_cache", in.KCache, lay, 0)
-	if err != nil {
-		return nil, err
+	var kc *kvcache.Cache
+	var fc *fp8Cache
+	if in.FP8 {
+		t := in.KCache
+		if err := t.Check(); err != nil {
+			return nil, fmt.Errorf("tensor k_cache: %v", err)
+		}
+		if t.DType != tensor.U8 || len(t.Shape) != 3 || t.Shape[1] != p.PageSize || t.Shape[2] != dk+4 {
+			return nil, fmt.Errorf("tensor k_cache is %s %v; an fp8 indexer cache is U8 [NB, P = %d, Dk + 4 = %d] (each block P·Dk e4m3 codes, then P F32 scales)", t.DType, t.Shape, p.PageSize, dk+4)
+		}
+		fc = &fp8Cache{data: t.Data, p: p.PageSize, dk: dk}
+	} else {
+		lay := kvcache.Layout{Kind: kvcache.BF16, L: dk, PageSize: p.PageSize, Saturate: true}
+		var err error
+		if kc, err = kvcache.NewNamed("k_cache", in.KCache, lay, 0); err != nil {
+			return nil, err
+		}
 	}
 	longest := 0
 	for i, n := range p.SeqLens {
@@ -88,6 +131,9 @@ func Compute(ctx context.Context, in Input, maxSeq int) (*Scores, error) {
 	s := &Scores{B: b, MaxSeq: maxSeq, SeqLens: p.SeqLens,
 		Exact: make([]float64, b*maxSeq), Expected: make([]float64, b*maxSeq), Bound: make([]float64, b*maxSeq)}
 	n := float64(dk + hi + 1)
+	if in.FP8 {
+		n++ // the scale's product
+	}
 	gamma := n * 0x1p-24 / (1 - n*0x1p-24)
 	qv := make([]float64, b*hi*dk)
 	wv := make([]float64, b*hi)
@@ -98,12 +144,12 @@ func Compute(ctx context.Context, in Input, maxSeq int) (*Scores, error) {
 	// not depend on how many run.
 	const run = 512
 	per := (maxSeq + run - 1) / run
-	err = parallel.Run(ctx, b*per, 0, func() func(int) {
+	err := parallel.Run(ctx, b*per, 0, func() func(int) {
 		kv := make([]float64, dk)
 		return func(u int) {
 			r, t0 := u/per, (u%per)*run
 			for t := t0; t < min(t0+run, maxSeq); t++ {
-				s.score(kc, p, r, t, qv[r*hi*dk:(r+1)*hi*dk], wv[r*hi:(r+1)*hi], kv, gamma)
+				s.score(kc, fc, p, r, t, qv[r*hi*dk:(r+1)*hi*dk], wv[r*hi:(r+1)*hi], kv, gamma)
 			}
 		}
 	})
@@ -115,7 +161,7 @@ func Compute(ctx context.Context, in Input, maxSeq int) (*Scores, error) {
 
 // score fills the three scores of request r's token t (q and w are the
 // request's rows, kv scratch for one key).
-func (s *Scores) score(kc *kvcache.Cache, p *kvcache.Pages, r, t int, qv, wv, kv []float64, gamma float64) {
+func (s *Scores) score(kc *kvcache.Cache, fc *fp8Cache, p *kvcache.Pages, r, t int, qv, wv, kv []float64, gamma float64) {
 	i := r*s.MaxSeq + t
 	if t >= p.SeqLens[r] {
 		s.Exact[i], s.Expected[i] = math.Inf(-1), math.Inf(-1)
@@ -123,7 +169,12 @@ func (s *Scores) score(kc *kvcache.Cache, p *kvcache.Pages, r, t int, qv, wv, kv
 	}
 	dk := len(kv)
 	blk, off := p.Locate(r, t)
-	kc.Row(blk, off, kv, tensor.F64)
+	scale := 1.0
+	if fc != nil {
+		scale = fc.row(blk, off, kv)
+	} else {
+		kc.Row(blk, off, kv, tensor.F64)
+	}
 	var exact, mag float64
 	var acc32 float32
 	for h := range wv {
@@ -138,6 +189,11 @@ func (s *Scores) score(kc *kvcache.Cache, p *kvcache.Pages, r, t int, qv, wv, kv
 		exact += wv[h] * math.Max(d64, 0)
 		mag += math.Abs(wv[h]) * a64
 		acc32 = float32(acc32 + float32(float32(wv[h])*max(d32, 0)))
+	}
+	if fc != nil {
+		// e4m3 x e4m3 products and their fp32 sums as above; the scale last
+		s.Exact[i], s.Expected[i], s.Bound[i] = exact*scale, float64(float32(acc32*float32(scale))), gamma*mag*math.Abs(scale)
+		return
 	}
 	s.Exact[i], s.Expected[i], s.Bound[i] = exact, float64(acc32), gamma*mag
 }

@@ -199,11 +199,11 @@ func TestInputErrors(t *testing.T) {
 		maxSeq int
 		want   string
 	}{
-		{"scores too narrow", Input{q, kc, w, pg}, 2, "seq_lens[0] = 3 exceeds the scores tensor's 2 columns"},
-		{"weights shape", Input{q, kc, tensor.New(tensor.F32, 1, 3), pg}, 0, "tensor weights has shape [1 3]"},
-		{"k_cache width", Input{q, tensor.New(tensor.BF16, 2, 2, 8), w, pg}, 0, "tensor k_cache has shape [2 2 8]"},
-		{"k_cache dtype", Input{q, tensor.New(tensor.U8, 2, 2, 4), w, pg}, 0, "tensor k_cache has dtype U8"},
-		{"batch", Input{tensor.New(tensor.BF16, 2, 2, 4), kc, tensor.New(tensor.F32, 2, 2), pg}, 0, "tensor seq_lens has 1 entries but q has 2 requests"},
+		{"scores too narrow", Input{Q: q, KCache: kc, Weights: w, Pages: pg}, 2, "seq_lens[0] = 3 exceeds the scores tensor's 2 columns"},
+		{"weights shape", Input{Q: q, KCache: kc, Weights: tensor.New(tensor.F32, 1, 3), Pages: pg}, 0, "tensor weights has shape [1 3]"},
+		{"k_cache width", Input{Q: q, KCache: tensor.New(tensor.BF16, 2, 2, 8), Weights: w, Pages: pg}, 0, "tensor k_cache has shape [2 2 8]"},
+		{"k_cache dtype", Input{Q: q, KCache: tensor.New(tensor.U8, 2, 2, 4), Weights: w, Pages: pg}, 0, "tensor k_cache has dtype U8"},
+		{"batch", Input{Q: tensor.New(tensor.BF16, 2, 2, 4), KCache: kc, Weights: tensor.New(tensor.F32, 2, 2), Pages: pg}, 0, "tensor seq_lens has 1 entries but q has 2 requests"},
 	} {
 		if _, err := Compute(context.Background(), c.in, c.maxSeq); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error containing %q", c.name, err, c.want)

@@ -29,8 +29,8 @@ func init() {
 		Stage:   StageAttn,
 		Summary: "DeepSeek Sparse Attention lightning indexer scores and top-k",
 		Inputs: []TensorSpec{
-			{Name: "q", DTypes: []tensor.DType{tensor.BF16}},
-			{Name: "k_cache", DTypes: []tensor.DType{tensor.BF16}, Read: paged.AttendedRows("k_cache")},
+			{Name: "q", DTypes: []tensor.DType{tensor.BF16, tensor.F8E4M3}},
+			{Name: "k_cache", DTypes: []tensor.DType{tensor.BF16, tensor.U8}, Read: indexerRows},
 			{Name: "weights", DTypes: []tensor.DType{tensor.F32}},
 			{Name: "block_table", DTypes: paged.IndexDTypes},
 			{Name: "seq_lens", DTypes: paged.IndexDTypes},
@@ -41,10 +41,46 @@ func init() {
 		},
 		Params: []ParamSpec{
 			paged.PageSizeParam,
+			{Name: "k_cache_dtype", Kind: ParamEnum, Default: "bf16", Allowed: []string{"bf16", "fp8_e4m3"},
+				Doc: "bf16: k_cache BF16 [NB, P, Dk]; fp8_e4m3: vLLM's indexer cache, U8 [NB, P, Dk+4] holding per block the P tokens' Dk e4m3 codes then their P F32 scales (the q scale of an fp8 q is folded into weights, as vLLM does)"},
 			{Name: "max_seq", Kind: ParamInt, Doc: "the scores' width (default: the captured scores', else the longest request)"},
 			{Name: "topk", Kind: ParamInt, Doc: "indices a request keeps (default: the captured topk_indices' width; one of the two is needed)"},
 		},
 	}, Compute: dsaIndexer}})
+}
+
+// indexerRows is k_cache's Read: the entries of the attended tokens; in the
+// fp8 layout a token's codes and its scale are in two places of its block
+// (vllm 0.33.0 vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:462-479).
+func indexerRows(in Inputs) (func(int) bool, error) {
+	if in.Params.String("k_cache_dtype", "bf16") != "fp8_e4m3" {
+		return paged.AttendedRows("k_cache")(in)
+	}
+	ct, bt, sl, q := in.Tensors["k_cache"], in.Tensors["block_table"], in.Tensors["seq_lens"], in.Tensors["q"]
+	if ct == nil || bt == nil || sl == nil || q == nil || len(ct.Shape) != 3 || len(q.Shape) != 3 {
+		return nil, fmt.Errorf("tensors k_cache, q, block_table or seq_lens missing or misshapen")
+	}
+	p, dk := ct.Shape[1], q.Shape[2]
+	pages, err := kvcache.NewPages(bt, sl, p, ct.Shape[0])
+	if err != nil {
+		return nil, err
+	}
+	read := make([]bool, ct.Shape[0]*p)
+	for b, n := range pages.SeqLens {
+		for t := 0; t < n; t++ {
+			blk, off := pages.Locate(b, t)
+			read[blk*p+off] = true
+		}
+	}
+	block := dsa.FP8BlockBytes(p, dk)
+	return func(i int) bool {
+		blk, r := i/block, i%block
+		off := r / max(dk, 1)
+		if r >= p*dk {
+			off = (r - p*dk) / 4
+		}
+		return blk*p+off < len(read) && read[blk*p+off]
+	}, nil
 }
 
 // outWidth is an output's second dimension: the parameter when given, else
@@ -91,7 +127,11 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTy
 	if topk <= 0 {
 		return nil, fmt.Errorf("parameter topk is missing or not positive (%d), and no topk_indices tensor gives it", topk)
 	}
-	s, err := dsa.Compute(ctx, dsa.Input{Q: q, KCache: kc, Weights: w, Pages: pages}, maxSeq)
+	kd, err := in.Params.Enum("k_cache_dtype", "bf16", "bf16", "fp8_e4m3")
+	if err != nil {
+		return nil, err
+	}
+	s, err := dsa.Compute(ctx, dsa.Input{Q: q, KCache: kc, FP8: kd == "fp8_e4m3", Weights: w, Pages: pages}, maxSeq)
 	if err != nil {
 		return nil, err
 	}

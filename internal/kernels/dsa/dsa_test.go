@@ -2,6 +2,7 @@ package dsa
 
 import (
 	"context"
+	"encoding/binary"
 	. "github.com/kcheck-dev/kcheck/internal/kernel"
 	"math"
 	"strings"
@@ -80,5 +81,68 @@ func TestDSAIndexer(t *testing.T) {
 	in.Tensors["block_table"] = tensor.FromInt64s(tensor.I32, []int{1, 3}, []int64{1, 7, -1})
 	if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "block_table[0,1] = 7 is outside the cache (NB = 2)") {
 		t.Errorf("block outside: %v", err)
+	}
+}
+
+// The hand example above in vLLM's fp8 indexer cache (each block: its P·Dk
+// e4m3 codes, then its P F32 scales; vllm 0.33.0
+// vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:462-479), every key
+// stored as codes·scale with a different scale, and an fp8 q: the same
+// scores, exactly, by the scale-after-the-head-sum formulation of vLLM's
+// kernel. The bytes are laid out here by hand from that layout.
+func TestDSAIndexerFP8Cache(t *testing.T) {
+	e4m3 := map[float64]byte{0: 0x00, 0.25: 0x28, 0.5: 0x30, 1: 0x38, 4: 0x48}
+	block := func(k0, k1 [2]float64, s0, s1 float32) []byte {
+		b := []byte{e4m3[k0[0]], e4m3[k0[1]], e4m3[k1[0]], e4m3[k1[1]]}
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(s0))
+		return binary.LittleEndian.AppendUint32(b, math.Float32bits(s1))
+	}
+	// block 0: t2 = (1, 1)·1, t3 = (0, 1)·0.5; block 1: t0 = (4, 0)·0.25, t1 = (0, 0.5)·2
+	data := append(block([2]float64{1, 1}, [2]float64{0, 1}, 1, 0.5), block([2]float64{4, 0}, [2]float64{0, 0.5}, 0.25, 2)...)
+	for _, qd := range []tensor.DType{tensor.BF16, tensor.F8E4M3} {
+		in := dsaInputs()
+		in.Tensors["k_cache"] = &tensor.Tensor{DType: tensor.U8, Shape: []int{2, 2, 6}, Data: data}
+		in.Tensors["q"] = tensor.FromFloat64s(qd, []int{1, 2, 2}, []float64{2, -1, -1, 3})
+		in.Params["k_cache_dtype"] = "fp8_e4m3"
+		k, _ := Lookup("dsa_indexer")
+		outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []float64{1, 6, 4.5, 3, math.Inf(-1), math.Inf(-1)}
+		for i, w := range want {
+			if outs[0].Expected.At(i) != w || outs[0].Exact.At(i) != w {
+				t.Errorf("q %s: score %d = %v / %v, want %v", qd, i, outs[0].Exact.At(i), outs[0].Expected.At(i), w)
+			}
+		}
+		read, err := indexerRows(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range data {
+			if !read(i) {
+				t.Errorf("byte %d of the cache is read by an attended token but Read says not", i)
+			}
+		}
+	}
+	// a token no request reads: its codes and scale are free
+	in := dsaInputs()
+	in.Tensors["k_cache"] = &tensor.Tensor{DType: tensor.U8, Shape: []int{2, 2, 6}, Data: data}
+	in.Tensors["seq_lens"] = tensor.FromInt64s(tensor.I32, []int{1}, []int64{3}) // t3 = block 0, offset 1 unread
+	in.Params["k_cache_dtype"] = "fp8_e4m3"
+	read, err := indexerRows(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range map[int]bool{0: true, 1: true, 2: false, 3: false, 4: true, 8: false, 11: false, 12: true, 23: true} {
+		if read(i) != want {
+			t.Errorf("byte %d: read %v, want %v", i, read(i), want)
+		}
+	}
+	// the shape names the layout
+	in.Tensors["k_cache"] = tensor.New(tensor.U8, 2, 2, 2)
+	k, _ := Lookup("dsa_indexer")
+	if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "an fp8 indexer cache is U8 [NB, P = 2, Dk + 4 = 6]") {
+		t.Errorf("misshapen fp8 cache: error %v", err)
 	}
 }

@@ -1,9 +1,10 @@
 package dsa
 
 import (
-	"strconv"
-
 	"context"
+	"encoding/binary"
+	"math"
+	"strconv"
 
 	. "github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/kernels/paged"
@@ -32,6 +33,7 @@ func (*indexer) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tenso
 		heads = c.Heads
 	}
 	pg := paged.NewPaging(r, seqLens, g.PageSize)
+	fp8 := c.Params.String("k_cache_dtype", "bf16") == "fp8_e4m3"
 	k := tensor.New(tensor.BF16, pg.NB, g.PageSize, indexerDim)
 	for i := 0; i < k.Len(); i++ {
 		k.SetFloat64(i, r.Normal())
@@ -40,12 +42,19 @@ func (*indexer) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tenso
 	for i := range q {
 		q[i] = formats.RoundBF16(r.Normal())
 	}
+	qt := BF16([]int{len(seqLens), heads, indexerDim}, q)
+	if fp8 {
+		k = fp8IndexerCache(k, g.PageSize)
+		// an fp8 q is e4m3(q / q_scale) with q_scale folded into the
+		// weights: the codes of a unit-scale q stand for any of them
+		qt = tensor.FromFloat64s(tensor.F8E4M3, qt.Shape, q)
+	}
 	w := make([]float64, len(seqLens)*heads)
 	for i := range w {
 		w[i] = r.Normal() * 0.1
 	}
 	ts := paged.Tables(seqLens, pg)
-	ts["q"] = BF16([]int{len(seqLens), heads, indexerDim}, q)
+	ts["q"] = qt
 	ts["k_cache"] = k
 	ts["weights"] = tensor.FromFloat64s(tensor.F32, []int{len(seqLens), heads}, w)
 	return ts, nil
@@ -58,7 +67,42 @@ func (*indexer) PlanCost(c Case, cost *Cost) Shapes {
 	g := c.Geometry
 	heads := max(int64(g.Heads), indexerHeads)
 	s.Dims["q"] = []int64{g.SeqLens.Count(), heads, indexerDim}
-	s.Dims["k_cache"] = []int64{blocks, int64(g.PageSize), indexerDim}
-	cost.Input("k_cache", []int64{blocks, int64(g.PageSize), indexerDim}, 16)
+	if c.Params.String("k_cache_dtype", "bf16") == "fp8_e4m3" {
+		s.Dims["k_cache"] = []int64{blocks, int64(g.PageSize), indexerDim + 4}
+		cost.Input("k_cache", []int64{blocks, int64(g.PageSize), indexerDim + 4}, 1)
+		cost.Input("k_cache drawn in bf16 before its quantization", []int64{blocks, int64(g.PageSize), indexerDim}, 2)
+	} else {
+		s.Dims["k_cache"] = []int64{blocks, int64(g.PageSize), indexerDim}
+		cost.Input("k_cache", []int64{blocks, int64(g.PageSize), indexerDim}, 16)
+	}
 	return s
+}
+
+// fp8IndexerCache writes a BF16 [NB, P, Dk] key cache as vLLM's fp8 indexer
+// cache writes it: per token scale = max(amax, 1e-4) / 448 and codes
+// e4m3(k / scale), stored per block as P·Dk codes then P F32 scales (vllm
+// 0.33.0 vllm/_custom_ops.py:3191 indexer_k_quant_and_cache; its Triton twin
+// vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:150-174: `scale =
+// tl.maximum(1e-4, amax) / 448.0`, the codes then the scale region).
+func fp8IndexerCache(k *tensor.Tensor, p int) *tensor.Tensor {
+	nb, dk := k.Shape[0], k.Shape[2]
+	out := tensor.New(tensor.U8, nb, p, dk+4)
+	block := p * (dk + 4)
+	row := make([]float64, dk)
+	for blk := 0; blk < nb; blk++ {
+		for off := 0; off < p; off++ {
+			k.RowInto(row, (blk*p+off)*dk, dk)
+			amax := 0.0
+			for _, v := range row {
+				amax = math.Max(amax, math.Abs(v))
+			}
+			scale := float32(math.Max(amax, 1e-4)) / 448
+			base := blk * block
+			for j, v := range row {
+				out.Data[base+off*dk+j], _ = formats.E4M3FN.Encode(float64(float32(v)/scale), formats.Saturate)
+			}
+			binary.LittleEndian.PutUint32(out.Data[base+p*dk+4*off:], math.Float32bits(scale))
+		}
+	}
+	return out
 }

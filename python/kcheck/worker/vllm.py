@@ -384,7 +384,13 @@ def dsa_indexer(tensors, meta, opts):
     if q.dim() != 3:
         raise BadInput(f"tensor q has shape {tuple(q.shape)}; want [B, Hi, Dk]")
     B, H, D = q.shape
-    if kc.dim() != 3 or kc.shape[2] != D:
+    # k_cache_dtype fp8_e4m3 is this kernel's own layout (the contract's
+    # section 3.9): the capture's bytes go to the kernel as they are.
+    native = meta.get("k_cache_dtype", "bf16") == "fp8_e4m3"
+    if native:
+        if kc.dim() != 3 or kc.shape[2] != D + 4 or kc.dtype != torch.uint8:
+            raise BadInput(f"tensor k_cache is {kc.dtype} {tuple(kc.shape)}; an fp8 indexer cache is uint8 [NB, P, {D + 4}]")
+    elif kc.dim() != 3 or kc.shape[2] != D:
         raise BadInput(f"tensor k_cache has shape {tuple(kc.shape)}; want [NB, P, {D}]")
     if tuple(w.shape) != (B, H):
         raise BadInput(f"tensor weights has shape {tuple(w.shape)}; want [{B}, {H}]")
@@ -415,14 +421,20 @@ def dsa_indexer(tensors, meta, opts):
                 raise BadInput(f"block_table[{b}, {j}] = {blk} is outside the cache's {NB} blocks")
             read[blk, : min(P, n - j * P)] = True
 
-    q8, q_scale = _e4m3_pow2(q, torch.ones(B, H, dtype=torch.bool, device=q.device), "q")
-    k8, k_scale = _e4m3_pow2(kc, read, "k_cache")
-    w_folded = w * q_scale
-    if not torch.equal(w_folded / q_scale, w) or not torch.isfinite(w_folded).all():
-        raise Unsupported("weights times q's power-of-two scales is not exact in fp32 (over- or underflow)")
-    # vLLM's block-split cache: per block P*D e4m3 bytes, then P f32 scales.
-    cache = torch.cat([k8.view(torch.uint8).reshape(NB, P * D), k_scale.to(torch.float32).contiguous().view(torch.uint8).reshape(NB, P * 4)], dim=1)
-    cache = cache.reshape(NB, P, 1, D + 4)
+    if q.dtype == torch.float8_e4m3fn:
+        q8, w_folded = q, w  # an fp8 query's scale is in the weights already
+    else:
+        q8, q_scale = _e4m3_pow2(q, torch.ones(B, H, dtype=torch.bool, device=q.device), "q")
+        w_folded = w * q_scale
+        if not torch.equal(w_folded / q_scale, w) or not torch.isfinite(w_folded).all():
+            raise Unsupported("weights times q's power-of-two scales is not exact in fp32 (over- or underflow)")
+    if native:
+        cache = kc.contiguous().reshape(NB, P, 1, D + 4)
+    else:
+        k8, k_scale = _e4m3_pow2(kc, read, "k_cache")
+        # vLLM's block-split cache: per block P*D e4m3 bytes, then P f32 scales.
+        cache = torch.cat([k8.view(torch.uint8).reshape(NB, P * D), k_scale.to(torch.float32).contiguous().view(torch.uint8).reshape(NB, P * 4)], dim=1)
+        cache = cache.reshape(NB, P, 1, D + 4)
 
     mod, shim = _load_without_runtime("vllm.v1.attention.ops.rocm_aiter_mla_sparse")
     import vllm.v1.worker.workspace as ws
@@ -448,8 +460,10 @@ def dsa_indexer(tensors, meta, opts):
                    "then vllm.model_executor.layers.indexer_topk.SparseIndexerTopk('torch')", shim)
     m["kcheck.worker.past_seq_len"] = past
     m["kcheck.worker.max_model_len"] = str(max_model_len)
-    m["kcheck.worker.note"] = ("q and k_cache re-encoded exactly as e4m3 codes times power-of-two scales (q's folded into weights); "
-                               f"N_SPLITS from _decode_cu_count() = {mod._decode_cu_count()} (no GPU: its fallback)")
+    how = ("the capture's fp8 q and block-split fp8 k_cache passed as they are" if native and q.dtype == torch.float8_e4m3fn else
+           "q and k_cache re-encoded exactly as e4m3 codes times power-of-two scales (q's folded into weights)" if not native else
+           "the capture's block-split fp8 k_cache passed as it is; q re-encoded exactly as e4m3 codes times power-of-two scales folded into weights")
+    m["kcheck.worker.note"] = f"{how}; N_SPLITS from _decode_cu_count() = {mod._decode_cu_count()} (no GPU: its fallback)"
     # The kernel's arithmetic (lines 608-620): fp8 x fp8 tl.dot with fp32
     # accumulation (products exact), relu, times w, summed over heads in
     # fp32, times the token's scale: the contract's Expected model (fp32
