@@ -62,8 +62,9 @@ RUNS = [
      " over 20 minutes a case of the catalog's 32 x 512 in the interpreter (python/cases/flashinfer-base2.json holds those)"),
     ("vLLM Triton paged MQA logits (DSA indexer) rocm_fp8_paged_mqa_logits_triton, then vLLM's torch top-k", "worker:vllm",
      "dsa_indexer", None, ["dsa_indexer/glm-5/p64/ctx-P+1"], ["dsa_indexer/*"],
-     "the catalog's BF16 q and cache lie off the fp8 grid the kernel reads: refused, not quantized (issue 16, item 5);"
-     " the same cases on the fp8 grid are judged in the next entry"),
+     "the catalog's BF16 q and cache lie off the fp8 grid the kernel reads: refused, not quantized;"
+     " the same cases on the fp8 grid are judged in the next entry; the dsa_indexer/fp8/* cases are the kernel's own"
+     " layout (fp8 q, block-split fp8 cache), handed to it as they are"),
     ("torchao nvfp4_quantize", "worker:torchao", "nvfp4_quantize", None,
      ["nvfp4_quantize/m16/k2048/swizzled_128x4"], ["nvfp4_quantize/*"], "linear and to_blocked scales"),
     ("torchao NVFP4Tensor.dequantize", "worker:torchao", "nvfp4_dequantize", None,
@@ -84,7 +85,7 @@ RUNS = [
 # `kcheck check`.
 DERIVED = [
     ("vLLM Triton paged MQA logits (DSA indexer), then vLLM's torch top-k, on fp8-grid inputs", "vllm", "dsa_indexer", [],
-     "kcheck.fp8grid", ["dsa_indexer/glm-5/p64/ctx-P+1"], ["dsa_indexer/*"],
+     "kcheck.fp8grid", ["dsa_indexer/glm-5/p64/ctx-P+1"], ["dsa_indexer/glm-5/*"],
      "the catalog cases with q and k_cache rounded to e4m3 x power-of-two scales (python -m kcheck.fp8grid), which the"
      " worker hands the kernel exactly"),
 ]
