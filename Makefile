@@ -95,7 +95,7 @@ gpu-check: gpu-bundle
 # make test stays Go-only; these need make python-setup first (pinned
 # versions from python/requirements.lock into python/.venv).
 PYVENV ?= python/.venv
-.PHONY: python-setup python-test python-vectors engines-ci engines-full
+.PHONY: python-setup python-test python-vectors engines-ci engines-full corpus corpus-committed corpus-today
 python-setup:
 	python/setup.sh
 
@@ -113,3 +113,16 @@ engines-ci: build
 	KCHECK_PYTHON=$(CURDIR)/$(PYVENV)/bin/python TRITON_INTERPRET=1 $(PYVENV)/bin/python -m kcheck.catalog --subset ci --jobs 2 --kcheck bin/kcheck
 engines-full: build
 	KCHECK_PYTHON=$(CURDIR)/$(PYVENV)/bin/python TRITON_INTERPRET=1 $(PYVENV)/bin/python -m kcheck.catalog --subset full --kcheck bin/kcheck --md python/kcheck/worker/RESULTS.md
+
+# The issue-16 engine-capture corpus (python/kcheck/corpus): every capture
+# with its planted-fault twin and build/corpus/manifest.json (about 15 min
+# on two cores, most of it Triton's interpreter); corpus-committed rewrites
+# the small subset kept in fixtures/engines/; corpus-today runs this kcheck
+# over build/corpus and records its verdicts.
+CORPUS ?= build/corpus
+corpus:
+	PYTHONPATH=$(CURDIR)/python TRITON_INTERPRET=1 $(PYVENV)/bin/python -m kcheck.corpus --out $(CORPUS)
+corpus-committed:
+	PYTHONPATH=$(CURDIR)/python TRITON_INTERPRET=1 $(PYVENV)/bin/python -m kcheck.corpus --committed --out fixtures/engines
+corpus-today: build
+	PYTHONPATH=$(CURDIR)/python $(PYVENV)/bin/python -m kcheck.corpus.today --kcheck bin/kcheck $(CORPUS)

@@ -1,0 +1,92 @@
+"""Writing captures and the manifest: one place that knows the file format."""
+
+import hashlib
+import importlib.metadata as md
+import json
+import os
+
+import torch
+from safetensors.torch import save_file
+
+# The versions the corpus was made with; a capture names its engine's.
+DISTS = {"vllm": "vllm", "sglang": "sglang", "flashinfer": "flashinfer-python", "torchao": "torchao",
+         "flashmla": None, "trtllm": "flashinfer-python"}
+
+# FlashMLA is not installed (its wheels are CUDA builds); its facts come from
+# a source snapshot, and vLLM 0.33.0 vendors its Python interface.
+FLASHMLA_COMMIT = "9241ae3ef9bac614dd25e45e507e089f888280e0"
+FLASHMLA_VENDORED = "vllm/third_party/flashmla/flash_mla_interface.py@vllm-0.33.0"
+
+
+def version(engine):
+    dist = DISTS.get(engine)
+    if dist is None:
+        return f"git {FLASHMLA_COMMIT[:8]}"
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return "not installed"
+
+
+def _own(t):
+    # save_file refuses views that share storage; every tensor gets its own copy.
+    return t.detach().contiguous().clone()
+
+
+class Corpus:
+    """Collects captures; write() saves them under root with manifest.json."""
+
+    def __init__(self, root, committed_only=False):
+        self.root = root
+        self.committed_only = committed_only
+        self.entries = []
+
+    def add(self, name, *, engine, from_engine, kernel, function, source, produced_by,
+            tensors, meta, expect, audit, item, fault=None, twin=None, committed=False, notes=""):
+        """One capture. expect is {"verdict": "pass"} or {"verdict": "fail",
+        "tensor": ..., "stage": ..., "signature": ...} or {"verdict": "error",
+        "message": ...}: what kcheck must say once issue 16 is done."""
+        if self.committed_only and not committed:
+            return
+        full = {
+            "kcheck.format": "1",
+            "source": f"{engine} {version(engine)}, {function}",
+            "kcheck.corpus.engine": engine,
+            "kcheck.corpus.engine_version": version(engine),
+            "kcheck.corpus.function": function,
+            "kcheck.corpus.source_lines": source,
+            "kcheck.corpus.produced_by": produced_by,
+            "kcheck.corpus.torch": torch.__version__,
+        }
+        if produced_by == "engine":
+            import triton
+
+            full["kcheck.corpus.triton"] = triton.__version__
+            full["device"] = "cpu (TRITON_INTERPRET=1)"
+        if fault:
+            full["kcheck.planted_fault"] = fault
+        for k, v in meta.items():
+            full[k] = v if isinstance(v, str) else repr(v) if isinstance(v, float) else str(v).lower() if isinstance(v, bool) else str(v)
+        path = os.path.join(self.root, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        save_file({k: _own(v) for k, v in tensors.items()}, path, metadata=full)
+        with open(path, "rb") as f:
+            data = f.read()
+        self.entries.append({
+            "file": name, "engine": engine, "engine_version": version(engine), "from": from_engine,
+            "kernel": kernel, "function": function, "source": source, "produced_by": produced_by,
+            "audit_rows": audit, "issue16_item": item, "expect": expect,
+            "planted_fault": fault, "twin": twin, "committed": committed, "notes": notes,
+            "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+        })
+
+    def write_manifest(self):
+        self.entries.sort(key=lambda e: e["file"])
+        doc = {
+            "about": "kcheck issue-16 engine-capture corpus (python/kcheck/corpus). expect is the verdict a "
+                     "correct kcheck gives with `kcheck check --from <from> FILE` once issue 16 is done.",
+            "files": self.entries,
+        }
+        with open(os.path.join(self.root, "manifest.json"), "w") as f:
+            json.dump(doc, f, indent=1, sort_keys=True)
+            f.write("\n")
