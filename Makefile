@@ -123,6 +123,6 @@ CORPUS ?= build/corpus
 corpus:
 	PYTHONPATH=$(CURDIR)/python TRITON_INTERPRET=1 $(PYVENV)/bin/python -m kcheck.corpus --out $(CORPUS)
 corpus-committed:
-	PYTHONPATH=$(CURDIR)/python TRITON_INTERPRET=1 $(PYVENV)/bin/python -m kcheck.corpus --committed --out fixtures/engines
+	PYTHONPATH=$(CURDIR)/python TRITON_INTERPRET=1 $(PYVENV)/bin/python -m kcheck.corpus --committed --out fixtures/engines/corpus
 corpus-today: build
 	PYTHONPATH=$(CURDIR)/python $(PYVENV)/bin/python -m kcheck.corpus.today --kcheck bin/kcheck $(CORPUS)

@@ -272,6 +272,15 @@ func runSplitK(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
 	cp := p.(*splitkkernel.CombineProblem)
 	po, pl := cp.PartialOut, cp.PartialLSE
 	N, S, L := cp.N, cp.S, cp.L
+	// The CUDA combine reads fp32 partials and writes the contract's
+	// empty row; the reference takes more (bf16/fp16 merges, engines'
+	// empty-row conventions), which this launcher refuses by name.
+	if po.DType != tensor.F32 || pl.DType != tensor.F32 {
+		return nil, asInput(fmt.Errorf("the CUDA splitk_combine takes F32 partials; partial_out is %s, partial_lse %s", po.DType, pl.DType))
+	}
+	if cp.EmptyRow != splitkkernel.EmptyZero || !math.IsInf(cp.Convention.Empty, 0) {
+		return nil, asInput(fmt.Errorf("the CUDA splitk_combine writes empty rows as out 0, lse ±inf; empty_row = %s, lse_empty = %v are the reference's only", cp.EmptyRow, cp.Convention.Empty))
+	}
 	base2, emptyPos := cp.Convention.Base == splitk.Base2, math.IsInf(cp.Convention.Empty, 1)
 	od, err := outDType(opt, "out", tensor.BF16, tensor.BF16, tensor.F32)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
@@ -366,48 +367,70 @@ func flattenRows(v *View) []string {
 	return notes
 }
 
-// vllmMergeAttnStates reads merge_attn_states(output, prefix_output,
-// prefix_lse, suffix_output, suffix_lse, output_lse) as a two-split combine:
-// outputs [T, H, D] and lse [H, T] become partial_out [T*H, 2, D] and
-// partial_lse [T*H, 2]. vLLM reads a partial lse of +inf as an empty state
-// (-inf); the contract's empty split is -inf, so +inf is rewritten, and said.
-var vllmMergeAttnStates = Fix{Doc: "merge_attn_states prefix/suffix read as a two-split combine", Apply: func(v *View) ([]string, error) {
+// mergeTwoStates reads a two-state merge, merge_attn_states(output,
+// prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse) in
+// vLLM and merge_state(prefix_output, prefix_lse, suffix_output,
+// suffix_lse) -> (output, output_lse) in SGLang, as a two-split combine:
+// outputs [T, H, D] become partial_out [T*H, 2, D], the lse [H, T] (vLLM)
+// or [T, H] (SGLang; the `lse_layout` parameter says which, `H,T` or
+// `T,H`) become partial_lse [T*H, 2]. Both merges read a partial lse of
+// +inf as an empty state (-inf): the contract's empty split is -inf, so
+// +inf is rewritten, and said. vLLM's prefill_tokens_with_context, when
+// set, makes every token at or past it a copy of the suffix (the kernel
+// never reads the prefix there), so those tokens' prefix state is read
+// as empty, and said: the combine of one state is that state, bit for
+// bit.
+var mergeTwoStates = Fix{Doc: "prefix/suffix states read as a two-split combine", Apply: func(v *View) ([]string, error) {
 	po, so, pl, sl := v.T("prefix_output"), v.T("suffix_output"), v.T("prefix_lse"), v.T("suffix_lse")
 	if po == nil || so == nil || pl == nil || sl == nil {
 		return nil, nil
 	}
+	layout, _ := v.Param("lse_layout")
+	if layout != "H,T" && layout != "T,H" {
+		return nil, fmt.Errorf("parameter lse_layout = %q: want H,T (vLLM's merge_attn_states) or T,H (SGLang's merge_state)", layout)
+	}
 	if len(po.Shape) != 3 {
-		return nil, fmt.Errorf("tensor prefix_output has shape %v; vLLM's is [T, H, D]", po.Shape)
+		return nil, fmt.Errorf("tensor %sprefix_output has shape %v; a merge's states are [T, H, D]", v.Prefix, po.Shape)
 	}
 	t, h, d := po.Shape[0], po.Shape[1], po.Shape[2]
-	out, err := stack(2, []string{"prefix_output", "suffix_output"}, []*tensor.Tensor{po, so})
+	out, err := stack(2, []string{v.Prefix + "prefix_output", v.Prefix + "suffix_output"}, []*tensor.Tensor{po, so})
 	if err != nil {
 		return nil, err
 	}
-	if out, err = reshape("partial_out", out, t*h, 2, d); err != nil {
+	if out, err = reshape(v.Prefix+"partial_out", out, t*h, 2, d); err != nil {
 		return nil, err
+	}
+	// lseTH reads one lse tensor in token-major order [T, H].
+	lseTH := func(n string, l *tensor.Tensor) (*tensor.Tensor, error) {
+		want := []int{h, t}
+		if layout == "T,H" {
+			want = []int{t, h}
+		}
+		if !sameInts(l.Shape, want) {
+			return nil, fmt.Errorf("tensor %s%s has shape %v; with lse_layout = %s it is %v", v.Prefix, n, l.Shape, layout, want)
+		}
+		if layout == "T,H" {
+			return l, checked(v.Prefix+n, l)
+		}
+		return permute(v.Prefix+n, l, 1, 0)
 	}
 	var lses []*tensor.Tensor
 	for _, n := range []string{"prefix_lse", "suffix_lse"} {
-		l := v.T(n)
-		if len(l.Shape) != 2 || l.Shape[0] != h || l.Shape[1] != t {
-			return nil, fmt.Errorf("tensor %s has shape %v; vLLM's lse is [H, T] = [%d, %d]", n, l.Shape, h, t)
-		}
-		lt, err := permute(n, l, 1, 0)
+		lt, err := lseTH(n, v.T(n))
 		if err != nil {
 			return nil, err
 		}
 		lses = append(lses, lt)
 	}
-	lse, err := stack(2, []string{"prefix_lse", "suffix_lse"}, lses)
+	lse, err := stack(2, []string{v.Prefix + "prefix_lse", v.Prefix + "suffix_lse"}, lses)
 	if err != nil {
 		return nil, err
 	}
-	if lse, err = reshape("partial_lse", lse, t*h, 2); err != nil {
+	if lse, err = reshape(v.Prefix+"partial_lse", lse, t*h, 2); err != nil {
 		return nil, err
 	}
-	notes := []string{fmt.Sprintf("prefix/suffix outputs [T, H, D] = %v and lse [H, T] read as partial_out %v, partial_lse %v", po.Shape, out.Shape, lse.Shape)}
-	if lse.DType == tensor.F32 {
+	notes := []string{fmt.Sprintf("prefix/suffix outputs [T, H, D] = %v and lse [%s] read as partial_out %v, partial_lse %v", po.Shape, layout, out.Shape, lse.Shape)}
+	if lse.DType.IsFloat() {
 		posInf := 0
 		for i := 0; i < lse.Len(); i++ {
 			if math.IsInf(lse.Float64At(i), 1) {
@@ -416,7 +439,19 @@ var vllmMergeAttnStates = Fix{Doc: "merge_attn_states prefix/suffix read as a tw
 			}
 		}
 		if posInf > 0 {
-			notes = append(notes, fmt.Sprintf("%d partial lse of +inf read as -inf (vLLM treats +inf as an empty state)", posInf))
+			notes = append(notes, fmt.Sprintf("%d partial lse of +inf read as -inf (the merge treats +inf as an empty state)", posInf))
+		}
+	}
+	if s, ok := v.Param("prefill_tokens_with_context"); ok {
+		ptc, err := strconv.Atoi(s)
+		if err != nil || ptc < 0 {
+			return nil, fmt.Errorf("parameter prefill_tokens_with_context = %q: want a token count, 0 or more", s)
+		}
+		if ptc < t {
+			for r := ptc * h; r < t*h; r++ {
+				lse.SetFloat64(2*r, math.Inf(-1))
+			}
+			notes = append(notes, fmt.Sprintf("tokens %d..%d (at or past prefill_tokens_with_context = %d) are copies of the suffix: their prefix state read as empty", ptc, t-1, ptc))
 		}
 	}
 	v.Set("partial_out", out)
@@ -429,12 +464,12 @@ var vllmMergeAttnStates = Fix{Doc: "merge_attn_states prefix/suffix read as a tw
 		notes = append(notes, fmt.Sprintf("out %v read as [%d, %d]", o.Shape, t*h, d))
 	}
 	if l := v.T("lse"); l != nil && len(l.Shape) == 2 {
-		lt, err := permute("output_lse", l, 1, 0)
+		lt, err := lseTH("output_lse", l)
 		if err != nil {
 			return nil, err
 		}
 		v.Set("lse", &tensor.Tensor{DType: lt.DType, Shape: []int{lt.Len()}, Data: lt.Data})
-		notes = append(notes, fmt.Sprintf("output_lse [H, T] %v read as [T*H]", l.Shape))
+		notes = append(notes, fmt.Sprintf("output_lse [%s] %v read as [T*H]", layout, l.Shape))
 	}
 	return notes, nil
 }}

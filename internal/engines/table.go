@@ -77,10 +77,19 @@ func vllmKernels() map[string]Kernel {
 			Fixes:    []Fix{squeezeHeads("kv_cache"), flashMLAFP8, vllmFP8Alias("kv_cache")},
 			Identify: []string{"indices", "k_cache"},
 		},
-		// merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse)
+		// merge_attn_states(output, prefix_output, prefix_lse, suffix_output,
+		// suffix_lse, output_lse, prefill_tokens_with_context, output_scale)
+		// (vllm 0.33.0 vllm/v1/attention/ops/triton_merge_attn_states.py
+		// lines 14-23): outputs [T, H, D] in the model dtype, lse [H, T]
+		// (lines 33-41, indexed by strides). A row with both states empty
+		// gets out 0 and lse -inf (lines 176-178, 207-209): empty_row's
+		// default; a capture of the CUDA op, which copies prefix_output
+		// there (audit V12, csrc/libtorch_stable/attention/
+		// merge_attn_states.cu@03f97cce), declares empty_row = first_split.
 		"splitk_combine": {
 			Tensors:  map[string]string{"output": "out", "output_lse": "lse"},
-			Fixes:    []Fix{vllmMergeAttnStates},
+			Defaults: map[string]string{"lse_layout": "H,T"},
+			Fixes:    []Fix{mergeTwoStates},
 			Identify: []string{"prefix_output", "suffix_output"},
 		},
 	}
@@ -135,7 +144,20 @@ func init() {
 	// kv_cache, and shares vLLM's NVFP4 op names (sgl_kernel
 	// scaled_fp4_quant, cutlass_scaled_fp4_mm) and cache dtype spellings.
 	sgl := vllmKernels()
-	delete(sgl, "splitk_combine")   // merge_state_v2's lse layout is not confirmed
+	// merge_state_triton(prefix_output, prefix_lse, suffix_output,
+	// suffix_lse) -> (output, output_lse) (sglang 0.5.23
+	// sglang/kernels/ops/attention/merge_state.py lines 66-96): the lse
+	// [T, H], indexed token_idx * num_heads + head_idx (lines 11-15,
+	// 25-26; the older sgl_kernel merge_state_v2 @2112e0e5 indexed
+	// [H, T], audit S4: such a capture declares lse_layout = H,T). No
+	// guard for two empty states: -inf - -inf leaves NaN in out and lse
+	// (lines 27-37, 56-58), so empty_row = nan.
+	sgl["splitk_combine"] = Kernel{
+		Tensors:  map[string]string{"output": "out", "output_lse": "lse"},
+		Defaults: map[string]string{"lse_layout": "T,H", "empty_row": "nan"},
+		Fixes:    []Fix{mergeTwoStates},
+		Identify: []string{"prefix_output", "suffix_output"},
+	}
 	delete(sgl, "kv_cache_write")   // SGLang writes its pool in Python
 	delete(sgl, "kv_cache_gather")  // no gather op
 	delete(sgl, "nvfp4_dequantize") // no dequantize op

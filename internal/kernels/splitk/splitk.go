@@ -10,6 +10,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 
 	. "github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/splitk"
@@ -31,18 +33,67 @@ var spec = Spec{
 	Stage:   StageCombine,
 	Summary: "flash-decoding split-K reduction of partial outputs and lse",
 	Inputs: []TensorSpec{
-		{Name: "partial_out", DTypes: []tensor.DType{tensor.F32}, Rank: 3},
-		{Name: "partial_lse", DTypes: []tensor.DType{tensor.F32}, Rank: 2, Meaningful: []float64{math.Inf(-1)}}, // an empty split
+		// Engines merge partials in the model dtype (vLLM merge_attn_states,
+		// FlashInfer merge_states: bf16 or fp16) as well as fp32
+		// (reference/CONTRACTS.md §8.2): each is read exactly, as a kernel
+		// loading it into fp32 registers does.
+		{Name: "partial_out", DTypes: partialDTypes, Rank: 3},
+		{Name: "partial_lse", DTypes: partialDTypes, Rank: 2, Meaningful: []float64{math.Inf(-1)}}, // an empty split
 	},
 	Outputs: []TensorSpec{
-		{Name: "out", DTypes: []tensor.DType{tensor.BF16, tensor.F32}},
-		{Name: "lse", DTypes: []tensor.DType{tensor.F32}},
+		{Name: "out", DTypes: partialDTypes},
+		{Name: "lse", DTypes: partialDTypes},
 	},
 	Params: []ParamSpec{
 		{Name: "num_splits", Kind: ParamInt, Doc: "S; when given it must equal partial_out's split dimension (reference/CONTRACTS.md §3.6.1)"},
 		{Name: "lse_base", Kind: ParamEnum, Default: "e", Allowed: []string{"e", "2"}, Doc: "the base the partial and combined lse are in (FlashMLA: e; FlashInfer: 2)"},
-		{Name: "lse_empty", Kind: ParamEnum, Default: "-inf", Allowed: []string{"-inf", "+inf", "inf"}, Doc: "how an empty split's lse is marked"},
+		{Name: "lse_empty", Kind: ParamString, Default: "-inf", Doc: "the lse of a row whose splits are all empty: -inf, +inf, or a finite number (FlashInfer's Triton merge_states starts its state at -5e4 and writes -50000)"},
+		{Name: "empty_row", Kind: ParamEnum, Default: "zero", Allowed: emptyRowNames, Doc: "what a merge writes for a row whose splits are all empty: " +
+			"zero (out 0, lse per lse_empty: the contract, vLLM 0.33.0's Triton merge_attn_states, FlashInfer's merge_states), " +
+			"nan (out and lse NaN: SGLang's merge_state, which has no guard), " +
+			"first_split (out copies split 0's partial, lse per lse_empty: vLLM's CUDA merge_attn_states copies prefix_output)"},
 	},
+}
+
+// partialDTypes are the dtypes a merge's partials and results come in.
+var partialDTypes = []tensor.DType{tensor.F32, tensor.BF16, tensor.F16}
+
+// EmptyRow is what a merge writes for a row that has no state at all.
+type EmptyRow int
+
+const (
+	// EmptyZero writes out 0 and the convention's empty lse.
+	EmptyZero EmptyRow = iota
+	// EmptyNaN writes NaN to out and lse: 0/0 left unguarded.
+	EmptyNaN
+	// EmptyFirstSplit copies split 0's partial to out, lse as EmptyZero.
+	EmptyFirstSplit
+)
+
+var emptyRowNames = []string{"zero", "nan", "first_split"}
+
+func (e EmptyRow) String() string { return emptyRowNames[e] }
+
+func parseEmptyRow(s string) (EmptyRow, error) {
+	for i, n := range emptyRowNames {
+		if s == n {
+			return EmptyRow(i), nil
+		}
+	}
+	return 0, fmt.Errorf("parameter empty_row = %q: want one of %s", s, strings.Join(emptyRowNames, ", "))
+}
+
+// parseLSEEmpty reads lse_empty: the infinities reference/splitk knows, or
+// a finite number, an engine's sentinel for "no state".
+func parseLSEEmpty(s string) (float64, error) {
+	if v, err := splitk.ParseEmpty(s); err == nil {
+		return v, nil
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) {
+		return 0, fmt.Errorf("parameter lse_empty = %q: want -inf, +inf or a finite number", s)
+	}
+	return v, nil
 }
 
 // Spec implements Kernel.
@@ -53,10 +104,13 @@ func (combine) Spec() *Spec { return &spec }
 // takes it as the reference does.
 type CombineProblem struct {
 	in Inputs
-	// PartialOut [N, S, L] and PartialLSE [N, S] are the inputs, F32.
+	// PartialOut [N, S, L] and PartialLSE [N, S] are the inputs, F32,
+	// BF16 or F16.
 	PartialOut, PartialLSE *tensor.Tensor
 	N, S, L                int
 	Convention             splitk.Convention
+	// EmptyRow is what the merge under test writes for a row with no state.
+	EmptyRow EmptyRow
 }
 
 // Inputs implements Problem.
@@ -87,29 +141,43 @@ func (combine) Validate(in Inputs) (Problem, error) {
 	if err != nil {
 		return nil, err
 	}
-	empty, err := splitk.ParseEmpty(in.Params.String("lse_empty", "-inf"))
+	empty, err := parseLSEEmpty(in.Params.String("lse_empty", "-inf"))
 	if err != nil {
 		return nil, err
 	}
-	return &CombineProblem{in: in, PartialOut: po, PartialLSE: pl, N: n, S: s, L: l, Convention: splitk.Convention{Base: base, Empty: empty}}, nil
+	er, err := parseEmptyRow(in.Params.String("empty_row", "zero"))
+	if err != nil {
+		return nil, err
+	}
+	return &CombineProblem{in: in, PartialOut: po, PartialLSE: pl, N: n, S: s, L: l,
+		Convention: splitk.Convention{Base: base, Empty: empty}, EmptyRow: er}, nil
 }
 
 // Reference implements Kernel.
 func (combine) Reference(ctx context.Context, p Problem, prec Precision, outDTypes OutDTypes) ([]Output, error) {
 	pr := p.(*CombineProblem)
 	n, s, l := pr.N, pr.S, pr.L
-	outDT, err := OutDType(outDTypes, "out", tensor.BF16, tensor.BF16, tensor.F32)
+	// The declared precision of each result is its own dtype.
+	outDT, err := OutDType(outDTypes, "out", tensor.BF16, partialDTypes...)
 	if err != nil {
 		return nil, err
 	}
-	lseDT, err := OutDType(outDTypes, "lse", tensor.F32, tensor.F32)
+	lseDT, err := OutDType(outDTypes, "lse", tensor.F32, partialDTypes...)
 	if err != nil {
 		return nil, err
 	}
 	lse := pr.PartialLSE.Float64s()
-	// the partials are read as fp32, in place (a mapped capture's tensor
-	// is not widened to float64: 268 MB more at 64 splits of 1024 rows)
-	ex, xp, err := splitk.Combine(ctx, pr.PartialOut.Float32s(), lse, n, s, l, pr.Convention, outDT, lseDT)
+	// fp32 partials are read in place (a mapped capture's tensor is not
+	// widened to float64: 268 MB more at 64 splits of 1024 rows); bf16 and
+	// fp16 ones are widened to fp32, exactly, as the kernel's loads do.
+	po := pr.PartialOut.Float32s()
+	if po == nil {
+		po = make([]float32, pr.PartialOut.Len())
+		for i := range po {
+			po[i] = float32(pr.PartialOut.Float64At(i))
+		}
+	}
+	ex, xp, err := splitk.Combine(ctx, po, lse, n, s, l, pr.Convention, outDT, lseDT)
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +187,9 @@ func (combine) Reference(ctx context.Context, p Problem, prec Precision, outDTyp
 			if !math.IsInf(lse[r*s+k], -1) {
 				used[r]++
 			}
+		}
+		if used[r] == 0 {
+			writeEmptyRow(pr.EmptyRow, po[r*s*l:r*s*l+l], outDT, ex.Out[r*l:(r+1)*l], xp.Out[r*l:(r+1)*l], &ex.LSE[r], &xp.LSE[r])
 		}
 	}
 	return []Output{
@@ -137,4 +208,21 @@ func (combine) Reference(ctx context.Context, p Problem, prec Precision, outDTyp
 			}},
 		},
 	}, nil
+}
+
+// writeEmptyRow gives a row with no state the result the merge under test
+// writes for it (reference/splitk gives EmptyZero's): first is split 0's
+// partial, ex and xp the row's exact and expected out.
+func writeEmptyRow(e EmptyRow, first []float32, outDT tensor.DType, ex, xp []float64, exLSE, xpLSE *float64) {
+	switch e {
+	case EmptyNaN:
+		for i := range ex {
+			ex[i], xp[i] = math.NaN(), math.NaN()
+		}
+		*exLSE, *xpLSE = math.NaN(), math.NaN()
+	case EmptyFirstSplit:
+		for i, v := range first {
+			ex[i], xp[i] = float64(v), splitk.RoundTo(outDT, float64(v))
+		}
+	}
 }

@@ -5,8 +5,9 @@ import importlib.metadata as md
 import json
 import os
 
+import struct
+
 import torch
-from safetensors.torch import save_file
 
 # The versions the corpus was made with; a capture names its engine's.
 DISTS = {"vllm": "vllm", "sglang": "sglang", "flashinfer": "flashinfer-python", "torchao": "torchao",
@@ -28,9 +29,27 @@ def version(engine):
         return "not installed"
 
 
-def _own(t):
-    # save_file refuses views that share storage; every tensor gets its own copy.
-    return t.detach().contiguous().clone()
+_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.float64: "F64",
+           torch.int32: "I32", torch.int64: "I64", torch.uint8: "U8", torch.int8: "I8",
+           torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2"}
+
+
+def save(tensors, path, metadata):
+    """A safetensors file with its header in sorted order, so that the same
+    tensors and metadata give the same bytes (safetensors' save_file writes
+    the metadata in hash order, which changes from run to run and would make
+    `make corpus-committed` rewrite every file)."""
+    header, blobs, off = {"__metadata__": dict(sorted(metadata.items()))}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        b = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {"dtype": _DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 class Corpus:
@@ -69,7 +88,7 @@ class Corpus:
             full[k] = v if isinstance(v, str) else repr(v) if isinstance(v, float) else str(v).lower() if isinstance(v, bool) else str(v)
         path = os.path.join(self.root, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        save_file({k: _own(v) for k, v in tensors.items()}, path, metadata=full)
+        save(tensors, path, full)
         with open(path, "rb") as f:
             data = f.read()
         self.entries.append({
