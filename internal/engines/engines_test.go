@@ -774,3 +774,165 @@ func TestRegisterRefuses(t *testing.T) {
 	}()
 	register(&Engine{Name: "flashmla"})
 }
+
+// TRITON_MLA leaves a split with no token unwritten (its attn_logits are
+// torch.empty): those partials are not judged, however they read, while
+// the written splits, out and lse are judged as the contract-named capture
+// of the same run. Request 1 has one token, so with S = 3 splits two are
+// empty.
+func TestVLLMTritonMLAUnwrittenSplits(t *testing.T) {
+	c := mlaCase()
+	c.SeqLens = []int{21, 1}
+	c.Splits = 3
+	for _, corrupt := range []string{"", "partial_out"} {
+		meta, ts := capture(t, c, nil, corrupt, 3) // element 3: request 0, head 0, split 0
+		want := check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
+		if (want.Verdict == check.Pass) != (corrupt == "") {
+			t.Fatalf("contract capture, %q planted: verdict %s", corrupt, want.Verdict)
+		}
+		q, kc, po, pl := ts["q"], ts["kv_cache"], ts["partial_out"], ts["partial_lse"]
+		B, H, D := q.Shape[0], q.Shape[2], q.Shape[3]
+		S, L := po.Shape[3], po.Shape[4]
+		al := tensor.New(tensor.F32, B, H, S, L+1)
+		unwritten := 0
+		for b := 0; b < B; b++ {
+			for h := 0; h < H; h++ {
+				for s := 0; s < S; s++ {
+					r := (b*H+h)*S + s
+					empty := math.IsInf(pl.Float64At(r), -1)
+					for l := 0; l <= L; l++ {
+						switch {
+						case empty:
+							al.SetFloat64(r*(L+1)+l, math.NaN()) // what torch.empty may hold
+						case l < L:
+							al.SetFloat64(r*(L+1)+l, po.Float64At(r*L+l))
+						default:
+							al.SetFloat64(r*(L+1)+L, pl.Float64At(r))
+						}
+					}
+					if empty && h == 0 {
+						unwritten++
+					}
+				}
+			}
+		}
+		if unwritten != 2 {
+			t.Fatalf("%d empty splits, want 2 (request 1's splits 1 and 2)", unwritten)
+		}
+		out, lse := ts["out"], ts["lse"]
+		vm := map[string]string{"kcheck.format": "1", "kcheck.kernel": "mla_decode", "sm_scale": meta["softmax_scale"],
+			"num_kv_splits": fmt.Sprint(S), "page_size": meta["page_size"]}
+		vt := map[string]*tensor.Tensor{
+			"q":            {DType: q.DType, Shape: []int{B, H, D}, Data: q.Data},
+			"k_buffer":     {DType: kc.DType, Shape: []int{kc.Shape[0], kc.Shape[1], 1, kc.Shape[2]}, Data: kc.Data},
+			"req_to_token": ts["block_table"], "b_seq_len": ts["seq_lens"],
+			"o":           {DType: out.DType, Shape: []int{B, H, L}, Data: out.Data},
+			"lse":         {DType: lse.DType, Shape: []int{B, H}, Data: lse.Data},
+			"attn_logits": al,
+		}
+		before := append([]byte(nil), al.Data...)
+		got := check.Run(evidence.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
+		if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
+			t.Errorf("%q planted: TRITON_MLA capture with unwritten splits checks differently:\n got %s\nwant %s\nnotes %q", corrupt, g, w, got.Notes)
+		}
+		if !strings.Contains(strings.Join(got.Notes, "\n"), "2 of 6 splits empty, not judged") {
+			t.Errorf("notes do not say the empty splits are not judged: %q", got.Notes)
+		}
+		if !bytes.Equal(al.Data, before) {
+			t.Error("the capture's attn_logits were changed")
+		}
+	}
+}
+
+// SGLang's Triton decode: a token pool with page lists, separate
+// attn_logits / attn_lse, a split count per request and splits rounded up
+// to 32 tokens. Request 0 (45 tokens, 2 splits of 32 of S = 3) splits at
+// 32 and leaves split 2 empty; request 1
+// (3 tokens, 1 split) leaves splits 1-2 empty; request 2 (70 tokens, 3
+// splits) splits at 32 and 64. The contract-named capture of the same
+// run, with the same split_bounds, checks the same; the unwritten splits
+// hold NaN and are not judged; a token list shifted by one fails.
+func TestSGLangTritonDecode(t *testing.T) {
+	const S = 3
+	c := cases.Case{Name: "sgl", Kernel: "mla_decode", Preset: "deepseek-v3", Heads: 2, SeqLens: []int{45, 3, 70},
+		PageSize: 1, KVCacheDType: "bf16", Seed: 11}
+	lens, per := []int{45, 3, 70}, []int64{2, 1, 3}
+	bounds := []int64{0, 32, 45, 45, 0, 3, 3, 3, 0, 32, 64, 70}
+	in, err := c.Inputs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Tensors["split_bounds"] = tensor.FromInt64s(tensor.I32, []int{3, S + 1}, bounds)
+	meta, err := c.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := kernel.Lookup("mla_decode")
+	prec, _ := kernel.PrecisionFrom(in.Params)
+	outs, err := kernel.Produce(context.Background(), k, in, prec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := map[string]*tensor.Tensor{}
+	for n, v := range in.Tensors {
+		ts[n] = v
+	}
+	for n, v := range outs {
+		ts[n] = v
+	}
+	q, kc, bt, po, pl := ts["q"], ts["kv_cache"], ts["block_table"], ts["partial_out"], ts["partial_lse"]
+	if po == nil || po.Shape[3] != S {
+		t.Fatalf("the reference gave no partials of %d splits: %v", S, ts["partial_out"])
+	}
+	B, H, D, L := 3, q.Shape[2], q.Shape[3], po.Shape[4]
+	var indices, indptr []int64
+	indptr = append(indptr, 0)
+	for b, n := range lens {
+		for tok := 0; tok < n; tok++ {
+			indices = append(indices, bt.Int64At(b*bt.Shape[1]+tok)) // pages of one token: the page is the slot
+		}
+		indptr = append(indptr, int64(len(indices)))
+	}
+	attnLogits, attnLSE := po.Clone(), pl.Clone()
+	for r := 0; r < attnLSE.Len(); r++ {
+		if math.IsInf(attnLSE.Float64At(r), -1) {
+			attnLSE.SetFloat64(r, math.NaN())
+			for l := 0; l < L; l++ {
+				attnLogits.SetFloat64(r*L+l, math.NaN())
+			}
+		}
+	}
+	sglang := func(idx []int64) evidence.Capture {
+		return evidence.Capture{Name: "sglang", Metadata: map[string]string{"kcheck.format": "1", "kcheck.kernel": "mla_decode",
+			"sm_scale": meta["softmax_scale"], "max_kv_splits": fmt.Sprint(S)}, Tensors: map[string]*tensor.Tensor{
+			"q":             {DType: q.DType, Shape: []int{B, H, D}, Data: q.Data},
+			"k_buffer":      {DType: kc.DType, Shape: []int{kc.Shape[0], 1, kc.Shape[2]}, Data: kc.Data},
+			"kv_indptr":     tensor.FromInt64s(tensor.I32, []int{B + 1}, indptr),
+			"kv_indices":    tensor.FromInt64s(tensor.I64, []int{len(idx)}, idx),
+			"num_kv_splits": tensor.FromInt64s(tensor.I32, []int{B}, per),
+			"o":             {DType: ts["out"].DType, Shape: []int{B, H, L}, Data: ts["out"].Data},
+			"attn_logits":   {DType: attnLogits.DType, Shape: []int{B, H, S, L}, Data: attnLogits.Data},
+			"attn_lse":      {DType: attnLSE.DType, Shape: []int{B, H, S}, Data: attnLSE.Data},
+		}}
+	}
+	delete(ts, "lse") // SGLang's decode returns no final lse
+	want := check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
+	if want.Verdict != check.Pass {
+		t.Fatalf("contract capture: %s %q", want.Verdict, want.Notes)
+	}
+	got := check.Run(sglang(indices), fromOpts(t, "sglang"))
+	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
+		t.Errorf("SGLang-named capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
+	}
+	notes := strings.Join(got.Notes, "\n")
+	for _, n := range []string{"3 of 9 splits empty, not judged", "split_bounds [3 4] from num_kv_splits [2 1 3]", "one token a page"} {
+		if !strings.Contains(notes, n) {
+			t.Errorf("notes do not say %q:\n%s", n, notes)
+		}
+	}
+	shifted := append([]int64(nil), indices...)
+	copy(shifted[1:lens[0]], indices[2:lens[0]+1]) // request 0's tokens 1.. read one slot late
+	if r := check.Run(sglang(shifted), fromOpts(t, "sglang")); r.Verdict != check.Fail {
+		t.Errorf("a kv_indices shift passed: %s", r.Verdict)
+	}
+}

@@ -576,7 +576,196 @@ var tritonAttnLogits = Fix{Doc: "attn_logits [B, H, S, L+1] read as partial_out 
 	v.Set("partial_out", po)
 	v.Set("partial_lse", pl)
 	v.Del("attn_logits")
-	return []string{fmt.Sprintf("attn_logits %v read as partial_out %v (columns 0..%d) and partial_lse %v (column %d)", al.Shape, po.Shape, l-1, pl.Shape, l)}, nil
+	notes := []string{fmt.Sprintf("attn_logits %v read as partial_out %v (columns 0..%d) and partial_lse %v (column %d)", al.Shape, po.Shape, l-1, pl.Shape, l)}
+	// vLLM's split k of a request of n tokens is [k·cdiv(n, S), min((k+1)·cdiv(n, S), n))
+	// (triton_decode_attention.py lines 352-354), the contract's default split.
+	lens, err := seqLensOf(v, b)
+	if err != nil {
+		return nil, err
+	}
+	bounds := make([]int, b*(s+1))
+	for r, n := range lens {
+		per := (n + s - 1) / s
+		for k := 0; k <= s; k++ {
+			bounds[r*(s+1)+k] = min(k*per, n)
+		}
+	}
+	return append(notes, unwrittenSplits(v, "TRITON_MLA", bounds, b, h, s, l)...), nil
+}}
+
+// seqLensOf reads the contract's seq_lens [B] of a view.
+func seqLensOf(v *View, b int) ([]int, error) {
+	t := v.T("seq_lens")
+	if t == nil {
+		return nil, fmt.Errorf("tensor %sseq_lens is missing: the split-K partials' token ranges need it", v.Prefix)
+	}
+	raw, err := ints(v.Prefix+"seq_lens", t)
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) != b {
+		return nil, fmt.Errorf("tensor %sseq_lens has %d entries; the partials hold %d requests", v.Prefix, len(raw), b)
+	}
+	lens := make([]int, b)
+	for i, n := range raw {
+		if n < 0 || n > math.MaxInt32 {
+			return nil, fmt.Errorf("%sseq_lens[%d] = %d is not a length", v.Prefix, i, n)
+		}
+		lens[i] = int(n)
+	}
+	return lens, nil
+}
+
+// unwrittenSplits marks the splits an engine's stage 1 never writes: vLLM's
+// and SGLang's Triton decode store a split's partial only `if
+// split_kv_end > split_kv_start`, into a torch.empty buffer (audit V13,
+// S5), and their stage 2 skips such a split by the same bounds, so what its
+// partial holds is not data. bounds [B, S+1] are the engine's token ranges
+// (request r's split k is bounds[r, k] .. bounds[r, k+1]); the partials
+// partial_out [B, 1, H, S, L] and partial_lse [B, 1, H, S] of every empty
+// split are given the contract's empty split, out 0 and lse -inf
+// (reference/CONTRACTS.md §3.6.1), whatever the buffer held, so they are
+// not judged, and the note says how many. A split the bounds say holds
+// tokens is judged as written: an engine that skips it fails there.
+func unwrittenSplits(v *View, engine string, bounds []int, b, h, s, l int) []string {
+	po, pl := v.T("partial_out"), v.T("partial_lse")
+	empty := 0
+	for r := 0; r < b; r++ {
+		for k := 0; k < s; k++ {
+			if bounds[r*(s+1)+k+1] > bounds[r*(s+1)+k] {
+				continue
+			}
+			empty++
+			for hh := 0; hh < h; hh++ {
+				row := (r*h+hh)*s + k
+				pl.SetFloat64(row, math.Inf(-1))
+				for i := 0; i < l; i++ {
+					po.SetFloat64(row*l+i, 0)
+				}
+			}
+		}
+	}
+	if empty == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("%d of %d splits empty, not judged: %s never writes an empty split's partials (they are not data); out and lse, where captured, are judged", empty, b*s, engine)}
+}
+
+// sglangTritonDecode reads SGLang's Triton MLA decode,
+// decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices,
+// attn_logits, attn_lse, num_kv_splits, max_kv_splits, sm_scale, ...)
+// (sglang 0.5.23 sglang/kernels/ops/attention/decode_attention.py): the
+// cache is a token pool, k_buffer [N, 1, D] (one KV head), read as N
+// pages of one token; request b's tokens are kv_indices[kv_indptr[b] ..
+// kv_indptr[b+1]] (lines 606-607), so the block table is that list and
+// seq_lens its lengths. The split-K scratch is two tensors, attn_logits
+// [B, H, S, Lv] and attn_lse [B, H, S] (S = max_kv_splits), read as
+// partial_out [B, 1, H, S, L] and partial_lse [B, 1, H, S]. Request b
+// uses num_kv_splits[b] splits of cdiv(cdiv(n, splits), 32)·32 tokens
+// (MIN_BLOCK_KV = 32, lines 46 and 632-636), the rest of the S empty:
+// split_bounds says so, and the empty splits, never written (line 649),
+// are not judged. There is no final lse.
+var sglangTritonDecode = Fix{Doc: "SGLang Triton decode: token pool, kv_indptr/kv_indices, attn_logits/attn_lse, per-request split counts", Apply: func(v *View) ([]string, error) {
+	al, als, kb := v.T("attn_logits"), v.T("attn_lse"), v.T("k_buffer")
+	indptr, indices, splits := v.T("kv_indptr"), v.T("kv_indices"), v.T("num_kv_splits")
+	if al == nil && als == nil && kb == nil {
+		return nil, nil
+	}
+	for _, n := range []struct {
+		name string
+		t    *tensor.Tensor
+	}{{"k_buffer", kb}, {"kv_indptr", indptr}, {"kv_indices", indices}} {
+		if n.t == nil {
+			return nil, fmt.Errorf("tensor %s%s is missing: SGLang's Triton decode needs k_buffer, kv_indptr and kv_indices", v.Prefix, n.name)
+		}
+	}
+	var notes []string
+	if len(kb.Shape) != 3 || kb.Shape[1] != 1 {
+		return nil, fmt.Errorf("tensor %sk_buffer has shape %v; SGLang's MLA token pool is [N, 1, D] (one KV head)", v.Prefix, kb.Shape)
+	}
+	v.Set("kv_cache", kb)
+	v.Del("k_buffer")
+	v.SetParam("page_size", "1")
+	notes = append(notes, fmt.Sprintf("k_buffer %v read as kv_cache of %d one-token pages", kb.Shape, kb.Shape[0]))
+	if _, ok := v.Param("kv_cache_dtype"); !ok && kb.DType == tensor.BF16 {
+		v.SetParam("kv_cache_dtype", "bf16")
+		notes = append(notes, "kv_cache_dtype = bf16 (k_buffer's dtype)")
+	}
+	ip, err := ints(v.Prefix+"kv_indptr", indptr)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := ints(v.Prefix+"kv_indices", indices)
+	if err != nil {
+		return nil, err
+	}
+	bt, err := csrToBlockTable(ip, idx)
+	if err != nil {
+		return nil, err
+	}
+	b := len(ip) - 1
+	lens := make([]int64, b)
+	for i := range lens {
+		lens[i] = ip[i+1] - ip[i]
+	}
+	v.Set("block_table", bt)
+	v.Set("seq_lens", tensor.FromInt64s(tensor.I32, []int{b}, lens))
+	v.Del("kv_indptr")
+	v.Del("kv_indices")
+	notes = append(notes, fmt.Sprintf("block_table %v and seq_lens from kv_indptr/kv_indices (one token a page)", bt.Shape))
+	if al == nil && als == nil {
+		return notes, nil
+	}
+	if al == nil || als == nil {
+		return nil, fmt.Errorf("tensors %sattn_logits and attn_lse come together (SGLang's split-K partials): one is missing", v.Prefix)
+	}
+	if err := checked(v.Prefix+"attn_logits", al); err != nil {
+		return nil, err
+	}
+	if err := checked(v.Prefix+"attn_lse", als); err != nil {
+		return nil, err
+	}
+	if len(al.Shape) != 4 || al.Shape[0] != b || len(als.Shape) != 3 || !sameInts(als.Shape, al.Shape[:3]) {
+		return nil, fmt.Errorf("tensors %sattn_logits %v and attn_lse %v: SGLang's are [B=%d, H, S, Lv] and [B, H, S]", v.Prefix, al.Shape, als.Shape, b)
+	}
+	h, s, l := al.Shape[1], al.Shape[2], al.Shape[3]
+	// copies: the empty splits are rewritten below, and the capture's own
+	// tensors are never changed
+	po := &tensor.Tensor{DType: al.DType, Shape: []int{b, 1, h, s, l}, Data: append([]byte(nil), al.Data...)}
+	pl := &tensor.Tensor{DType: als.DType, Shape: []int{b, 1, h, s}, Data: append([]byte(nil), als.Data...)}
+	v.Set("partial_out", po)
+	v.Set("partial_lse", pl)
+	v.Del("attn_logits")
+	v.Del("attn_lse")
+	notes = append(notes, fmt.Sprintf("attn_logits %v and attn_lse %v read as partial_out %v and partial_lse %v", al.Shape, als.Shape, po.Shape, pl.Shape))
+	if splits == nil {
+		return nil, fmt.Errorf("tensor %snum_kv_splits is missing: SGLang's split bounds depend on each request's split count", v.Prefix)
+	}
+	per, err := ints(v.Prefix+"num_kv_splits", splits)
+	if err != nil {
+		return nil, err
+	}
+	if len(per) != b {
+		return nil, fmt.Errorf("tensor %snum_kv_splits has %d entries; the batch has %d requests", v.Prefix, len(per), b)
+	}
+	const minBlockKV = 32 // _MIN_BLOCK_KV
+	bounds := make([]int, b*(s+1))
+	bv := make([]int64, b*(s+1))
+	for r := 0; r < b; r++ {
+		n, k := int(lens[r]), int(per[r])
+		if k < 1 || k > s {
+			return nil, fmt.Errorf("num_kv_splits[%d] = %d: want 1 to max_kv_splits = %d (attn_logits' dimension 2)", r, k, s)
+		}
+		size := ((n+k-1)/k + minBlockKV - 1) / minBlockKV * minBlockKV
+		for j := 0; j <= s; j++ {
+			bounds[r*(s+1)+j] = min(j*size, n)
+			bv[r*(s+1)+j] = int64(bounds[r*(s+1)+j])
+		}
+	}
+	v.Set("split_bounds", tensor.FromInt64s(tensor.I32, []int{b, s + 1}, bv))
+	v.Del("num_kv_splits")
+	notes = append(notes, fmt.Sprintf("split_bounds %v from num_kv_splits %v, splits rounded up to %d tokens", []int{b, s + 1}, per, minBlockKV))
+	return append(notes, unwrittenSplits(v, "SGLang's Triton decode", bounds, b, h, s, l)...), nil
 }}
 
 // fp4QuantLayout names the scale_layout of an NVFP4 quantize capture from

@@ -127,6 +127,29 @@ func withTritonMLA(k Kernel) Kernel {
 	return out
 }
 
+// withSGLangTritonDecode adds SGLang's Triton MLA decode to its
+// mla_decode (a copy, as withTritonMLA): decode_attention_fwd(q,
+// k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_logits, attn_lse,
+// num_kv_splits, max_kv_splits, sm_scale, k_scale, v_scale, ...) (sglang
+// 0.5.23 sglang/kernels/ops/attention/decode_attention.py, the grouped
+// MLA path; sm_scale carries k_scale folded in, line 1265). The layout
+// (token pool, page lists, the two split-K tensors, per-request split
+// counts) is sglangTritonDecode's.
+func withSGLangTritonDecode(k Kernel) Kernel {
+	out := Kernel{Tensors: map[string]string{}, Params: map[string]string{}, Defaults: k.Defaults,
+		Fixes: append([]Fix{sglangTritonDecode}, k.Fixes...), Identify: k.Identify}
+	for a, b := range k.Tensors {
+		out.Tensors[a] = b
+	}
+	for a, b := range k.Params {
+		out.Params[a] = b
+	}
+	out.Tensors["o"] = "out"
+	out.Params["sm_scale"] = "softmax_scale"
+	out.Params["max_kv_splits"] = "num_splits"
+	return out
+}
+
 func init() {
 	vllm := vllmKernels()
 	vllm["mla_decode"] = withTritonMLA(vllm["mla_decode"])
@@ -158,6 +181,7 @@ func init() {
 		Fixes:    []Fix{mergeTwoStates},
 		Identify: []string{"prefix_output", "suffix_output"},
 	}
+	sgl["mla_decode"] = withSGLangTritonDecode(sgl["mla_decode"])
 	delete(sgl, "kv_cache_write")   // SGLang writes its pool in Python
 	delete(sgl, "kv_cache_gather")  // no gather op
 	delete(sgl, "nvfp4_dequantize") // no dequantize op
