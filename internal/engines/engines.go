@@ -50,7 +50,10 @@
 //   - vLLM's and SGLang's Triton decode kernels store a split's lse as
 //     e_max + log(e_sum) (base e) but write nothing for an empty split
 //     (vllm 0.33.0 vllm/v1/attention/ops/triton_decode_attention.py,
-//     :124 and :360, `if split_kv_end > split_kv_start:`; V13).
+//     :124 and :360, `if split_kv_end > split_kv_start:`; V13; sglang
+//     0.5.23 sglang/kernels/ops/attention/decode_attention.py :649, S5):
+//     such a split's partials are not data and are not judged
+//     (fixes.go, unwrittenSplits).
 //   - SGLang's sgl_kernel flash_mla_with_kvcache names the cache k_cache
 //     (sgl-kernel/python/sgl_kernel/flash_mla.py@176ee5c7; S1).
 //   - FlashInfer's MLA wrapper returns a base-2 lse unless

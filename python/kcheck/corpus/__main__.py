@@ -6,7 +6,10 @@ import sys
 
 from kcheck.corpus.base import Corpus
 
-GROUPS = ["merge", "decode", "dsmla", "flashmla", "indexer", "blackwell", "cache", "nvfp4"]
+# The groups written so far (issue 16 item 3: merges and split-K decode); the
+# other items (ds_mla, FlashMLA, the indexer, Blackwell MLA, cache, NVFP4)
+# have no generator yet.
+GROUPS = ["merge", "decode"]
 
 
 def main(argv=None):
