@@ -16,33 +16,42 @@ type Pages struct {
 	Table     []int32 // [B * MaxBlocks], row-major block_table
 	SeqLens   []int   // [B]
 	CuSeqLens []int   // [B+1]: request b's rows of a gathered tensor start at CuSeqLens[b]
+	// name is the block table's tensor name in errors (block_table, or a
+	// transfer's src_block_table and dst_block_table).
+	name string
 }
 
 // NewPages reads block_table [B, max_blocks] and seq_lens [B] (any integer
 // dtype) and checks them against a cache of nb blocks of pageSize tokens.
 // Errors name the tensor and the index.
 func NewPages(blockTable, seqLens *tensor.Tensor, pageSize, nb int) (*Pages, error) {
+	return NewPagesNamed("block_table", blockTable, seqLens, pageSize, nb)
+}
+
+// NewPagesNamed is NewPages for a block table the contract calls name
+// (kv_cache_transfer has two), so that errors name it.
+func NewPagesNamed(name string, blockTable, seqLens *tensor.Tensor, pageSize, nb int) (*Pages, error) {
 	if err := blockTable.Check(); err != nil {
-		return nil, fmt.Errorf("tensor block_table: %v", err)
+		return nil, fmt.Errorf("tensor %s: %v", name, err)
 	}
 	if err := seqLens.Check(); err != nil {
 		return nil, fmt.Errorf("tensor seq_lens: %v", err)
 	}
 	if !blockTable.DType.IsInt() {
-		return nil, fmt.Errorf("tensor block_table has dtype %s; want an integer dtype (I32)", blockTable.DType)
+		return nil, fmt.Errorf("tensor %s has dtype %s; want an integer dtype (I32)", name, blockTable.DType)
 	}
 	if !seqLens.DType.IsInt() {
 		return nil, fmt.Errorf("tensor seq_lens has dtype %s; want an integer dtype (I32)", seqLens.DType)
 	}
 	if len(blockTable.Shape) != 2 {
-		return nil, fmt.Errorf("tensor block_table has shape %v; want [B, max_blocks]", blockTable.Shape)
+		return nil, fmt.Errorf("tensor %s has shape %v; want [B, max_blocks]", name, blockTable.Shape)
 	}
 	if len(seqLens.Shape) != 1 {
 		return nil, fmt.Errorf("tensor seq_lens has shape %v; want [B]", seqLens.Shape)
 	}
 	b, mb := blockTable.Shape[0], blockTable.Shape[1]
 	if seqLens.Shape[0] != b {
-		return nil, fmt.Errorf("tensor seq_lens has %d entries but block_table has %d rows (one per request)", seqLens.Shape[0], b)
+		return nil, fmt.Errorf("tensor seq_lens has %d entries but %s has %d rows (one per request)", seqLens.Shape[0], name, b)
 	}
 	table := make([]int32, b*mb)
 	for i := range table {
@@ -56,7 +65,7 @@ func NewPages(blockTable, seqLens *tensor.Tensor, pageSize, nb int) (*Pages, err
 	for i := range lens {
 		lens[i] = int(seqLens.Int64At(i))
 	}
-	p := &Pages{PageSize: pageSize, MaxBlocks: mb, Table: table, SeqLens: lens}
+	p := &Pages{PageSize: pageSize, MaxBlocks: mb, Table: table, SeqLens: lens, name: name}
 	return p, p.validate(blockTable, nb)
 }
 
@@ -73,20 +82,29 @@ func (p *Pages) validate(blockTable *tensor.Tensor, nb int) error {
 			return fmt.Errorf("seq_lens[%d] = %d is negative", b, n)
 		}
 		if n > capacity {
-			return fmt.Errorf("seq_lens[%d] = %d exceeds the block table's capacity %d*%d = %d",
-				b, n, p.MaxBlocks, p.PageSize, capacity)
+			return fmt.Errorf("seq_lens[%d] = %d exceeds the %s capacity %d*%d = %d",
+				b, n, p.tableWords(), p.MaxBlocks, p.PageSize, capacity)
 		}
 		used := (n + p.PageSize - 1) / p.PageSize
 		for j := 0; j < used; j++ {
 			v := blockTable.Int64At(b*p.MaxBlocks + j)
 			if v < 0 || v >= int64(nb) {
-				return fmt.Errorf("block_table[%d,%d] = %d is outside the cache (NB = %d); request %d uses %d blocks for seq_lens[%d] = %d",
-					b, j, v, nb, b, used, b, n)
+				return fmt.Errorf("%s[%d,%d] = %d is outside the cache (NB = %d); request %d uses %d blocks for seq_lens[%d] = %d",
+					p.name, b, j, v, nb, b, used, b, n)
 			}
 		}
 		p.CuSeqLens[b+1] = p.CuSeqLens[b] + n
 	}
 	return nil
+}
+
+// tableWords names the table in a sentence: "block table's" for the one
+// table of a read, the tensor's own name for one of a transfer's two.
+func (p *Pages) tableWords() string {
+	if p.name == "" || p.name == "block_table" {
+		return "block table's"
+	}
+	return p.name + "'s"
 }
 
 // B is the number of requests.
