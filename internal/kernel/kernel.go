@@ -235,6 +235,24 @@ type Output struct {
 	// what the buffer held before the kernel ran: failing elements that
 	// still hold it were never written, which no position shows.
 	Before Values
+	// Suspects are bugs whose effect the kernel can compute: what the
+	// output would hold had the kernel under test that bug. A failure
+	// whose failing elements hold one suspect's values is named after it
+	// (internal/signature), where no position could tell a block-table
+	// shift from a page-size mismatch.
+	Suspects []Suspect
+}
+
+// Suspect is one bug an output's failures may be explained by.
+type Suspect struct {
+	// Pattern is the signature pattern that names it (one internal/signature
+	// declares).
+	Pattern string
+	// Detail says what the bug is, completing "the failing elements hold
+	// what ... leaves".
+	Detail string
+	// Values are the output as that bug leaves it, read in order once.
+	Values Values
 }
 
 // Coords names an output element's position the way the kernel thinks of

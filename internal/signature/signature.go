@@ -92,7 +92,16 @@ const (
 	Padding           = "padding"
 	SplitCount        = "split_count"
 	Unwritten         = "unwritten"
+	// The suspects of a KV-cache transfer between a prefill and a decode
+	// node (kernel.Output.Suspects of kv_cache_transfer).
+	BlockTableShift  = "block_table_shift"
+	PageSizeMismatch = "page_size_mismatch"
+	LayoutMismatch   = "layout_mismatch"
+	PartialTransfer  = "partial_transfer"
 )
+
+// SuspectPatterns are the patterns a kernel's suspects may name.
+var SuspectPatterns = []string{BlockTableShift, PageSizeMismatch, LayoutMismatch, PartialTransfer}
 
 // Signature is the named pattern of a check's errors.
 type Signature struct {
@@ -494,6 +503,24 @@ func valueHypotheses(o kernel.Output, shape []int, N int, failingSeq iter.Seq[in
 			if same(a, float64(b<<4|b>>4)) {
 				nibbleHits++
 			}
+		}
+	}
+	// A suspect the kernel computed comes first: it says more than any
+	// generic hypothesis (a partial transfer's unsent page also still
+	// holds what was there before).
+	for _, sus := range o.Suspects {
+		if sus.Values == nil || sus.Values.Len() != N {
+			continue
+		}
+		hits := 0
+		for i := range failingSeq {
+			if same(actual(i), sus.Values.At(i)) {
+				hits++
+			}
+		}
+		if float64(hits) >= 0.9*float64(failing) {
+			return &Signature{Pattern: sus.Pattern,
+				Detail: fmt.Sprintf("%d of %d failing elements hold what %s leaves", hits, failing, sus.Detail)}
 		}
 	}
 	axis := "dim" + fmt.Sprint(last)

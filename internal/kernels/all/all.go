@@ -9,4 +9,5 @@ import (
 	_ "github.com/kcheck-dev/kcheck/internal/kernels/mla"
 	_ "github.com/kcheck-dev/kcheck/internal/kernels/nvfp4"
 	_ "github.com/kcheck-dev/kcheck/internal/kernels/splitk"
+	_ "github.com/kcheck-dev/kcheck/internal/kernels/transfer"
 )

@@ -38,8 +38,8 @@ func missingCapabilities(ks []kernel.Kernel) []string {
 // this package imports, and each of their kernels answers every tool.
 func TestEveryKernelHasEveryCapability(t *testing.T) {
 	ks := kernel.All()
-	if len(ks) != 9 {
-		t.Errorf("%d kernels registered (%v), want the 9 of the five families", len(ks), kernel.Names())
+	if len(ks) != 10 {
+		t.Errorf("%d kernels registered (%v), want the 10 of the six families", len(ks), kernel.Names())
 	}
 	for _, m := range missingCapabilities(ks) {
 		t.Error(m)
