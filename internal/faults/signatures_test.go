@@ -52,6 +52,15 @@ var (
 	// manyRows: with eight rows every row may use all four splits; 64
 	// rows give rows with empty splits and rows without.
 	manyRows = func(c *cases.Case) { c.Batch = 16 }
+	// dsMLAPow2FromAmax: a transfer between fp8_ds_mla caches of the two
+	// tile-scale conventions (a prefill node on vLLM's amax writer, a
+	// decode node on the pow2 one of vLLM PR #49435).
+	dsMLAPow2FromAmax = func(c *cases.Case) {
+		c.KVCacheDType, c.Latent, c.Rope = "fp8_ds_mla", 0, 0
+		c.Params = map[string]string{"src_kv_cache_dtype": "fp8_ds_mla", "src_page_size": "16", "src_ds_mla_scale": "amax", "ds_mla_scale": "pow2"}
+	}
+	// smallerDecodePages: decode pages smaller than the prefill's.
+	smallerDecodePages = func(c *cases.Case) { c.PageSize = 4; c.Params = map[string]string{"src_kv_cache_dtype": "bf16", "src_page_size": "16"} }
 )
 
 // Input edits for faults that need particular data on a kernel other than
@@ -148,6 +157,13 @@ var signatureTable = []struct {
 	{"page_boundary_off_by_one", "kv_cache_write", nil, nil, "cache_after", signature.PageBoundary, kernel.KindPageOffset, ""},
 	{"page_boundary_off_by_one", "kv_cache_gather", nil, nil, "gathered", signature.PageBoundary, kernel.KindPageOffset, ""},
 	{"stale_pages", "kv_cache_write", nil, nil, "cache_after", signature.Unwritten, "", ""},
+	{"transfer_block_table_shift", "kv_cache_transfer", nil, nil, "dst_cache_after", signature.BlockTableShift, "", ""},
+	{"transfer_block_table_shift", "kv_cache_transfer", dsMLAPow2FromAmax, nil, "dst_cache_after", signature.BlockTableShift, "", "through the decode side's writer: the shifted tokens re-encoded"},
+	{"transfer_last_page_dropped", "kv_cache_transfer", nil, nil, "dst_cache_after", signature.PartialTransfer, "", "the unsent entries also hold what was there before, which partial_transfer explains better than unwritten"},
+	{"transfer_layout_mismatch", "kv_cache_transfer", nil, nil, "dst_cache_after", signature.LayoutMismatch, "", "bf16 bytes in an fp8_e4m3 cache"},
+	{"transfer_layout_mismatch", "kv_cache_transfer", dsMLAPow2FromAmax, nil, "dst_cache_after", signature.LayoutMismatch, "", "amax tile scales (and their codes) in a pow2 cache"},
+	{"transfer_page_size_mismatch", "kv_cache_transfer", nil, nil, "dst_cache_after", signature.PageSizeMismatch, "", ""},
+	{"transfer_page_size_mismatch", "kv_cache_transfer", smallerDecodePages, nil, "dst_cache_after", signature.PageSizeMismatch, "", "prefill pages of 16 into decode pages of 4: whole pages run over four decode pages each"},
 	// attn
 	{"bf16_accumulation", "mla_decode", manyContexts, nil, "out", signature.GrowthWithContext, kernel.KindContextLen, ""},
 	{"bf16_accumulation", "mla_decode_sparse", manyAttended, nil, "out", signature.GrowthWithContext, kernel.KindContextLen, ""},
