@@ -60,7 +60,10 @@ var (
 		c.Params = map[string]string{"src_kv_cache_dtype": "fp8_ds_mla", "src_page_size": "16", "src_ds_mla_scale": "amax", "ds_mla_scale": "pow2"}
 	}
 	// smallerDecodePages: decode pages smaller than the prefill's.
-	smallerDecodePages = func(c *cases.Case) { c.PageSize = 4; c.Params = map[string]string{"src_kv_cache_dtype": "bf16", "src_page_size": "16"} }
+	smallerDecodePages = func(c *cases.Case) {
+		c.PageSize = 4
+		c.Params = map[string]string{"src_kv_cache_dtype": "bf16", "src_page_size": "16"}
+	}
 )
 
 // Input edits for faults that need particular data on a kernel other than
