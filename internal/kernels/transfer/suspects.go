@@ -79,7 +79,7 @@ func suspects(p *problem, before *tensor.Tensor) []Suspect {
 	}
 	// layout_mismatch
 	if p.mode == kvcache.CopyConvert {
-		add("layout_mismatch", fmt.Sprintf("a transfer that moves the prefill side's %s bytes unconverted into the decode side's %s cache", describe(p.src), describe(p.dst)), p.routing.Moves, kvcache.CopyRaw)
+		add("layout_mismatch", fmt.Sprintf("a transfer that moves the prefill side's bytes (%s) unconverted into the decode side's cache (%s)", describe(p.src), describe(p.dst)), p.routing.Moves, kvcache.CopyRaw)
 	}
 	// partial_transfer
 	var sent []kvcache.Move
