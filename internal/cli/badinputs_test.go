@@ -421,6 +421,25 @@ func commonBadInputs() []badInput {
 		{name: "block_table entry outside the cache", setup: mut("kv_cache_gather.safetensors", func(_ map[string]string, ts map[string]*tensor.Tensor) {
 			ts["block_table"].SetInt64(3, 9412)
 		}), code: ExitUsage, want: []string{"block_table[1,1] = 9412 is outside the cache"}},
+		{name: "kv_cache_transfer: a prefill block_table entry outside the prefill cache", setup: mut("kv_cache_transfer.safetensors", func(_ map[string]string, ts map[string]*tensor.Tensor) {
+			ts["src_block_table"].SetInt64(1, 9412)
+		}), code: ExitUsage, want: []string{"src_block_table[0,1] = 9412 is outside the cache"}},
+		{name: "kv_cache_transfer: a seq_len longer than the decode block table holds", setup: mut("kv_cache_transfer.safetensors", func(_ map[string]string, ts map[string]*tensor.Tensor) {
+			ts["seq_lens"].SetInt64(0, 13)
+		}), code: ExitUsage, want: []string{"seq_lens[0] = 13 exceeds the dst_block_table's capacity 3*4 = 12"}},
+		{name: "kv_cache_transfer: two requests' tokens in one decode entry", setup: mut("kv_cache_transfer.safetensors", func(_ map[string]string, ts map[string]*tensor.Tensor) {
+			bt := ts["dst_block_table"]
+			bt.SetInt64(bt.Shape[1], bt.Int64At(0))
+		}), code: ExitUsage, want: []string{"two tokens would land in one decode-side entry"}},
+		{name: "kv_cache_transfer: whole_pages between page sizes that differ", setup: mut("kv_cache_transfer.safetensors", func(m map[string]string, _ map[string]*tensor.Tensor) {
+			m["whole_pages"] = "true"
+		}), code: ExitUsage, want: []string{"parameter whole_pages = true needs equal page sizes on both sides: src_page_size = 8, page_size = 4"}},
+		{name: "kv_cache_transfer: a decode cache of another entry width", setup: mut("kv_cache_transfer.safetensors", func(_ map[string]string, ts map[string]*tensor.Tensor) {
+			ts["dst_cache_before"] = tensor.New(tensor.U8, 6, 4, 600)
+		}), code: ExitUsage, want: []string{"tensor dst_cache_before has shape [6 4 600]; kv_cache_dtype fp8_ds_mla with page_size 4 wants [NB, 4, 656]"}},
+		{name: "kv_cache_transfer: a prefill block table of rank 1", setup: mut("kv_cache_transfer.safetensors", func(_ map[string]string, ts map[string]*tensor.Tensor) {
+			ts["src_block_table"] = tensor.New(tensor.I32, 4)
+		}), code: ExitUsage, want: []string{"tensor src_block_table has shape [4]; want [B, max_blocks]"}},
 		{name: "two tokens written to one cache slot", setup: mut("kv_cache_write.safetensors", func(_ map[string]string, ts map[string]*tensor.Tensor) {
 			ts["slot_mapping"].SetInt64(1, ts["slot_mapping"].Int64At(0))
 		}), code: ExitUsage, want: []string{"slot_mapping[1]", "repeats"}},

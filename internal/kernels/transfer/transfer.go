@@ -185,6 +185,9 @@ func validate(in Inputs) (*problem, error) {
 		}
 		*s.into = side{t: t, lay: lay, scale: scale, cache: c}
 	}
+	if p.whole && p.src.lay.PageSize != p.dst.lay.PageSize {
+		return nil, fmt.Errorf("parameter whole_pages = true needs equal page sizes on both sides: src_page_size = %d, page_size = %d (a transport that moves whole pages cannot split or join them)", p.src.lay.PageSize, p.dst.lay.PageSize)
+	}
 	p.mode = kvcache.CopyConvert
 	if kvcache.SameLayout(p.src.lay, p.dst.lay, p.src.scale, p.dst.scale) {
 		p.mode = kvcache.CopyBytes
