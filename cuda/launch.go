@@ -159,6 +159,9 @@ var runners = map[string]runner{}
 // (a CUDA failure) or a plain error (kernels not found).
 func (d *Device) Run(name string, in kernel.Inputs, opt RunOptions) (*Result, error) {
 	run, ok := runners[name]
+	if why, never := NoKernel[name]; never {
+		return nil, unsupported("kernel %s has no CUDA implementation: %s", name, why)
+	}
 	if !ok {
 		return nil, unsupported("kernel %s has no CUDA implementation (implemented: %v)", name, Kernels())
 	}

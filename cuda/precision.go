@@ -34,6 +34,13 @@ var Precisions = map[string]Declared{
 	"splitk_combine":    {Precision: prec(tensor.F32, tensor.BF16, tensor.BF16, true)},
 }
 
+// NoKernel are the contract kernels the CUDA side will not implement,
+// with why: a cuda run of one is refused with the reason, before any worker
+// starts.
+var NoKernel = map[string]string{
+	"kv_cache_transfer": "a KV-cache transfer between a prefill and a decode node is a byte copy between their caches (vLLM's NIXL connector, SGLang's disaggregation move raw pages), not a kernel a GPU computes: capture the two caches and their block tables and run kcheck check on the capture",
+}
+
 func prec(acc, p, kv tensor.DType, sat bool) kernel.Precision {
 	return kernel.Precision{Acc: acc, P: p, KVDequant: kv, FP8Saturate: sat}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kcheck-dev/kcheck/cuda"
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -87,8 +88,22 @@ func (b *Backend) Name() string {
 // whose Info says whether the kernel crashed, hung, wrote garbage or could
 // not run here.
 func (b *Backend) Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
+	if err := b.refuse(name); err != nil {
+		return nil, err
+	}
 	outs, _, err := b.Worker.Run(ctx, name, in)
 	return outs, err
+}
+
+// refuse is the error of a kernel the CUDA side will never implement
+// (cuda.NoKernel), before a worker is looked for: the reason, not a
+// missing GPU, is what the user needs to hear.
+func (b *Backend) refuse(name string) error {
+	why, never := cuda.NoKernel[name]
+	if !never {
+		return nil
+	}
+	return &RunError{Worker: b.Name() + " backend", Kernel: name, Info: RunInfo{Status: StatusUnsupported, ExitCode: -1}, Reason: why}
 }
 
 // RunMeta is Run plus the worker's output metadata: the kernel's declared
@@ -96,6 +111,9 @@ func (b *Backend) Run(ctx context.Context, name string, in kernel.Inputs) (map[s
 // driver, kernel_build, the chosen num_splits and the kcheck.cuda.* timing
 // keys, which a capture should carry.
 func (b *Backend) RunMeta(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, map[string]string, RunInfo, error) {
+	if err := b.refuse(name); err != nil {
+		return nil, nil, RunInfo{Status: StatusUnsupported, ExitCode: -1}, err
+	}
 	outs, info, err := b.Worker.Run(ctx, name, in)
 	return outs, info.Meta, info, err
 }
