@@ -192,6 +192,10 @@ type Encoder struct {
 	one  *tensor.Tensor // a one-entry cache_before for the writer
 	deq  tensor.DType
 	prec tensor.DType
+	// eqK is the move whose overlay eq is (-1: none), kept for
+	// Equivalent, whose calls come element by element.
+	eqK int
+	eq  *Overlay
 }
 
 // NewEncoder returns an encoder of x's entries: exact (the source decoded
@@ -203,7 +207,7 @@ func (x *Transfer) NewEncoder(exact bool) *Encoder {
 	if exact {
 		deq = tensor.F64
 	}
-	return &Encoder{x: x, row: make([]float64, l.D()), deq: deq, prec: deq,
+	return &Encoder{x: x, row: make([]float64, l.D()), deq: deq, prec: deq, eqK: -1,
 		kvc: tensor.New(deq, 1, l.L), kpe: tensor.New(deq, 1, l.R),
 		one: tensor.New(x.Before.DType, 1, 1, l.EntrySize())}
 }
@@ -212,6 +216,7 @@ func (x *Transfer) NewEncoder(exact bool) *Encoder {
 // dst[:EntryBytes()].
 func (e *Encoder) EntryInto(k int, dst []byte) {
 	x := e.x
+	e.eqK = -1 // the overlay's token tensors are rewritten below
 	m := x.Moves[k]
 	dst = dst[:x.EntryBytes()]
 	switch x.Mode {
@@ -255,12 +260,15 @@ func (e *Encoder) overlay(m Move) *Overlay {
 // entry (as tensor.Float64At reads it), differs from the expected entry only
 // as another correct writer's may (Overlay.Equivalent: an fp8 code at a
 // rounding midpoint, a tile scale of the same convention). Copied bytes have
-// no alternative.
+// no alternative. Successive calls for one entry reuse its writer.
 func (e *Encoder) Equivalent(k, col int, actual float64) bool {
 	if e.x.Mode != CopyConvert {
 		return false
 	}
-	return e.overlay(e.x.Moves[k]).Equivalent(col, actual)
+	if e.eqK != k {
+		e.eq, e.eqK = e.overlay(e.x.Moves[k]), k
+	}
+	return e.eq.Equivalent(col, actual)
 }
 
 // After returns the whole destination cache after the transfer, as a new

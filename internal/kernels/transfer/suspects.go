@@ -107,8 +107,7 @@ func lastWins(moves []kvcache.Move) []kvcache.Move {
 	return out
 }
 
-// sentRows is the Read of src_cache: the entries of the tokens the
-// requests send (whole pages with whole_pages).
+// sentRows is the Read of src_cache: the entries of the requests' tokens.
 func sentRows(in Inputs) (func(int) bool, error) {
 	ct, bt, sl := in.Tensors["src_cache"], in.Tensors["src_block_table"], in.Tensors["seq_lens"]
 	if ct == nil || bt == nil || sl == nil || len(ct.Shape) != 3 {
@@ -119,14 +118,11 @@ func sentRows(in Inputs) (func(int) bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	whole, _ := in.Params.Bool("whole_pages", false)
+	// A whole page's tail past seq_len moves as bytes nobody reads: what
+	// it holds (a poisoned slot) is no anomaly of the prefill's.
 	read := make([]bool, ct.Shape[0]*page)
 	for b, n := range pages.SeqLens {
-		end := n
-		if whole {
-			end = (n + page - 1) / page * page
-		}
-		for t := 0; t < end; t++ {
+		for t := 0; t < n; t++ {
 			blk, off := pages.Locate(b, t)
 			read[blk*page+off] = true
 		}

@@ -242,9 +242,12 @@ func (kernelTransfer) Reference(ctx context.Context, pr Problem, prec Precision,
 		}
 		return c
 	}
+	// The comparison calls an equivalence rule from one goroutine, so it
+	// may keep the entry it last judged.
+	eqEnc := x.NewEncoder(false)
 	equivalent := func(i int, actual float64) bool {
 		k := x.Find(i / e)
-		return k >= 0 && x.NewEncoder(false).Equivalent(k, i%e, actual)
+		return k >= 0 && eqEnc.Equivalent(k, i%e, actual)
 	}
 	return []Output{{
 		Name:       "dst_cache_after",

@@ -12,6 +12,7 @@ import (
 	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/evidence"
 	. "github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/signature"
@@ -274,6 +275,35 @@ func TestTransferSlices(t *testing.T) {
 		}
 		if r := check.Run(sliced, check.Options{}); r.Verdict != want {
 			t.Errorf("planted=%v: request 1 alone: verdict %s, want %s (%v)", planted, r.Verdict, want, reasons(r))
+		}
+	}
+}
+
+// A converted entry may differ from the expected one only where another
+// correct writer's would: 1.0625 / 1 sits exactly between the E4M3 codes of
+// 1.0 (0x38, the even one the reference stores) and 1.125 (0x39), so a
+// writer that divides through a reciprocal may store either; 1.25 (0x3A)
+// no correct writer stores. 3.0 is exact: 0x44.
+func TestConvertedTieIsExcused(t *testing.T) {
+	meta := map[string]string{"kcheck.format": "1", "kcheck.kernel": "kv_cache_transfer",
+		"kv_cache_dtype": "fp8_e4m3", "src_kv_cache_dtype": "bf16"}
+	for _, tc := range []struct {
+		code byte
+		want compare.Verdict
+	}{{0x38, check.Pass}, {0x39, check.Pass}, {0x3A, check.Fail}} {
+		after := tensor.New(tensor.U8, 1, 1, 2)
+		after.Data[0], after.Data[1] = tc.code, 0x44
+		ts := map[string]*tensor.Tensor{
+			"src_cache":        tensor.FromFloat64s(tensor.BF16, []int{1, 1, 2}, []float64{1.0625, 3}),
+			"src_block_table":  tensor.FromInt64s(tensor.I32, []int{1, 1}, []int64{0}),
+			"dst_cache_before": tensor.New(tensor.U8, 1, 1, 2),
+			"dst_block_table":  tensor.FromInt64s(tensor.I32, []int{1, 1}, []int64{0}),
+			"seq_lens":         tensor.FromInt64s(tensor.I32, []int{1}, []int64{1}),
+			"dst_k_scale":      F32Scalar(1),
+			"dst_cache_after":  after,
+		}
+		if r := check.Run(evidence.Capture{Name: "tie", Metadata: meta, Tensors: ts}, check.Options{}); r.Verdict != tc.want {
+			t.Errorf("code %#02x for 1.0625: verdict %s, want %s (%v)", tc.code, r.Verdict, tc.want, reasons(r))
 		}
 	}
 }
