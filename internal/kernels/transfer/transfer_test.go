@@ -307,3 +307,58 @@ func TestConvertedTieIsExcused(t *testing.T) {
 		}
 	}
 }
+
+// A transfer as SGLang's disaggregation performs it, built from its source
+// layout (sglang 0.5.23): the MLA pool's per-layer buffer is
+// [size + page_size, 1, kv_lora_rank + qk_rope_head_dim] with page 0 the
+// padding slot (sglang/srt/mem_cache/memory_pool.py:4863-4870); the
+// transfer's unit is kv_item_len = kv_buffer[i][0].nbytes * page_size
+// (memory_pool.py:4888-4890), and mooncake copies item_len bytes from
+// src_ptr + prefill_index * item_len to dst_ptr + decode_index * item_len
+// for each page pair (sglang/srt/disaggregation/mooncake/conn.py:1186-1191).
+// The capture is the two buffers viewed as pages and the page index lists
+// as block tables: it passes as whole_pages (what the transport does) and
+// fails without it (the tail of a last page past seq_len moved too).
+func TestSGLangWholePageTransfer(t *testing.T) {
+	const page, size, dim = 16, 6 * 16, 576
+	rng := NewRNG(161, 1)
+	prefill := tensor.New(tensor.BF16, size+page, 1, dim) // kv_buffer[layer]
+	decode := tensor.New(tensor.BF16, size+page, 1, dim)
+	for i := 0; i < prefill.Len(); i++ {
+		prefill.SetFloat64(i, rng.Normal())
+		decode.SetFloat64(i, rng.Normal())
+	}
+	itemLen := dim * 2 * page // kv_buffer[i][0].nbytes * page_size
+	seqLens := []int64{37, 5}
+	prefillPages := [][]int64{{4, 1, 6}, {3}} // page indices, page 0 the padding
+	decodePages := [][]int64{{2, 5, 3}, {6}}
+	after := decode.Clone()
+	for b := range seqLens {
+		for j, pi := range prefillPages[b] {
+			di := decodePages[b][j]
+			copy(after.Data[int(di)*itemLen:int(di+1)*itemLen], prefill.Data[int(pi)*itemLen:int(pi+1)*itemLen])
+		}
+	}
+	asPages := func(t *tensor.Tensor) *tensor.Tensor {
+		return &tensor.Tensor{DType: t.DType, Shape: []int{t.Shape[0] / page, page, dim}, Data: t.Data}
+	}
+	table := func(pages [][]int64) *tensor.Tensor {
+		return tensor.FromInt64s(tensor.I32, []int{2, 3}, append(append([]int64(nil), pages[0]...), pages[1][0], 0, 0))
+	}
+	for _, whole := range []string{"true", "false"} {
+		meta := map[string]string{"kcheck.format": "1", "kcheck.kernel": "kv_cache_transfer", "kv_cache_dtype": "bf16",
+			"page_size": "16", "whole_pages": whole, "source": "built from sglang 0.5.23's MLA pool and mooncake transfer"}
+		ts := map[string]*tensor.Tensor{
+			"src_cache": asPages(prefill), "src_block_table": table(prefillPages),
+			"dst_cache_before": asPages(decode), "dst_block_table": table(decodePages),
+			"seq_lens": tensor.FromInt64s(tensor.I32, []int{2}, seqLens), "dst_cache_after": asPages(after),
+		}
+		want := check.Pass
+		if whole == "false" {
+			want = check.Fail
+		}
+		if r := check.Run(evidence.Capture{Name: "sglang", Metadata: meta, Tensors: ts}, check.Options{}); r.Verdict != want {
+			t.Errorf("whole_pages=%s: verdict %s, want %s (%v)", whole, r.Verdict, want, reasons(r))
+		}
+	}
+}
