@@ -53,6 +53,11 @@ type transferSides struct {
 }
 
 func readSides(in map[string]*tensor.Tensor, p kernel.Params) (*transferSides, error) {
+	for _, name := range []string{"src_cache", "dst_cache_before", "src_block_table", "dst_block_table", "seq_lens"} {
+		if in[name] == nil {
+			return nil, fmt.Errorf("tensor %s is missing (the contract needs it)", name)
+		}
+	}
 	s := &transferSides{src: in["src_cache"], dst: in["dst_cache_before"]}
 	var err error
 	if _, s.srcPage, _, err = cacheGeometry(s.src, kernel.Params{"page_size": p["src_page_size"]}, "src_cache"); err != nil {

@@ -134,9 +134,14 @@ func validate(in Inputs) (*problem, error) {
 	if p.whole, err = in.Params.Bool("whole_pages", false); err != nil {
 		return nil, err
 	}
+	for _, name := range []string{"src_cache", "dst_cache_before"} {
+		if t := in.Tensors[name]; len(t.Shape) != 3 {
+			return nil, fmt.Errorf("tensor %s has shape %v; the contract wants [NB, P, entry]", name, t.Shape)
+		}
+	}
 	// L and R: fp8_ds_mla fixes them (a side opposite it reads its D = 576
 	// with the same split); otherwise the decode side's entry says.
-	l, r := widths(in.Tensors["dst_cache_before"].Shape[len(in.Tensors["dst_cache_before"].Shape)-1])
+	l, r := widths(in.Tensors["dst_cache_before"].Shape[2])
 	if kvcache.Kind(srcKind) == kvcache.FP8DSMLA || kvcache.Kind(dstKind) == kvcache.FP8DSMLA {
 		l, r = kvcache.DSLatent, kvcache.DSRope
 	}
@@ -148,9 +153,6 @@ func validate(in Inputs) (*problem, error) {
 		{"dst_cache_before", dstKind, dstConv, "page_size", "dst_k_scale", &p.dst},
 	} {
 		t := in.Tensors[s.name]
-		if len(t.Shape) != 3 {
-			return nil, fmt.Errorf("tensor %s has shape %v; the contract wants [NB, P, entry]", s.name, t.Shape)
-		}
 		ps, err := in.Params.Int(s.page, t.Shape[1])
 		if err != nil {
 			return nil, err

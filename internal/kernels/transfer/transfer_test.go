@@ -362,3 +362,20 @@ func TestSGLangWholePageTransfer(t *testing.T) {
 		}
 	}
 }
+
+// Caches of rank 0 are named, not indexed into.
+func TestTransferScalarCaches(t *testing.T) {
+	in, err := small("bf16", "bf16", 0, nil).Inputs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := Lookup("kv_cache_transfer")
+	for _, name := range []string{"src_cache", "dst_cache_before"} {
+		ts := maps.Clone(in.Tensors)
+		ts[name] = tensor.New(tensor.BF16)
+		_, err := Evaluate(context.Background(), k, Inputs{Tensors: ts, Params: in.Params}, DefaultPrecision(), nil)
+		if want := "tensor " + name + " has shape []; the contract wants [NB, P, entry]"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want %q", err, want)
+		}
+	}
+}
