@@ -14,6 +14,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/evidence"
+	"github.com/kcheck-dev/kcheck/internal/faults"
 	. "github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/signature"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -376,6 +377,87 @@ func TestTransferScalarCaches(t *testing.T) {
 		_, err := Evaluate(context.Background(), k, Inputs{Tensors: ts, Params: in.Params}, DefaultPrecision(), nil)
 		if want := "tensor " + name + " has shape []; the contract wants [NB, P, entry]"; err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("got %v, want %q", err, want)
+		}
+	}
+}
+
+// One disaggregated decode step as a pipeline: the prefill node's cache
+// sent to the decode node (stage cache, kv_cache_transfer), then decode
+// attention over what arrived (stage attn, mla_decode, reading the decode
+// side's block table). A correct transfer passes; a block-table shift in
+// the transfer is named as the culprit stage cache, with attention correct
+// on the cache it was given.
+func TestDisaggregatedStepNamesTheTransfer(t *testing.T) {
+	attnCase := cases.Case{Name: "pd", Kernel: "mla_decode", Preset: "deepseek-v3", Heads: 2, SeqLens: []int{20, 33},
+		PageSize: 16, KVCacheDType: "bf16", Seed: 162}
+	attn, err := attnCase.Inputs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, srcTab := attn.Tensors["kv_cache"], attn.Tensors["block_table"]
+	nb := src.Shape[0] + 3
+	dst := tensor.New(tensor.BF16, nb, 16, 576)
+	for i := range dst.Data {
+		dst.Data[i] = 0xFF // the decode node's free pages, poisoned
+	}
+	dtab := srcTab.Clone() // the decode node's own block order
+	for i := 0; i < dtab.Len(); i++ {
+		dtab.SetInt64(i, int64(nb-1-i))
+	}
+	for _, fault := range []string{"", "transfer_block_table_shift"} {
+		var be backend.Backend = backend.Reference{}
+		if fault != "" {
+			f, err := faults.Lookup(fault)
+			if err != nil {
+				t.Fatal(err)
+			}
+			be = faults.Backend{Fault: f}
+		}
+		meta := map[string]string{"kcheck.format": "1", "kcheck.kernel": "pipeline", "kcheck.stages": "cache,attn",
+			"kcheck.cache.kernel": "kv_cache_transfer", "kcheck.attn.kernel": "mla_decode", "kcheck.attn.from.kv_cache": "cache.dst_cache_after",
+			"cache.kv_cache_dtype": "bf16", "cache.page_size": "16"}
+		xin := Inputs{Params: Params{"kv_cache_dtype": "bf16", "page_size": "16"}, Tensors: map[string]*tensor.Tensor{
+			"src_cache": src, "src_block_table": srcTab, "dst_cache_before": dst, "dst_block_table": dtab, "seq_lens": attn.Tensors["seq_lens"]}}
+		xout, err := be.Run(context.Background(), "kv_cache_transfer", xin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := map[string]*tensor.Tensor{}
+		for k, v := range xin.Tensors {
+			ts["cache."+k] = v
+		}
+		ts["cache.dst_cache_after"] = xout["dst_cache_after"]
+		ain := Inputs{Params: Params{}, Tensors: maps.Clone(attn.Tensors)}
+		maps.Copy(ain.Params, attn.Params)
+		ain.Tensors["kv_cache"], ain.Tensors["block_table"] = xout["dst_cache_after"], dtab
+		aout, err := backend.Reference{}.Run(context.Background(), "mla_decode", ain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range ain.Tensors {
+			if k != "kv_cache" {
+				ts["attn."+k] = v
+			}
+		}
+		for k, v := range aout {
+			ts["attn."+k] = v
+		}
+		for k, v := range attn.Params {
+			if !strings.HasPrefix(k, "kcheck.") {
+				meta["attn."+k] = v
+			}
+		}
+		r := check.Run(evidence.Capture{Name: "pd step", Metadata: meta, Tensors: ts}, check.Options{})
+		stage := ""
+		if r.Stage != nil {
+			stage = *r.Stage
+		}
+		want, wantStage := check.Pass, ""
+		if fault != "" {
+			want, wantStage = check.Fail, "cache"
+		}
+		if r.Verdict != want || stage != wantStage {
+			t.Errorf("fault %q: verdict %s, culprit %q; want %s, %q (%v)", fault, r.Verdict, stage, want, wantStage, reasons(r))
 		}
 	}
 }
