@@ -16,10 +16,11 @@ import (
 // is a cause the user of a disaggregated deployment suspects when the
 // decode node's output is wrong:
 //
-//   - block_table_shift: the prefill side's page j sent as page j+1's (the
-//     two nodes' block lists paired off by one, as a prefix-cache hit
-//     counted on one side only does); an entry past the table or outside
-//     the cache reads block 0, which engines pad tables with.
+//   - block_table_shift: the prefill side's page j+1 sent as page j, or
+//     page j written into the decode side's page j+1 (the two nodes' block
+//     lists paired off by one, as a prefix-cache hit counted on one side
+//     only does); an entry past the table or outside the cache is block 0,
+//     which engines pad tables with.
 //   - page_size_mismatch (the two page sizes differ): whole prefill pages
 //     written at the decode side's addresses computed with the prefill
 //     side's page length, as SGLang's mooncake transfer computes both
@@ -60,9 +61,25 @@ func suspects(p *problem, before *tensor.Tensor) []Suspect {
 		shifted = append(shifted, m)
 	}
 	add("block_table_shift", "a transfer reading each prefill page from the block-table entry after its own (block lists paired off by one)", shifted, p.mode)
+	// the same slip on the decode side: page j written into the decode
+	// block of page j+1
+	dst := p.routing.Dst
+	var ahead []kvcache.Move
+	for _, m := range p.routing.Moves {
+		b, t := int(m.Request), int(m.Token)
+		j := t/pd + 1
+		blk := int64(0)
+		if j < dst.MaxBlocks {
+			if v := dst.Table[b*dst.MaxBlocks+j]; v >= 0 && int(v) < p.dst.cache.NB {
+				blk = int64(v)
+			}
+		}
+		m.Dst = blk*int64(pd) + int64(t%pd)
+		ahead = append(ahead, m)
+	}
+	add("block_table_shift", "a transfer writing each page into the decode block-table entry after its own (block lists paired off by one)", lastWins(ahead), p.mode)
 	// page_size_mismatch
 	if ps != pd && p.src.lay.EntrySize()*p.src.t.DType.Size() == p.dst.lay.EntrySize()*p.dst.t.DType.Size() {
-		dst := p.routing.Dst
 		var moves []kvcache.Move
 		for b, n := range dst.SeqLens {
 			pages := min((n+ps-1)/ps, (n+pd-1)/pd)
@@ -93,10 +110,13 @@ func suspects(p *problem, before *tensor.Tensor) []Suspect {
 	return out
 }
 
-// lastWins sorts moves by destination, keeping the last of those that
-// share one (the later RDMA write lands last).
+// lastWins sorts moves by destination, keeping of those that share one
+// the last in request and token order (the order a transport issues its
+// writes in; which lands last on a GPU is a race).
 func lastWins(moves []kvcache.Move) []kvcache.Move {
-	slices.SortStableFunc(moves, func(a, b kvcache.Move) int { return cmp.Compare(a.Dst, b.Dst) })
+	slices.SortStableFunc(moves, func(a, b kvcache.Move) int {
+		return cmp.Or(cmp.Compare(a.Dst, b.Dst), cmp.Compare(a.Request, b.Request), cmp.Compare(a.Token, b.Token))
+	})
 	out := moves[:0]
 	for i, m := range moves {
 		if i+1 < len(moves) && moves[i+1].Dst == m.Dst {

@@ -244,7 +244,7 @@ func TestSuspectPatternsAreDeclared(t *testing.T) {
 	}
 	// bf16 pages of 4 into fp8_e4m3 pages of 16: the entries differ in
 	// bytes, so no page-size suspect (it moves whole pages of bytes).
-	if want := []string{"block_table_shift", "layout_mismatch", "partial_transfer"}; !slices.Equal(got, want) {
+	if want := []string{"block_table_shift", "block_table_shift", "layout_mismatch", "partial_transfer"}; !slices.Equal(got, want) {
 		t.Errorf("suspects %v, want %v", got, want)
 	}
 }
@@ -460,4 +460,33 @@ func TestDisaggregatedStepNamesTheTransfer(t *testing.T) {
 			t.Errorf("fault %q: verdict %s, culprit %q; want %s, %q (%v)", fault, r.Verdict, stage, want, wantStage, reasons(r))
 		}
 	}
+}
+
+// The block lists slipping on the decode side (page j written into the
+// decode block of page j+1; past the table, block 0) is named as the same
+// bug. The capture is made here byte by byte, apart from the suspect.
+func TestDecodeSideShiftIsNamed(t *testing.T) {
+	c := small("bf16", "bf16", 0, nil)
+	capt := captureOf(t, c, func(in Inputs, out map[string]*tensor.Tensor) {
+		src, dst, st, dt := in.Tensors["src_cache"], in.Tensors["dst_cache_before"], in.Tensors["src_block_table"], in.Tensors["dst_block_table"]
+		after := dst.Clone()
+		e, p := dst.Shape[2]*2, dst.Shape[1]
+		for b, n := range []int{37, 9} {
+			for tk := 0; tk < n; tk++ {
+				from := int(st.Int64At(b*st.Shape[1]+tk/p))*p + tk%p
+				blk := int64(0)
+				if j := tk/p + 1; j < dt.Shape[1] {
+					blk = dt.Int64At(b*dt.Shape[1] + j)
+				}
+				to := int(blk)*p + tk%p
+				copy(after.Data[to*e:(to+1)*e], src.Data[from*e:(from+1)*e])
+			}
+		}
+		out["dst_cache_after"] = after
+	})
+	r := check.Run(capt, check.Options{})
+	if r.Verdict != check.Fail || len(r.Checks) != 1 || r.Checks[0].Signature == nil || r.Checks[0].Signature.Pattern != signature.BlockTableShift {
+		t.Fatalf("a decode-side shift: %v", reasons(r))
+	}
+	t.Log(r.Checks[0].Signature.Detail)
 }
