@@ -504,9 +504,23 @@ func TestAdaptTable(t *testing.T) {
 			wantT:    map[string][]int{"kv_cache": {2, 64, 576}},
 		},
 		{
+			// auto is the model's dtype in vLLM (torch_utils.py:519-525): the
+			// contract's auto, which reads the cache's own (audit V1)
 			name: "vllm auto cache dtype", engine: "vllm",
 			meta:     map[string]string{"kcheck.kernel": "kv_cache_write", "kv_cache_dtype": "auto"},
-			wantMeta: map[string]string{"kv_cache_dtype": "bf16", "lse_base": "e"},
+			wantMeta: map[string]string{"kv_cache_dtype": "auto", "lse_base": "e"},
+		},
+		{
+			name: "vllm half cache dtype", engine: "vllm",
+			meta:     map[string]string{"kcheck.kernel": "kv_cache_gather", "kv_cache_dtype": "half"},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp16"},
+		},
+		{
+			name: "flashmla 16-bit cache", engine: "flashmla",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode", "is_fp8_kvcache": "False"},
+			tensors:  map[string]*tensor.Tensor{"k_cache": tensor.New(tensor.F16, 2, 64, 1, 576)},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp16"},
+			wantT:    map[string][]int{"kv_cache": {2, 64, 576}},
 		},
 		{
 			name: "vllm e5m2 refused", engine: "vllm",
