@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/safetensors"
 	"github.com/kcheck-dev/kcheck/internal/signature"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -69,6 +71,94 @@ func TestFP16OverflowCulprit(t *testing.T) {
 		case "attn":
 			if st.Verdict != Pass {
 				t.Errorf("attn stage, which carries the inf it was given: local verdict %s, want pass (%+v)", st.Verdict, st.Local)
+			}
+		}
+	}
+}
+
+// loadTestdata reads testdata/NAME into memory (a capture the test may
+// modify).
+func loadTestdata(t *testing.T, name string) evidence.Capture {
+	t.Helper()
+	f, err := safetensors.Open("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := evidence.Capture{Name: name, Metadata: map[string]string{}, Tensors: map[string]*tensor.Tensor{}}
+	for k, v := range f.Metadata {
+		c.Metadata[k] = v
+	}
+	for k, v := range f.Tensors {
+		c.Tensors[k] = v.Clone()
+	}
+	return c
+}
+
+// TestVLLMTritonMLACaptures: outputs of vLLM 0.33.0's own TRITON_MLA kernel
+// (decode_attention_fwd as forward_mqa calls it, o and lse in the query's
+// dtype: triton_mla.py:262-265), run by the Triton interpreter through
+// `kcheck run --backend worker:vllm --out` (TRITON_INTERPRET=1; the
+// worker's provenance, shims and declared precision are in each file's
+// metadata): an fp16 model (fp16 q and cache, case
+// mla_decode/fp16/deepseek-v3/tp8/p16/ctx-P-1) and a bf16 one with its bf16
+// lse (mla_decode/deepseek-v3/tp8/bf16/p16/ctx-P+1, the audit's tested case
+// V15, which was "ERROR tensor lse has dtype BF16"). Both pass, each output
+// judged at its own dtype; the same lse upcast to F32 claims a precision
+// the kernel does not have and fails (the audit's false FAIL); a planted
+// fault fails with its pattern: a base-2 lse (constant_factor), head 3's
+// output overwritten by head 4's (one_head).
+func TestVLLMTritonMLACaptures(t *testing.T) {
+	for _, c := range []struct {
+		file  string
+		dtype tensor.DType
+	}{{"vllm_triton_mla_fp16.safetensors", tensor.F16}, {"vllm_triton_mla_bf16_lse.safetensors", tensor.BF16}} {
+		r := Run(loadTestdata(t, c.file), Options{})
+		if r.Verdict != Pass {
+			t.Errorf("%s: verdict %s (error %v), want pass", c.file, r.Verdict, r.Error)
+		}
+		for _, ch := range r.Checks {
+			if (ch.Tensor == "out" || ch.Tensor == "lse") && ch.DType != c.dtype {
+				t.Errorf("%s: %s judged as %s, want %s", c.file, ch.Tensor, ch.DType, c.dtype)
+			}
+		}
+		for _, p := range []struct {
+			name, tensor, pattern string
+			edit                  func(evidence.Capture)
+			verdict               compare.Verdict
+		}{
+			{"lse upcast to F32", "lse", "", func(cp evidence.Capture) {
+				l := cp.Tensors["lse"]
+				cp.Tensors["lse"] = tensor.FromFloat64s(tensor.F32, l.Shape, l.Float64s())
+			}, Fail},
+			{"base-2 lse", "lse", signature.ConstantFactor, func(cp evidence.Capture) {
+				l := cp.Tensors["lse"]
+				for i := 0; i < l.Len(); i++ {
+					l.SetFloat64(i, l.Float64At(i)*1.4426950408889634)
+				}
+			}, Fail},
+			{"head 3 written with head 4's output", "out", signature.OneHead, func(cp evidence.Capture) {
+				o := cp.Tensors["out"] // [B, 1, H, L]
+				L := o.Shape[3]
+				for l := 0; l < L; l++ {
+					o.SetFloat64(3*L+l, o.Float64At(4*L+l))
+				}
+			}, Fail},
+		} {
+			cp := loadTestdata(t, c.file)
+			p.edit(cp)
+			r := Run(cp, Options{})
+			if r.Verdict != p.verdict {
+				t.Errorf("%s, %s: verdict %s, want %s", c.file, p.name, r.Verdict, p.verdict)
+				continue
+			}
+			for _, ch := range r.Checks {
+				if ch.Tensor != p.tensor {
+					continue
+				}
+				if ch.Verdict != Fail || (p.pattern != "" && (ch.Signature == nil || ch.Signature.Pattern != p.pattern)) {
+					t.Errorf("%s, %s: %s %s, signature %+v; want fail, %q", c.file, p.name, ch.Tensor, ch.Verdict, ch.Signature, p.pattern)
+				}
 			}
 		}
 	}
