@@ -251,7 +251,7 @@ func TestWriteInputErrors(t *testing.T) {
 // TestNegativeSlotsLeaveBytes: only the entries of non-negative slots change,
 // whatever the cache held (random bytes, NaN poison).
 func TestNegativeSlotsLeaveBytes(t *testing.T) {
-	for _, kind := range []Kind{BF16, FP8E4M3, FP8DSMLA} {
+	for _, kind := range []Kind{BF16, FP16, FP8E4M3, FP8DSMLA} {
 		l, r := 4, 2
 		if kind == FP8DSMLA {
 			l, r = 512, 64
@@ -374,7 +374,7 @@ func TestTileScaleConventions(t *testing.T) {
 // random bytes (NaN poison included) and fp8 values that are not exact in
 // E4M3, so that the expected and exact caches differ somewhere.
 func TestOverlayValues(t *testing.T) {
-	for _, kind := range []Kind{BF16, FP8E4M3, FP8DSMLA} {
+	for _, kind := range []Kind{BF16, FP16, FP8E4M3, FP8DSMLA} {
 		l, r := 6, 2
 		if kind == FP8DSMLA {
 			l, r = 512, 64

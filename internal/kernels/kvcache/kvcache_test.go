@@ -221,7 +221,7 @@ func TestCacheValuesOnDemand(t *testing.T) {
 		return append(idx, rng.Perm(n)...)
 	}
 	same := func(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
-	for _, kind := range []string{"bf16", "fp8_e4m3", "fp8_ds_mla"} {
+	for _, kind := range []string{"bf16", "fp16", "fp8_e4m3", "fp8_ds_mla"} {
 		l := 8
 		if kind == "fp8_ds_mla" {
 			l = 512
@@ -234,7 +234,7 @@ func TestCacheValuesOnDemand(t *testing.T) {
 		for i := range before.Data {
 			before.Data[i] = byte(rng.IntN(256))
 		}
-		if kind == "bf16" { // random bytes make NaNs; keep them finite
+		if kind == "bf16" || kind == "fp16" { // random bytes make NaNs; keep them finite
 			for i := 0; i < before.Len(); i++ {
 				before.SetFloat64(i, float64(rng.IntN(100))/8)
 			}
@@ -303,7 +303,12 @@ func TestCacheValuesOnDemand(t *testing.T) {
 			if got, want := o.Exact.At(i), exact[i]; !same(got, want) {
 				t.Fatalf("%s: gathered exact[%d] = %v, want %v", kind, i, got, want)
 			}
-			if got, want := o.Expected.At(i), formats.RoundBF16(expected[i]); !same(got, want) {
+			// stored in the default dst: the model's dtype, fp16 for an fp16 cache
+			want := formats.RoundBF16(expected[i])
+			if kind == "fp16" {
+				want = formats.RoundFP16(expected[i])
+			}
+			if got := o.Expected.At(i); !same(got, want) {
 				t.Fatalf("%s: gathered expected[%d] = %v, want %v", kind, i, got, want)
 			}
 		}
