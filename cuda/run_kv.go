@@ -25,7 +25,21 @@ var (
 
 // cacheSpec checks a cache tensor against kv_cache_dtype and page_size and
 // returns NB, P and the values a row (D; 656 bytes hold D = 576 for ds_mla).
+// The kernels read bf16 and fp8 caches only: an fp16 one (kv_cache_dtype
+// fp16, or auto over an F16 tensor) is refused as unsupported, never read
+// as bf16 bits.
 func cacheSpec(in kernel.Inputs, name string) (kind string, t *tensor.Tensor, nb, p, d int, err error) {
+	kind = in.Params.String("kv_cache_dtype", "bf16")
+	if kind == "auto" {
+		if c := in.Tensors[name]; c != nil && c.DType == tensor.BF16 {
+			kind = "bf16"
+		} else if c != nil && c.DType == tensor.F16 {
+			kind = "fp16"
+		}
+	}
+	if kind == "fp16" {
+		return "", nil, 0, 0, 0, unsupported("kv_cache_dtype %s (an F16 cache): the CUDA kernels are bf16-only (cuda/kvcache.cu, cuda/mla_decode.cu); an fp16 cache is checked against the reference, in captures and with the engine workers", in.Params.String("kv_cache_dtype", "bf16"))
+	}
 	kind, err = in.Params.Enum("kv_cache_dtype", "bf16", cacheKinds...)
 	if err != nil {
 		return "", nil, 0, 0, 0, asInput(err)
@@ -66,13 +80,13 @@ func runKVWrite(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	kvc, err := kernel.Need(in, "kv_c", tensor.BF16)
+	kvc, err := bf16Tokens(in, "kv_c")
 	if err != nil {
-		return nil, asInput(err)
+		return nil, err
 	}
-	kpe, err := kernel.Need(in, "k_pe", tensor.BF16)
+	kpe, err := bf16Tokens(in, "k_pe")
 	if err != nil {
-		return nil, asInput(err)
+		return nil, err
 	}
 	sm, err := kernel.Need(in, "slot_mapping", indexDTypes...)
 	if err != nil {
@@ -239,4 +253,17 @@ func pagedTable(bt, sl *tensor.Tensor, nb, p int) (seq, table, cu []int64, maxSe
 		maxSeq = max(maxSeq, int(seq[b]))
 	}
 	return seq, table, cu, maxSeq, nil
+}
+
+// bf16Tokens returns a write's kv_c or k_pe: the contract's other token
+// dtypes (F16, F32) are refused as unsupported, the kernel reads bf16.
+func bf16Tokens(in kernel.Inputs, name string) (*tensor.Tensor, error) {
+	t, err := kernel.Need(in, name, tensor.BF16, tensor.F16, tensor.F32)
+	if err != nil {
+		return nil, asInput(err)
+	}
+	if t.DType != tensor.BF16 {
+		return nil, unsupported("tensor %s is %s; the CUDA cache writer reads bf16 tokens", name, t.DType)
+	}
+	return t, nil
 }

@@ -94,6 +94,14 @@ type Metrics struct {
 	MaxExcess   Float `json:"max_excess"`
 	NaNMismatch int   `json:"nan_mismatch"`
 	InfMismatch int   `json:"inf_mismatch"`
+	// Overflow counts the elements whose exact answer is finite but that
+	// the output's dtype rounds to an infinity (F16 from 65520 up): the
+	// actual or the expected holds the infinity of the exact answer's sign
+	// (reference/CONTRACTS.md §1.1). Always a fault, even where the actual
+	// equals the expected inf: a correct kernel's answer that the output
+	// dtype cannot hold is lost all the same. FirstOverflow is the first.
+	Overflow      int      `json:"overflow,omitempty"`
+	FirstOverflow *Element `json:"first_overflow,omitempty"`
 	// Specials counts each special value the actual or the expected output
 	// holds and locates the first element where they disagree on it: what
 	// is judged first, before any number (FlashMLA's compare.py counts them
@@ -274,6 +282,7 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	}
 	var specials [len(specialValues)]Special
 	var firstSpecial [len(specialValues)]item
+	var firstOverflow item
 	j := newJudge(&o, actual, b)
 	if opts.Context != nil {
 		j.ctx = opts.Context
@@ -306,15 +315,24 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		switch e.special {
 		case nanMatch, infMatch:
 			return
-		case nanMismatch, infMismatch:
+		case nanMismatch, infMismatch, overflow:
 			// Judged against expected: the error is NaN or +Inf, and it
-			// enters every error metric below.
-			if e.special == nanMismatch {
+			// enters every error metric below (an overflow's against the
+			// exact answer, which is the one finite side).
+			ref := ev
+			switch e.special {
+			case nanMismatch:
 				m.NaNMismatch++
-			} else {
+			case infMismatch:
 				m.InfMismatch++
+			default:
+				ref = xv
+				if m.Overflow == 0 {
+					firstOverflow = item{i, av, ev, xv, math.Abs(av - xv), 0, math.Inf(1)}
+				}
+				m.Overflow++
 			}
-			e.ref, e.err, e.tol, e.exc = ev, math.Abs(av-ev), 0, math.Inf(1)
+			e.ref, e.err, e.tol, e.exc = ref, math.Abs(av-ref), 0, math.Inf(1)
 			if e.ulp, e.ulpOK = j.ulp(av, ev); !e.ulpOK {
 				maxULP = math.NaN()
 			}
@@ -353,6 +371,10 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		return Check{}, err
 	}
 	nonFinite := m.NaNMismatch + m.InfMismatch
+	if m.Overflow > 0 {
+		first := named(firstOverflow, shape, o.Coords)
+		m.FirstOverflow = &first
+	}
 	var differ []string
 	for v := range specials {
 		if sp := &specials[v]; sp.Actual+sp.Expected > 0 {
@@ -398,6 +420,14 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	}
 
 	switch {
+	case m.Overflow > 0:
+		c.Verdict = Fail
+		f := m.FirstOverflow
+		c.Reason = fmt.Sprintf("overflow: %d of %d elements are an infinity in %s where the exact answer is finite, the first at %s (exact %.6g, expected %.6g, actual %.6g)",
+			m.Overflow, N, actual.DType, f.at(), float64(f.Exact), float64(f.Expected), float64(f.Actual))
+		if nonFinite > 0 {
+			c.Reason += fmt.Sprintf("; special values also disagree with the expected output at %d elements: %s", nonFinite, strings.Join(differ, "; "))
+		}
 	case nonFinite > 0:
 		c.Verdict = Fail
 		c.Reason = fmt.Sprintf("special values disagree with the expected output at %d of %d elements: %s", nonFinite, N, strings.Join(differ, "; "))
@@ -427,7 +457,7 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		// judged again on each read, never stored, since an output may be
 		// a whole KV cache.
 		c.Signature, c.Profile = signature.AnalyzeProfile(o, newExcessValues(N, j), signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At,
-			NonFinite: nonFinite, Profile: opts.Profile})
+			NonFinite: nonFinite, Overflow: m.Overflow, OverflowDType: actual.DType, Profile: opts.Profile})
 	} else if opts.Profile {
 		c.Profile = signature.NewProfile(o, newExcessValues(N, j), signature.Options{})
 	}
@@ -446,6 +476,7 @@ const (
 	nanMismatch                // NaN on one side only: fails
 	infMatch                   // the same infinity: correct
 	infMismatch                // an infinity on one side, or of the other sign: fails
+	overflow                   // an infinity the output dtype made of a finite exact answer: fails
 )
 
 // judge is the judgement of one element, the one definition Compare's
@@ -506,6 +537,9 @@ func (j *judge) raw(i int) element {
 		e.special = infMatch
 		if av != ev {
 			e.special = infMismatch
+		}
+		if overflowed(j.actual.DType, av, ev, xv) {
+			e.special = overflow
 		}
 		return e
 	}
@@ -650,7 +684,7 @@ func (j *judge) each(n int, fold func(int, *element)) error {
 // special-value mismatch, 0 for a special value that matches.
 func (e element) excess() float64 {
 	switch e.special {
-	case nanMismatch, infMismatch:
+	case nanMismatch, infMismatch, overflow:
 		return math.Inf(1)
 	case nanMatch, infMatch:
 		return 0

@@ -466,3 +466,59 @@ func TestCompareSameWhateverGOMAXPROCS(t *testing.T) {
 		t.Fatal("the equivalence rule was never asked")
 	}
 }
+
+// TestOverflow: an infinity the output dtype made of a finite exact answer
+// is an overflow, a fault even where a correct kernel's answer (the
+// expected one) is that infinity; an infinity the exact answer holds too
+// was given to the kernel, which carries it faithfully. F16's threshold is
+// 65520, the midpoint of 65504 and 2^16 (nearest even gives inf from there);
+// BF16's is (2 - 2^-8)·2^127 ≈ 3.3961e38.
+func TestOverflow(t *testing.T) {
+	inf := math.Inf(1)
+	tests := []struct {
+		name                  string
+		dtype                 tensor.DType
+		exact, expected, act  float64
+		overflow, infMismatch int
+		verdict               Verdict
+		pattern               string
+	}{
+		{"the answer overflows F16", tensor.F16, 70000, inf, inf, 1, 0, Fail, signature.Overflow},
+		{"at the threshold", tensor.F16, -65520, -inf, -inf, 1, 0, Fail, signature.Overflow},
+		{"the kernel's value crossed it", tensor.F16, 65500, 65504, inf, 1, 0, Fail, signature.Overflow},
+		{"a saturating kernel", tensor.F16, 70000, inf, 65504, 1, 0, Fail, signature.Overflow},
+		{"an inf it was given", tensor.F16, inf, inf, inf, 0, 0, Pass, ""},
+		{"a stray inf", tensor.F16, 1, 1, inf, 0, 1, Fail, signature.NonFinite},
+		{"an inf of the other sign", tensor.F16, 70000, inf, -inf, 0, 1, Fail, signature.NonFinite},
+		{"the answer overflows BF16", tensor.BF16, 3.4e38, inf, inf, 1, 0, Fail, signature.Overflow},
+		{"within F32", tensor.F32, 70000, 70000, 70000, 0, 0, Pass, ""},
+	}
+	for _, tc := range tests {
+		o := kernel.Output{Name: "out", Shape: []int{4}, DType: tc.dtype,
+			Exact:    kernel.Dense([]float64{1, 2, tc.exact, 3}),
+			Expected: kernel.Dense([]float64{1, 2, tc.expected, 3})}
+		act := tensor.FromFloat64s(tc.dtype, []int{4}, []float64{1, 2, tc.act, 3})
+		c, err := Compare(o, act, constPolicy{tol: 1e-3, band: 2}, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := c.Metrics
+		if m.Overflow != tc.overflow || m.InfMismatch != tc.infMismatch || c.Verdict != tc.verdict {
+			t.Errorf("%s: overflow %d inf mismatch %d verdict %s (%s); want %d %d %s", tc.name, m.Overflow, m.InfMismatch, c.Verdict, c.Reason, tc.overflow, tc.infMismatch, tc.verdict)
+			continue
+		}
+		if tc.overflow > 0 {
+			if !strings.HasPrefix(c.Reason, "overflow: 1 of 4 elements are an infinity in "+string(tc.dtype)) || m.FirstOverflow == nil || m.FirstOverflow.Flat != 2 {
+				t.Errorf("%s: reason %q, first %+v; want the overflow named at element 2", tc.name, c.Reason, m.FirstOverflow)
+			}
+		}
+		if got := ""; c.Signature != nil {
+			got = c.Signature.Pattern
+			if got != tc.pattern {
+				t.Errorf("%s: signature %q (%s), want %q", tc.name, got, c.Signature.Detail, tc.pattern)
+			}
+		} else if tc.pattern != "" {
+			t.Errorf("%s: no signature, want %q", tc.name, tc.pattern)
+		}
+	}
+}

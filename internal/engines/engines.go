@@ -8,8 +8,9 @@
 //  1. parameter names: the engine's spelling of a parameter becomes the
 //     contract's (FlashInfer sm_scale -> softmax_scale);
 //  2. parameter values: the engine's spelling of a value becomes the
-//     contract's (vLLM kv_cache_dtype "fp8_e4m3"; "fp8" by the cache's entry
-//     width, fp8_ds_mla or fp8_e4m3; FlashMLA is_fp8_kvcache);
+//     contract's (vLLM kv_cache_dtype "fp8_e4m3", "half" -> "fp16", "auto"
+//     kept as the contract's auto; "fp8" by the cache's entry width,
+//     fp8_ds_mla or fp8_e4m3; FlashMLA is_fp8_kvcache);
 //  3. defaults: what the engine leaves implicit (lse_base, lse_empty,
 //     ds_mla_scale, scale_layout, global scale direction) is filled in when
 //     the capture does not say it: the capture's own keys always win;
@@ -59,6 +60,11 @@
 //   - FlashInfer's MLA wrapper returns a base-2 lse unless
 //     run(..., return_lse_base_on_e=True) (flashinfer 0.7.2.post1
 //     flashinfer/mla/_batch_mla/_wrapper.py:852-864; I2).
+//   - vLLM's "auto" cache dtype is the model's dtype, bf16 or fp16 (vllm
+//     0.33.0 vllm/utils/torch_utils.py:519-525): it is read as the
+//     contract's auto, the cache tensor's own dtype, never assumed to be
+//     bf16 (V1); FlashMLA's dense decode reads an fp16 cache too
+//     (csrc/api/dense_decode.h:33-35; F17).
 package engines
 
 import (

@@ -504,9 +504,23 @@ func TestAdaptTable(t *testing.T) {
 			wantT:    map[string][]int{"kv_cache": {2, 64, 576}},
 		},
 		{
+			// auto is the model's dtype in vLLM (torch_utils.py:519-525): the
+			// contract's auto, which reads the cache's own (audit V1)
 			name: "vllm auto cache dtype", engine: "vllm",
 			meta:     map[string]string{"kcheck.kernel": "kv_cache_write", "kv_cache_dtype": "auto"},
-			wantMeta: map[string]string{"kv_cache_dtype": "bf16", "lse_base": "e"},
+			wantMeta: map[string]string{"kv_cache_dtype": "auto", "lse_base": "e"},
+		},
+		{
+			name: "vllm half cache dtype", engine: "vllm",
+			meta:     map[string]string{"kcheck.kernel": "kv_cache_gather", "kv_cache_dtype": "half"},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp16"},
+		},
+		{
+			name: "flashmla 16-bit cache", engine: "flashmla",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode", "is_fp8_kvcache": "False"},
+			tensors:  map[string]*tensor.Tensor{"k_cache": tensor.New(tensor.F16, 2, 64, 1, 576)},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp16"},
+			wantT:    map[string][]int{"kv_cache": {2, 64, 576}},
 		},
 		{
 			name: "vllm e5m2 refused", engine: "vllm",
@@ -934,5 +948,90 @@ func TestSGLangTritonDecode(t *testing.T) {
 	copy(shifted[1:lens[0]], indices[2:lens[0]+1]) // request 0's tokens 1.. read one slot late
 	if r := check.Run(sglang(shifted), fromOpts(t, "sglang")); r.Verdict != check.Fail {
 		t.Errorf("a kv_indices shift passed: %s", r.Verdict)
+	}
+}
+
+// vLLM's TRITON_MLA returns o and lse in the query's dtype (vllm 0.33.0
+// vllm/v1/attention/backends/mla/triton_mla.py:262-265, `lse =
+// torch.zeros(B, q_num_heads, dtype=q.dtype, ...)`), bf16 or fp16
+// (supported_dtypes, :100), over a cache of the model's dtype ("auto",
+// :101-106). The audit's tested case (V15): a bf16 lse was "ERROR tensor
+// lse has dtype BF16". A capture in TRITON_MLA's names and dtypes, what a
+// correct kernel of that precision stores, passes judged at the lse's own
+// dtype, and a planted fault (a base-2 lse, or the softmax scale
+// FlashMLA's default 576^-0.5) fails.
+func TestVLLMTritonMLALSEInQueryDType(t *testing.T) {
+	for _, c := range []struct {
+		cache string       // the case's kv_cache_dtype
+		q     tensor.DType // the model's dtype: q, o and lse
+	}{{"bf16", tensor.BF16}, {"fp16", tensor.F16}} {
+		cs := mlaCase()
+		cs.KVCacheDType = c.cache
+		in, err := cs.Inputs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta, err := cs.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q := in.Tensors["q"]; q.DType != c.q {
+			t.Fatalf("%s case: q is %s, want %s", c.cache, q.DType, c.q)
+		}
+		// the worker's declared precision for a 16-bit cache
+		// (python/kcheck/worker/vllm.py _triton_mla_precision): P in the
+		// cache's dtype, softmax_block 32
+		pd := map[tensor.DType]string{tensor.BF16: "bf16", tensor.F16: "f16"}[c.q]
+		in.Params["p_dtype"], in.Params["softmax_block"] = pd, "32"
+		prec, err := kernel.PrecisionFrom(in.Params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, _ := kernel.Lookup("mla_decode")
+		outs, err := kernel.Produce(context.Background(), k, in, prec, kernel.OutDTypes{"out": c.q, "lse": c.q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, kc, out, lse := in.Tensors["q"], in.Tensors["kv_cache"], outs["out"], outs["lse"]
+		B, H, D, L := q.Shape[0], q.Shape[2], q.Shape[3], out.Shape[3]
+		if lse.DType != c.q {
+			t.Fatalf("lse produced as %s, want %s", lse.DType, c.q)
+		}
+		vm := map[string]string{"kcheck.format": "1", "kcheck.kernel": "mla_decode", "sm_scale": meta["softmax_scale"],
+			"page_size": meta["page_size"], "kv_cache_dtype": "auto", "p_dtype": pd, "softmax_block": "32"}
+		named := func(o, l *tensor.Tensor) map[string]*tensor.Tensor {
+			return map[string]*tensor.Tensor{
+				"q":            {DType: q.DType, Shape: []int{B, H, D}, Data: q.Data},
+				"k_buffer":     {DType: kc.DType, Shape: []int{kc.Shape[0], kc.Shape[1], 1, kc.Shape[2]}, Data: kc.Data},
+				"req_to_token": in.Tensors["block_table"], "b_seq_len": in.Tensors["seq_lens"],
+				"o":   {DType: o.DType, Shape: []int{B, H, L}, Data: o.Data},
+				"lse": {DType: l.DType, Shape: []int{B, H}, Data: l.Data},
+			}
+		}
+		got := check.Run(evidence.Capture{Name: "vllm", Metadata: vm, Tensors: named(out, lse)}, fromOpts(t, "vllm"))
+		if got.Verdict != check.Pass {
+			t.Errorf("%s: a correct TRITON_MLA capture (lse %s): verdict %s, error %v, checks %s", c.cache, lse.DType, got.Verdict, got.Error, checksJSON(t, got))
+			continue
+		}
+		for _, ch := range got.Checks {
+			if ch.DType != c.q {
+				t.Errorf("%s: %s judged as %s, want its own %s", c.cache, ch.Tensor, ch.DType, c.q)
+			}
+		}
+		bad := lse.Clone() // a base-2 lse where vLLM's is natural: log2(e)·lse, stored in the lse's dtype
+		for i := 0; i < bad.Len(); i++ {
+			bad.SetFloat64(i, bad.Float64At(i)*math.Log2E)
+		}
+		if r := check.Run(evidence.Capture{Name: "vllm", Metadata: vm, Tensors: named(out, bad)}, fromOpts(t, "vllm")); r.Verdict != check.Fail {
+			t.Errorf("%s: a base-2 lse: verdict %s, want fail", c.cache, r.Verdict)
+		}
+		wrong := map[string]string{}
+		for k, v := range vm {
+			wrong[k] = v
+		}
+		wrong["sm_scale"] = fmt.Sprint(math.Pow(576, -0.5))
+		if r := check.Run(evidence.Capture{Name: "vllm", Metadata: wrong, Tensors: named(out, lse)}, fromOpts(t, "vllm")); r.Verdict != check.Fail {
+			t.Errorf("%s: the capture judged with FlashMLA's default scale: verdict %s, want fail", c.cache, r.Verdict)
+		}
 	}
 }

@@ -3,12 +3,21 @@ package engines
 // The engines' conventions as data. Each entry cites the source it was
 // confirmed from in the package comment.
 
-// vllmCacheDTypes translates vLLM's --kv-cache-dtype spellings ("auto" is
-// the model dtype, bf16 for the models kcheck targets; e5m2 caches have no
-// contract and are refused with a message). "fp8" depends on the backend
-// and is read by vllmFP8Alias.
+// vllmCacheDTypes translates vLLM's --kv-cache-dtype spellings (e5m2
+// caches have no contract and are refused with a message; "fp8" depends on
+// the backend and is read by vllmFP8Alias). "auto" is the model's dtype
+// (vllm 0.33.0 vllm/utils/torch_utils.py:519-525,
+// kv_cache_dtype_str_to_dtype returns model_config.dtype): bf16 or fp16,
+// so it stays the contract's auto, which reads the cache tensor's own
+// dtype rather than assuming one (audit V1). "half" and "float16" are
+// torch.float16 there (torch_utils.py:42-43). For a ModelOpt checkpoint
+// vLLM first resolves auto to its kv_cache_quant_algo (FP8 -> fp8_e4m3,
+// resolve_kv_cache_dtype_string, torch_utils.py:498-516 and the map at
+// :78-81): such a capture holds a U8 cache, which auto refuses with a
+// message naming the fp8 layouts.
 var vllmCacheDTypes = map[string]string{
-	"auto": "bf16", "bfloat16": "bf16", "bf16": "bf16",
+	"auto": "auto", "bfloat16": "bf16", "bf16": "bf16",
+	"half": "fp16", "float16": "fp16", "fp16": "fp16",
 	"fp8_e4m3": "fp8_e4m3", "fp8_ds_mla": "fp8_ds_mla",
 	"fp8_e5m2": "",
 }

@@ -42,7 +42,11 @@
 // With Options.NonFinite, special values come first: a NaN or an infinity
 // where the expected output has a number (or the reverse) is no rounding
 // error, so the pattern is "non_finite" unless a coordinate explains where
-// they fall, and every detail starts by counting them.
+// they fall, and every detail starts by counting them. With
+// Options.Overflow, an overflow comes before both: a finite answer the
+// output dtype rounded to an infinity is "overflow" whatever else the
+// elements show (the coordinate that explains where they fall, if one
+// does, is kept).
 //
 // Concentration is judged for significance, not by eye: for a coordinate
 // with K values, the values are ranked by excess density and, for each
@@ -89,6 +93,7 @@ const (
 	ConstantFactor    = "constant_factor"
 	Zeros             = "zeros"
 	NonFinite         = "non_finite"
+	Overflow          = "overflow"
 	Padding           = "padding"
 	SplitCount        = "split_count"
 	Unwritten         = "unwritten"
@@ -148,6 +153,10 @@ type Options struct {
 	// NonFinite is how many elements hold NaN or an infinity where the
 	// expected output does not, or the reverse.
 	NonFinite int
+	// Overflow is how many elements are an infinity of OverflowDType (the
+	// output's) where the exact answer is finite (compare.Metrics.Overflow).
+	Overflow      int
+	OverflowDType tensor.DType
 	// MaxElements: a tensor with more elements is sampled (every element
 	// with excess mass, and a random share of the rest), so that a
 	// many-million-element capture is analysed in bounded time (default
@@ -195,6 +204,20 @@ func AnalyzeProfile(o kernel.Output, excess kernel.Values, opt Options) (*Signat
 	sig, prof := analyze(o, excess, opt)
 	if !opt.Profile {
 		prof = nil
+	}
+	if opt.Overflow > 0 {
+		lead := fmt.Sprintf("%d of %d elements overflow: %s rounds their finite exact answer to an infinity", opt.Overflow, excess.Len(), opt.OverflowDType)
+		if opt.NonFinite > 0 {
+			lead += fmt.Sprintf("; %d more hold NaN or an infinity where the expected output does not, or the reverse", opt.NonFinite)
+		}
+		out := &Signature{Pattern: Overflow, Detail: lead}
+		switch sig.Pattern {
+		case None, Uniform, Isolated:
+		default:
+			out.Coord, out.Groups = sig.Coord, sig.Groups
+			out.Detail += "; " + sig.Detail
+		}
+		return out, prof
 	}
 	if opt.NonFinite == 0 {
 		return sig, prof

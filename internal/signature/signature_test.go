@@ -549,6 +549,41 @@ func TestNonFiniteFirst(t *testing.T) {
 	}
 }
 
+// An overflow comes before everything: a finite answer the output dtype
+// made an infinity is named overflow, with the coordinate that explains
+// where it falls kept when one does (page starts here), and the other
+// special values counted after it.
+func TestOverflowFirst(t *testing.T) {
+	shape := []int{4, 32, 8}
+	N := tensor.NumElements(shape)
+	derived := func(idx []int) []kernel.Coord {
+		return []kernel.Coord{{Kind: "page_offset", Value: idx[1] % 16}}
+	}
+	o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []kernel.CoordKind{"request", "token", "latent"}, Derived: derived}}
+	everywhere := make([]float64, N)
+	pageStart := make([]float64, N)
+	for i := range everywhere {
+		everywhere[i] = math.Inf(1)
+		if (i/shape[2])%shape[1]%16 == 0 {
+			pageStart[i] = math.Inf(1)
+		}
+	}
+	for _, tc := range []struct {
+		name         string
+		excess       []float64
+		overflow, nf int
+		coord, lead  string
+	}{
+		{"everywhere", everywhere, N, 0, "", fmt.Sprintf("%d of %d elements overflow: F16 rounds their finite exact answer to an infinity", N, N)},
+		{"at page starts", pageStart, N/16 - 1, 1, "page_offset", fmt.Sprintf("%d of %d elements overflow: F16 rounds their finite exact answer to an infinity; 1 more hold NaN", N/16-1, N)},
+	} {
+		sig := Analyze(o, kernel.Dense(tc.excess), Options{Overflow: tc.overflow, OverflowDType: tensor.F16, NonFinite: tc.nf})
+		if sig.Pattern != Overflow || sig.Coord != tc.coord || !strings.HasPrefix(sig.Detail, tc.lead) {
+			t.Errorf("%s: pattern %q coord %q, detail %q; want %q, %q, led by %q", tc.name, sig.Pattern, sig.Coord, sig.Detail, Overflow, tc.coord, tc.lead)
+		}
+	}
+}
+
 // A failing set too small to be significant on any coordinate is isolated,
 // never "spread over every coordinate": two heads of four failing in each
 // of four requests (the lse of a head swap at TP 32) is 8 elements of 16,

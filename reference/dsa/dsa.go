@@ -89,7 +89,7 @@ func Compute(ctx context.Context, in Input, maxSeq int) (*Scores, error) {
 		return nil, fmt.Errorf("tensor weights: %v", err)
 	}
 	if len(q.Shape) != 3 || !q.DType.IsFloat() {
-		return nil, fmt.Errorf("tensor q has shape %v and dtype %s; want BF16 [B, Hi, Dk]", q.Shape, q.DType)
+		return nil, fmt.Errorf("tensor q has shape %v and dtype %s; want BF16 or F16 [B, Hi, Dk]", q.Shape, q.DType)
 	}
 	b, hi, dk := q.Shape[0], q.Shape[1], q.Shape[2]
 	if len(w.Shape) != 2 || w.Shape[0] != b || w.Shape[1] != hi || !w.DType.IsFloat() {
@@ -110,7 +110,12 @@ func Compute(ctx context.Context, in Input, maxSeq int) (*Scores, error) {
 		}
 		fc = &fp8Cache{data: t.Data, p: p.PageSize, dk: dk}
 	} else {
-		lay := kvcache.Layout{Kind: kvcache.BF16, L: dk, PageSize: p.PageSize, Saturate: true}
+		// a 16-bit cache: the model's dtype (an fp16 model's is F16)
+		kind := kvcache.BF16
+		if in.KCache != nil && in.KCache.DType == tensor.F16 {
+			kind = kvcache.FP16
+		}
+		lay := kvcache.Layout{Kind: kind, L: dk, PageSize: p.PageSize, Saturate: true}
 		var err error
 		if kc, err = kvcache.NewNamed("k_cache", in.KCache, lay, 0); err != nil {
 			return nil, err

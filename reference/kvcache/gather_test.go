@@ -187,7 +187,7 @@ func TestPagedEqualsContiguous(t *testing.T) {
 	rng := rand.New(rand.NewSource(11))
 	seqLens := []int{7, 0, 4, 1}
 	total := 12
-	for _, kind := range []Kind{BF16, FP8E4M3, FP8DSMLA} {
+	for _, kind := range []Kind{BF16, FP16, FP8E4M3, FP8DSMLA} {
 		l, r := 10, 3
 		if kind == FP8DSMLA {
 			l, r = 512, 64
@@ -282,7 +282,7 @@ func TestRowDequantPrecision(t *testing.T) {
 
 func TestRowAllocFree(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
-	for _, kind := range []Kind{BF16, FP8E4M3, FP8DSMLA} {
+	for _, kind := range []Kind{BF16, FP16, FP8E4M3, FP8DSMLA} {
 		lay := mustLayout(t, kind, 512, 64, 64)
 		ct := tensor.New(lay.CacheDTypes()[0], 2, 64, lay.EntrySize())
 		rng.Read(ct.Data)
@@ -298,7 +298,7 @@ func TestRowAllocFree(t *testing.T) {
 }
 
 func BenchmarkRow(b *testing.B) {
-	for _, kind := range []Kind{BF16, FP8E4M3, FP8DSMLA} {
+	for _, kind := range []Kind{BF16, FP16, FP8E4M3, FP8DSMLA} {
 		for _, deq := range []tensor.DType{tensor.F64, tensor.BF16} {
 			b.Run(string(kind)+"/"+string(deq), func(b *testing.B) {
 				lay, _ := NewLayout(kind, 512, 64, 64)

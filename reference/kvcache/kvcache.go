@@ -3,9 +3,11 @@
 // stored in each kv_cache_dtype (reference/CONTRACTS.md §3.4), how a writer fills it and how a
 // reader dequantizes it (reference/CONTRACTS.md §3.5).
 //
-// Three layouts, as the engines store them:
+// Four layouts, as the engines store them:
 //
 //	bf16        BF16 [NB, P, D], each row [kv_c (L) | k_pe (R)]
+//	fp16        F16 [NB, P, D], rows as bf16 (an fp16 model's cache: FlashMLA's
+//	            dense decode, vLLM TRITON_MLA and vLLM --dtype half store it)
 //	fp8_e4m3    U8 or F8_E4M3 [NB, P, D], written e4m3_sat(x / k_scale), read e4m3 * k_scale
 //	fp8_ds_mla  U8 (or F8_E4M3) [NB, P, 656] (DeepSeek-V3.2, L = 512, R = 64):
 //	            [0,512) kv_c as E4M3, [512,528) four F32 tile scales (one per
@@ -30,12 +32,18 @@ type Kind string
 // The kv_cache_dtype values of reference/CONTRACTS.md §3.4.
 const (
 	BF16     Kind = "bf16"
+	FP16     Kind = "fp16"
 	FP8E4M3  Kind = "fp8_e4m3"
 	FP8DSMLA Kind = "fp8_ds_mla"
 )
 
 // Kinds lists the kv_cache_dtype values, for parameter validation.
-var Kinds = []string{string(BF16), string(FP8E4M3), string(FP8DSMLA)}
+var Kinds = []string{string(BF16), string(FP16), string(FP8E4M3), string(FP8DSMLA)}
+
+// IsFloat reports whether the layout stores each value as a float of the
+// cache's own dtype (bf16, fp16): a write rounds the token's value to it, a
+// read is exact at every precision.
+func (k Kind) IsFloat() bool { return k == BF16 || k == FP16 }
 
 // ScaleConvention is how an fp8_ds_mla writer derives a tile scale from the
 // tile's amax (the ds_mla_scale parameter). Readers multiply by the stored F32
@@ -91,7 +99,7 @@ func NewLayout(kind Kind, l, r, pageSize int) (Layout, error) {
 // Validate reports a layout that no engine stores.
 func (l Layout) Validate() error {
 	switch l.Kind {
-	case BF16, FP8E4M3:
+	case BF16, FP16, FP8E4M3:
 	case FP8DSMLA:
 		if l.L != DSLatent || l.R != DSRope {
 			return fmt.Errorf("kv_cache_dtype fp8_ds_mla stores L = %d and R = %d only; got L = %d, R = %d", DSLatent, DSRope, l.L, l.R)
@@ -100,7 +108,7 @@ func (l Layout) Validate() error {
 			return fmt.Errorf("parameter ds_mla_scale = %q: want amax or pow2", l.DSScale)
 		}
 	default:
-		return fmt.Errorf("parameter kv_cache_dtype = %q: want bf16, fp8_e4m3 or fp8_ds_mla", l.Kind)
+		return fmt.Errorf("parameter kv_cache_dtype = %q: want bf16, fp16, fp8_e4m3 or fp8_ds_mla", l.Kind)
 	}
 	if l.L < 0 || l.R < 0 || l.L+l.R == 0 {
 		return fmt.Errorf("latent dim %d and rope dim %d: want L, R >= 0 and L+R > 0", l.L, l.R)
@@ -128,6 +136,8 @@ func (l Layout) CacheDTypes() []tensor.DType {
 	switch l.Kind {
 	case BF16:
 		return []tensor.DType{tensor.BF16}
+	case FP16:
+		return []tensor.DType{tensor.F16}
 	}
 	// fp8_ds_mla is bytes; FlashMLA's tests allocate it as float8_e4m3fn,
 	// so a capture may carry that dtype over the same bytes.
@@ -274,8 +284,9 @@ func (c *Cache) D() int { return c.Layout.D() }
 // Row decodes the token at (block, offset) into dst[:D]. deq is the precision
 // the reader dequantizes an fp8 value to: F64 for the exact value e4m3·scale,
 // F32 for the fp32 product (vLLM's gather), BF16 for the fp32 product rounded
-// to bf16 (FlashMLA, kv_dequant_dtype), F16 likewise. BF16 entries (the bf16
-// layout, fp8_ds_mla's rope part) are exact at every precision.
+// to bf16 (FlashMLA, kv_dequant_dtype), F16 likewise. BF16 and F16 entries
+// (the bf16 and fp16 layouts, fp8_ds_mla's rope part) are exact at every
+// precision.
 //
 // Row does not check its arguments beyond what slice indexing does: callers
 // validate the block table first (Pages), as a kernel trusts its inputs.
@@ -291,6 +302,8 @@ func (c *Cache) RowSlot(slot int, dst []float64, deq tensor.DType) {
 	switch l.Kind {
 	case BF16:
 		widenBF16(dst, c.data[2*d*slot:2*d*(slot+1)])
+	case FP16:
+		widenFP16(dst, c.data[2*d*slot:2*d*(slot+1)])
 	case FP8E4M3:
 		lut := &c.lut[deqIndex(deq)]
 		b := c.data[d*slot : d*(slot+1)]

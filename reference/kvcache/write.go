@@ -30,8 +30,10 @@ const TieRelTol = 0x1p-20
 // expected cache: x/scale as one fp32 division, then E4M3
 // round-to-nearest-even, as vLLM's scaled_convert does
 // __nv_cvt_float_to_fp8(float(x) / scale, __NV_SATFINITE, __NV_E4M3)), and
-// exactly (x/scale divided in float64). BF16 entries and fp8_ds_mla's rope
-// part are copies, the same both ways. An Overlay is read-only once built and
+// exactly (x/scale divided in float64). BF16 and F16 entries and
+// fp8_ds_mla's rope part are the token's value rounded to the cache's dtype
+// (a copy when the token has that dtype), the same bytes both ways; the
+// exact values of a float layout are the unrounded ones (ExactValue). An Overlay is read-only once built and
 // safe for concurrent use.
 type Overlay struct {
 	Layout Layout
@@ -53,7 +55,7 @@ type writtenEntry struct {
 }
 
 // NewOverlay returns the write of tokens kv_c [T', L] and k_pe [T', R] (any
-// float dtype; the contract's are BF16) to the slots of slots (T <= T'
+// float dtype; the contract's are BF16, F16 and F32) to the slots of slots (T <= T'
 // entries: as vLLM V1, rows past len(slots) are CUDA-graph padding and are
 // not written; a negative slot skips its token) over before. kScale is
 // fp8_e4m3's per-tensor scale (ignored by the other layouts). Errors name
@@ -75,7 +77,7 @@ func NewOverlay(before, kvc, kpe *tensor.Tensor, slots []int64, l Layout, kScale
 			return nil, fmt.Errorf("tensor %s: %v", in.name, err)
 		}
 		if !in.t.DType.IsFloat() {
-			return nil, fmt.Errorf("tensor %s has dtype %s; want BF16", in.name, in.t.DType)
+			return nil, fmt.Errorf("tensor %s has dtype %s; want BF16, F16 or F32", in.name, in.t.DType)
 		}
 		if len(in.t.Shape) != 2 || in.t.Shape[1] != in.dim {
 			return nil, fmt.Errorf("tensor %s has shape %v; want [T, %d] (%s = %d)", in.name, in.t.Shape, in.dim, in.what, in.dim)
@@ -151,9 +153,9 @@ func (o *Overlay) EntryInto(k int, exact bool, dst []byte) {
 	t := int(o.written[k].token)
 	dst = dst[:o.EntryBytes()]
 	switch l.Kind {
-	case BF16:
+	case BF16, FP16:
 		for j := 0; j < l.D(); j++ {
-			binary.LittleEndian.PutUint16(dst[2*j:], o.bf16Bits(t, j))
+			binary.LittleEndian.PutUint16(dst[2*j:], o.floatBits(t, j, o.Before.DType))
 		}
 	case FP8E4M3:
 		ks32 := float32(o.kScale)
@@ -171,7 +173,7 @@ func (o *Overlay) EntryInto(k int, exact bool, dst []byte) {
 			}
 		}
 		for j := 0; j < DSRope; j++ {
-			binary.LittleEndian.PutUint16(dst[DSRopeOff+2*j:], o.bf16Bits(t, DSLatent+j))
+			binary.LittleEndian.PutUint16(dst[DSRopeOff+2*j:], o.floatBits(t, DSLatent+j, tensor.BF16))
 		}
 	}
 }
@@ -248,17 +250,36 @@ func (o *Overlay) value(t, j int) float64 {
 	return o.kpe.Float64At(t*o.Layout.R + j - o.Layout.L)
 }
 
-// bf16Bits returns the BF16 bits of token t's value j: the input's own bits
-// when it is BF16 (a copy keeps NaN payloads), else the rounded value.
-func (o *Overlay) bf16Bits(t, j int) uint16 {
+// floatBits returns the bits of token t's value j stored as d (BF16 or
+// F16): the input's own bits when it is of that dtype (a copy keeps NaN
+// payloads), else the value rounded to nearest even (a bf16 value past
+// fp16's 65504 rounds to inf, as a cast does: Compare names it an overflow).
+// The contract's inputs (BF16, F16, F32) are float32 values, so the one
+// rounding of FP16Encode is the only one.
+func (o *Overlay) floatBits(t, j int, d tensor.DType) uint16 {
 	src, k := o.kvc, t*o.Layout.L+j
 	if j >= o.Layout.L {
 		src, k = o.kpe, t*o.Layout.R+j-o.Layout.L
 	}
-	if src.DType == tensor.BF16 {
+	if src.DType == d {
 		return binary.LittleEndian.Uint16(src.Data[2*k:])
 	}
+	if d == tensor.F16 {
+		return formats.FP16Encode(float32(src.Float64At(k)))
+	}
 	return formats.BF16FromFloat64(src.Float64At(k))
+}
+
+// ExactValue is element col of written entry k (as Find numbers them) for
+// the float layouts (bf16, fp16): the token's value before the cache's
+// rounding, which is what the exact reference of a write holds (a value an
+// fp16 cache rounds to inf stays finite there). ok is false for the fp8
+// layouts, whose exact entry is bytes (EntryInto).
+func (o *Overlay) ExactValue(k, col int) (v float64, ok bool) {
+	if !o.Layout.Kind.IsFloat() {
+		return 0, false
+	}
+	return o.value(int(o.written[k].token), col), true
 }
 
 // TileScale is the F32 tile scale a writer of convention conv stores for a
@@ -336,7 +357,7 @@ func (o *Overlay) Equivalent(i int, actual float64) bool {
 		return false
 	}
 	d := o.Before.DType
-	if (d == tensor.BF16 || d == tensor.F8E4M3) && math.IsNaN(actual) && math.IsNaN(o.Value(i, false)) {
+	if (d == tensor.BF16 || d == tensor.F16 || d == tensor.F8E4M3) && math.IsNaN(actual) && math.IsNaN(o.Value(i, false)) {
 		return true // NaN compares by position, never by payload
 	}
 	k := o.Find(i / e)

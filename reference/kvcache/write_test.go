@@ -251,7 +251,7 @@ func TestWriteInputErrors(t *testing.T) {
 // TestNegativeSlotsLeaveBytes: only the entries of non-negative slots change,
 // whatever the cache held (random bytes, NaN poison).
 func TestNegativeSlotsLeaveBytes(t *testing.T) {
-	for _, kind := range []Kind{BF16, FP8E4M3, FP8DSMLA} {
+	for _, kind := range []Kind{BF16, FP16, FP8E4M3, FP8DSMLA} {
 		l, r := 4, 2
 		if kind == FP8DSMLA {
 			l, r = 512, 64
@@ -374,7 +374,7 @@ func TestTileScaleConventions(t *testing.T) {
 // random bytes (NaN poison included) and fp8 values that are not exact in
 // E4M3, so that the expected and exact caches differ somewhere.
 func TestOverlayValues(t *testing.T) {
-	for _, kind := range []Kind{BF16, FP8E4M3, FP8DSMLA} {
+	for _, kind := range []Kind{BF16, FP16, FP8E4M3, FP8DSMLA} {
 		l, r := 6, 2
 		if kind == FP8DSMLA {
 			l, r = 512, 64
@@ -434,5 +434,66 @@ func TestOverlayValues(t *testing.T) {
 		if string(before.Data) != string(keep.Data) {
 			t.Errorf("%s: the overlay modified cache_before", kind)
 		}
+	}
+}
+
+// TestWriteFP16ByHand: one token a case (L = 1, R = 1) written into an fp16
+// cache from each input dtype the contract takes. Every bf16 value in
+// fp16's normal range is exact in fp16 (8 significant bits of 11), so the
+// ties sit in the subnormal range or come from F32 inputs. The codes were
+// worked by hand and agree with Python's struct.pack('<e', x) (which
+// refuses 65520 and 65536: "float too large to pack"). exact is the exact
+// reference's value: the token's, before the cache's rounding.
+func TestWriteFP16ByHand(t *testing.T) {
+	nan := math.NaN()
+	cases := []struct {
+		in   tensor.DType
+		x    float64
+		want uint16
+		why  string
+	}{
+		{tensor.BF16, 1, 0x3C00, "1 = 2^0: exponent 15 -> 0 01111 0000000000"},
+		{tensor.BF16, -2, 0xC000, "-2 = -2^1: exponent 16 -> 1 10000 0000000000"},
+		{tensor.BF16, 65280, 0x7BF8, "bf16 0x477F = 1.9921875*2^15: exponent 30, mantissa 1016 = 0x3F8"},
+		{tensor.BF16, 65536, 0x7C00, "bf16 0x4780 = 2^16 is past fp16's 65504: rounds to +inf (an overflow)"},
+		{tensor.BF16, 0x1p-25, 0x0000, "half the smallest subnormal 2^-24: a tie, to even -> +0"},
+		{tensor.BF16, 0x3p-26, 0x0001, "0.75 of 2^-24: up to the smallest subnormal"},
+		{tensor.BF16, 0x3p-25, 0x0002, "1.5 of 2^-24: a tie between codes 1 and 2, to even -> 2"},
+		{tensor.BF16, math.Copysign(0, -1), 0x8000, "-0 keeps its sign"},
+		{tensor.F32, 1 + 0x1p-11, 0x3C00, "half an fp16 ulp above 1: a tie, to even (mantissa 0)"},
+		{tensor.F32, 1 + 0x3p-11, 0x3C02, "1.5 ulps above 1: a tie between mantissas 1 and 2, to even -> 2"},
+		{tensor.F32, 65519, 0x7BFF, "below the midpoint 65520 of 65504 and 2^16: down to 65504"},
+		{tensor.F32, 65520, 0x7C00, "the midpoint of 65504 (odd mantissa 0x3FF) and 2^16: to even, which is +inf"},
+		{tensor.F16, 0x1p-24, 0x0001, "an F16 token is copied: the smallest subnormal stays"},
+		{tensor.F16, 65504, 0x7BFF, "fp16's largest finite value, copied"},
+	}
+	lay := mustLayout(t, FP16, 1, 1, 1)
+	for _, c := range cases {
+		kvc := tensor.FromFloat64s(c.in, []int{1, 1}, []float64{c.x})
+		kpe := tensor.FromFloat64s(c.in, []int{1, 1}, []float64{0})
+		before := tensor.FromFloat64s(tensor.F16, []int{1, 1, 2}, []float64{nan, nan})
+		w, err := Write(before, kvc, kpe, []int64{0}, lay, 0)
+		if err != nil {
+			t.Fatalf("%s %v: %v", c.in, c.x, err)
+		}
+		if got := binary.LittleEndian.Uint16(w.After.Data); got != c.want {
+			t.Errorf("%s %v: got %#04x, want %#04x (%s)", c.in, c.x, got, c.want, c.why)
+		}
+		if got, ok := w.ExactValue(0, 0); !ok || got != c.x || math.Signbit(got) != math.Signbit(c.x) {
+			t.Errorf("%s %v: exact value %v (ok %v), want the token's %v", c.in, c.x, got, ok, c.x)
+		}
+		if !math.IsNaN(before.Float64At(0)) {
+			t.Errorf("%s %v: Write modified cache_before", c.in, c.x)
+		}
+	}
+	// A NaN token is stored as a NaN (its payload is no part of the contract).
+	kvc := tensor.FromFloat64s(tensor.BF16, []int{1, 1}, []float64{nan})
+	w, err := Write(tensor.New(tensor.F16, 1, 1, 2), kvc, tensor.New(tensor.BF16, 1, 1), []int64{0}, lay, 0)
+	if err != nil || !math.IsNaN(w.After.Float64At(0)) {
+		t.Errorf("a bf16 NaN written into an fp16 cache: got %v (error %v), want NaN", w.After.Float64At(0), err)
+	}
+	// An fp16 cache holds F16 only.
+	if _, err := Write(tensor.New(tensor.BF16, 1, 1, 2), kvc, kvc, []int64{0}, lay, 0); err == nil || !strings.Contains(err.Error(), "tensor cache_before has dtype BF16; kv_cache_dtype fp16 stores [F16]") {
+		t.Errorf("a BF16 cache_before with kv_cache_dtype fp16: got %v", err)
 	}
 }

@@ -491,9 +491,10 @@ type engine struct {
 	prec    Precision
 	acc, pm rmode
 	deqSame bool // the dequantized row equals the exact one
-	// pv32: fp32 accumulation of bf16 P times bf16 values, whose products
-	// are exact in fp32 (8-bit significands) unless they underflow: the
-	// Expected PV update can then run in float32 (see pvExpected32).
+	// pv32: fp32 accumulation of bf16 or fp16 P times bf16 or fp16
+	// values, whose products are exact in fp32 (at most 11 + 11 = 22
+	// significant bits of 24) unless they underflow: the Expected PV
+	// update can then run in float32 (see pvExpected32).
 	pv32 bool
 	// exactProducts: every q value is a float32 (24 significant bits), and
 	// every cache value kvcache decodes has at most 28 (bf16; e4m3 times an
@@ -525,8 +526,8 @@ func newEngine(ctx context.Context, c *kvcache.Cache, q *Query, cfg Config, prec
 	}
 	return &engine{
 		ctx: ctx, cache: c, q: q, cfg: cfg, prec: prec, acc: acc, pm: pm,
-		deqSame:       c.Layout.Kind == kvcache.BF16 || prec.KVDequant == tensor.F64,
-		pv32:          acc == r32 && pm == rBF16 && (c.Layout.Kind == kvcache.BF16 || prec.KVDequant == tensor.BF16),
+		deqSame:       c.Layout.Kind.IsFloat() || prec.KVDequant == tensor.F64,
+		pv32:          acc == r32 && narrowP(pm) && (c.Layout.Kind.IsFloat() || prec.KVDequant == tensor.BF16 || prec.KVDequant == tensor.F16),
 		exactProducts: allFloat32(q.Data),
 		empty:         empty, outDT: outDT, lseDT: lseDT,
 		ex:      sink{make([]float64, rows*L), make([]float64, rows)},
@@ -538,6 +539,11 @@ func newEngine(ctx context.Context, c *kvcache.Cache, q *Query, cfg Config, prec
 		scaleLog2: float64(float32(cfg.SoftmaxScale * math.Log2E)),
 	}
 }
+
+// narrowP reports whether P is rounded to a format of at most 11
+// significant bits (bf16's 8, fp16's 11): its product with a value of as
+// many is exact in float32's 24 (pv32).
+func narrowP(m rmode) bool { return m == rBF16 || m == rF16 }
 
 // allFloat32 reports whether every value of x is a float32 (NaN and the
 // infinities included).
@@ -682,7 +688,7 @@ func (w *worker) do(u *unit) {
 }
 
 // values32 copies the block's value columns to v32 as float32 (exact: they
-// are bf16 values) and returns the smallest nonzero finite magnitude among
+// are bf16 or fp16 values) and returns the smallest nonzero finite magnitude among
 // them (+Inf when there is none).
 func (w *worker) values32(nj int) float64 {
 	D, L := w.e.q.D, w.e.cache.Layout.L
@@ -697,9 +703,9 @@ func (w *worker) values32(nj int) float64 {
 }
 
 // pvExpected32 is pvExpected1 of rows r..r+rows-1 over nj tokens, for
-// fp32 accumulation of bf16 P and bf16 values, when every product is at
-// least 2^-126: each product pr·x is then exactly a normal float32 (16
-// significant bits), so float32(acc + pr·x), computed in float64 as
+// fp32 accumulation of bf16 or fp16 P and bf16 or fp16 values, when every
+// product is at least 2^-126: each product pr·x is then exactly a normal
+// float32 (at most 22 significant bits), so float32(acc + pr·x), computed in float64 as
 // pvExpected1 does, is the correctly rounded fp32 sum of two float32
 // values, which is what float32 arithmetic (or an fp32 fused multiply-add)
 // gives too. minV is the smallest nonzero value magnitude of the block

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/splitk"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -176,7 +177,13 @@ func oracleCases() []oracleCase {
 	f64.Acc, f64.P, f64.KVDequant, f64.Out = tensor.F64, tensor.F64, tensor.F64, tensor.F64
 	deq32 := def
 	deq32.KVDequant = tensor.F32
+	// an fp16 model: P, out, lse and partials in fp16 (TRITON_MLA's lse is
+	// in q's dtype); the partials' lse in bf16, a dtype of its own
+	fp16 := def
+	fp16.P, fp16.Out, fp16.LSE, fp16.PartialOut, fp16.PartialLSE = tensor.F16, tensor.F16, tensor.F16, tensor.F16, tensor.BF16
 	return []oracleCase{
+		{"fp16/default", kvcache.FP16, def, splitk.BaseE},
+		{"fp16/fp16-model", kvcache.FP16, fp16, splitk.Base2},
 		{"bf16/default", kvcache.BF16, def, splitk.BaseE},
 		{"bf16/p-f32/base2", kvcache.BF16, f32p, splitk.Base2},
 		{"bf16/acc-bf16", kvcache.BF16, bfAcc, splitk.BaseE},
@@ -221,6 +228,17 @@ func oracleCache(t *testing.T, rng *rand.Rand, kind kvcache.Kind, nb, p, l, r in
 	switch kind {
 	case kvcache.BF16:
 		bf(ct.Data)
+	case kvcache.FP16:
+		for i := 0; i+2 <= len(ct.Data); i += 2 {
+			v := float32(2 * rng.NormFloat64())
+			switch rng.IntN(40) {
+			case 0:
+				v = 0
+			case 1:
+				v *= 0x1p-20 // an fp16 subnormal, so fp32 products of P come near underflow
+			}
+			binary.LittleEndian.PutUint16(ct.Data[i:], formats.FP16Encode(v))
+		}
 	case kvcache.FP8E4M3:
 		for i := range ct.Data {
 			ct.Data[i] = code()

@@ -29,8 +29,9 @@ func init() {
 		Stage:   StageAttn,
 		Summary: "DeepSeek Sparse Attention lightning indexer scores and top-k",
 		Inputs: []TensorSpec{
-			{Name: "q", DTypes: []tensor.DType{tensor.BF16, tensor.F8E4M3}},
-			{Name: "k_cache", DTypes: []tensor.DType{tensor.BF16, tensor.U8}, Read: indexerRows},
+			// an fp16 model's query and key cache are F16
+			{Name: "q", DTypes: []tensor.DType{tensor.BF16, tensor.F16, tensor.F8E4M3}},
+			{Name: "k_cache", DTypes: []tensor.DType{tensor.BF16, tensor.F16, tensor.U8}, Read: indexerRows},
 			{Name: "weights", DTypes: []tensor.DType{tensor.F32}},
 			{Name: "block_table", DTypes: paged.IndexDTypes},
 			{Name: "seq_lens", DTypes: paged.IndexDTypes},
@@ -41,8 +42,8 @@ func init() {
 		},
 		Params: []ParamSpec{
 			paged.PageSizeParam,
-			{Name: "k_cache_dtype", Kind: ParamEnum, Default: "bf16", Allowed: []string{"bf16", "fp8_e4m3"},
-				Doc: "bf16: k_cache BF16 [NB, P, Dk]; fp8_e4m3: vLLM's indexer cache, U8 [NB, P, Dk+4] holding per block the P tokens' Dk e4m3 codes then their P F32 scales (the q scale of an fp8 q is folded into weights, as vLLM does)"},
+			{Name: "k_cache_dtype", Kind: ParamEnum, Default: "bf16", Allowed: indexerCacheKinds,
+				Doc: "bf16: k_cache BF16 [NB, P, Dk]; fp16: F16 [NB, P, Dk] (an fp16 model's); auto: the k_cache tensor's own 16-bit dtype; fp8_e4m3: vLLM's indexer cache, U8 [NB, P, Dk+4] holding per block the P tokens' Dk e4m3 codes then their P F32 scales (the q scale of an fp8 q is folded into weights, as vLLM does)"},
 			{Name: "max_seq", Kind: ParamInt, Doc: "the scores' width (default: the captured scores', else the longest request)"},
 			{Name: "topk", Kind: ParamInt, Doc: "indices a request keeps (default: the captured topk_indices' width; one of the two is needed)"},
 		},
@@ -127,7 +128,7 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTy
 	if topk <= 0 {
 		return nil, fmt.Errorf("parameter topk is missing or not positive (%d), and no topk_indices tensor gives it", topk)
 	}
-	kd, err := in.Params.Enum("k_cache_dtype", "bf16", "bf16", "fp8_e4m3")
+	kd, err := indexerCacheKind(in.Params, kc)
 	if err != nil {
 		return nil, err
 	}
@@ -180,4 +181,31 @@ func int32s(v []int32) []float64 {
 		out[i] = float64(x)
 	}
 	return out
+}
+
+// indexerCacheKinds are the k_cache_dtype values: the two 16-bit caches,
+// auto (the tensor's own of them, as kv_cache_dtype's auto) and vLLM's fp8
+// layout.
+var indexerCacheKinds = []string{"bf16", "fp16", "auto", "fp8_e4m3"}
+
+// indexerCacheKind reads k_cache_dtype for the cache kc: auto is resolved
+// from its dtype, and a 16-bit kind must be the tensor's.
+func indexerCacheKind(p Params, kc *tensor.Tensor) (string, error) {
+	kd, err := p.Enum("k_cache_dtype", "bf16", indexerCacheKinds...)
+	if err != nil {
+		return "", err
+	}
+	want := map[string]tensor.DType{"bf16": tensor.BF16, "fp16": tensor.F16}
+	if kd == "auto" {
+		for k, d := range want {
+			if kc.DType == d {
+				return k, nil
+			}
+		}
+		return "", fmt.Errorf("parameter k_cache_dtype = auto means the cache's own dtype (BF16 or F16), but tensor k_cache is %s: vLLM's fp8 indexer cache needs k_cache_dtype fp8_e4m3", kc.DType)
+	}
+	if d, ok := want[kd]; ok && kc.DType != d {
+		return "", fmt.Errorf("tensor k_cache has dtype %s; k_cache_dtype %s stores %s", kc.DType, kd, d)
+	}
+	return kd, nil
 }

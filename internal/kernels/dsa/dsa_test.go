@@ -146,3 +146,49 @@ func TestDSAIndexerFP8Cache(t *testing.T) {
 		t.Errorf("misshapen fp8 cache: error %v", err)
 	}
 }
+
+// TestDSAIndexerFP16: an fp16 model's query and key cache (k_cache_dtype
+// fp16, or auto) give the hand example's scores (every value is exact in
+// fp16), and mixing an F16 query with a BF16 cache is read as stored; an
+// F32 cache, or a k_cache_dtype the tensor does not have, is refused by
+// name.
+func TestDSAIndexerFP16(t *testing.T) {
+	k, _ := Lookup("dsa_indexer")
+	want := []float64{1, 6, 4.5, 3, math.Inf(-1), math.Inf(-1)}
+	for _, c := range []struct {
+		q, cache tensor.DType
+		kind     string
+	}{{tensor.F16, tensor.F16, "fp16"}, {tensor.F16, tensor.BF16, "bf16"}, {tensor.BF16, tensor.F16, "auto"}, {tensor.F16, tensor.F16, "auto"}} {
+		in := dsaInputs()
+		in.Params["k_cache_dtype"] = c.kind
+		for name, d := range map[string]tensor.DType{"q": c.q, "k_cache": c.cache} {
+			src := in.Tensors[name]
+			in.Tensors[name] = tensor.FromFloat64s(d, src.Shape, src.Float64s())
+		}
+		outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
+		if err != nil {
+			t.Fatalf("q %s, k_cache %s: %v", c.q, c.cache, err)
+		}
+		for i, w := range want {
+			if outs[0].Expected.At(i) != w || outs[0].Exact.At(i) != w {
+				t.Errorf("q %s, k_cache %s: scores[0,%d] = %v / %v, want %v", c.q, c.cache, i, outs[0].Expected.At(i), outs[0].Exact.At(i), w)
+			}
+		}
+	}
+	for _, c := range []struct {
+		cache *tensor.Tensor
+		kind  string
+		want  string
+	}{
+		{tensor.New(tensor.F32, 2, 2, 2), "bf16", "tensor k_cache has dtype F32; the contract wants BF16 or F16 or U8"},
+		{tensor.New(tensor.F16, 2, 2, 2), "bf16", "tensor k_cache has dtype F16; k_cache_dtype bf16 stores BF16"},
+		{tensor.New(tensor.U8, 2, 2, 6), "auto", "parameter k_cache_dtype = auto means the cache's own dtype (BF16 or F16), but tensor k_cache is U8"},
+	} {
+		in := dsaInputs()
+		in.Tensors["k_cache"] = c.cache
+		in.Params["k_cache_dtype"] = c.kind
+		if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("a %s k_cache as %s: %v, want an error containing %q", c.cache.DType, c.kind, err, c.want)
+		}
+	}
+}

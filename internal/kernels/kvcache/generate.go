@@ -37,11 +37,12 @@ func (*write) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tensor.
 		}
 	}
 	kvc, kpe := paged.Tokens(r, len(slots), g.Latent, g.Rope)
+	md := paged.ModelDType(g.KVCacheDType)
 	ts := map[string]*tensor.Tensor{
-		"kv_c": BF16([]int{len(slots), g.Latent}, kvc), "k_pe": BF16([]int{len(slots), g.Rope}, kpe),
+		"kv_c": tensor.FromFloat64s(md, []int{len(slots), g.Latent}, kvc), "k_pe": tensor.FromFloat64s(md, []int{len(slots), g.Rope}, kpe),
 		"slot_mapping": tensor.FromInt64s(tensor.I64, []int{len(slots)}, slots), "cache_before": before,
 	}
-	if g.KVCacheDType != "bf16" {
+	if paged.HasKScale(g.KVCacheDType) {
 		ts["k_scale"] = F32Scalar(paged.KScaleOf(kvc, kpe))
 	}
 	return ts, nil
@@ -56,7 +57,7 @@ func (*gather) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tensor
 	}
 	ts := paged.Tables(seqLens, pg)
 	ts["cache"] = cache
-	if c.Geometry.KVCacheDType != "bf16" {
+	if paged.HasKScale(c.Geometry.KVCacheDType) {
 		ts["k_scale"] = F32Scalar(ks)
 	}
 	return ts, nil

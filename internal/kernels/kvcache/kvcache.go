@@ -27,14 +27,24 @@ type write struct{ Adapter }
 // gather is kv_cache_gather.
 type gather struct{ Adapter }
 
+var (
+	// tokenDTypes are the dtypes of a write's kv_c and k_pe.
+	tokenDTypes = []tensor.DType{tensor.BF16, tensor.F16, tensor.F32}
+	// gatheredDTypes are those of a gather's dst (vLLM's dst is the model
+	// dtype or fp32: vllm/_custom_ops.py@0002bde5 gather_and_maybe_dequant_cache).
+	gatheredDTypes = []tensor.DType{tensor.BF16, tensor.F16, tensor.F32}
+)
+
 func init() {
 	Register(&write{Adapter{Contract: Spec{
 		Name:    "kv_cache_write",
 		Stage:   StageCache,
 		Summary: "paged MLA latent cache write (vLLM concat_and_cache_mla, DeepSeek-V3.2 fp8_ds_mla)",
 		Inputs: []TensorSpec{
-			{Name: "kv_c", DTypes: []tensor.DType{tensor.BF16}},
-			{Name: "k_pe", DTypes: []tensor.DType{tensor.BF16}},
+			// An fp16 model's tokens are F16, and an engine may write bf16
+			// tokens into an fp16 cache (reference/CONTRACTS.md §3.4).
+			{Name: "kv_c", DTypes: tokenDTypes},
+			{Name: "k_pe", DTypes: tokenDTypes},
 			{Name: "slot_mapping", DTypes: paged.IndexDTypes},
 			{Name: "cache_before", DTypes: paged.CacheDTypes, Read: paged.ReadsNothing},
 			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
@@ -58,7 +68,7 @@ func init() {
 			// tokens seq_starts[b] .. seq_starts[b]+seq_lens[b]-1.
 			{Name: "seq_starts", DTypes: paged.IndexDTypes, Optional: true},
 		},
-		Outputs: []TensorSpec{{Name: "gathered", DTypes: []tensor.DType{tensor.BF16, tensor.F32}}},
+		Outputs: []TensorSpec{{Name: "gathered", DTypes: gatheredDTypes}},
 		Params: []ParamSpec{
 			paged.CacheDTypeParam, paged.DSMLAScaleParam, paged.PageSizeParam,
 		},
@@ -123,7 +133,10 @@ func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes OutD
 // cacheAfter is kv_cache_write's cache_after as Values: cache_before's
 // values where no token was written, and the written entries computed from
 // their tokens on demand, an entry at a time (the last one kept), so that
-// the whole cache is never copied, let alone widened to float64.
+// the whole cache is never copied, let alone widened to float64. The exact
+// values of a float layout's written entries are the tokens' own, before
+// the cache's rounding (Overlay.ExactValue): a token an fp16 cache rounds
+// to inf is finite there, which is how Compare tells an overflow.
 type cacheAfter struct {
 	ov    *kvcache.Overlay
 	exact bool
@@ -156,6 +169,11 @@ func (c *cacheAfter) At(i int) float64 {
 	}
 	if c.k < 0 {
 		return c.ov.Before.Float64At(i)
+	}
+	if c.exact {
+		if v, ok := c.ov.ExactValue(c.k, i-c.slot*c.e); ok {
+			return v
+		}
 	}
 	return c.entry.Float64At(i - c.slot*c.e)
 }
@@ -195,16 +213,18 @@ func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes Out
 	if err != nil {
 		return nil, err
 	}
-	out := outDTypes["gathered"]
-	if out == "" {
-		out = tensor.BF16
+	// The default dst is the model's dtype: an fp16 cache's is F16.
+	def := tensor.BF16
+	if lay.Kind == kvcache.FP16 {
+		def = tensor.F16
 	}
-	if out != tensor.BF16 && out != tensor.F32 {
-		return nil, fmt.Errorf("tensor gathered has dtype %s; the contract wants BF16 or F32", out)
+	out, err := OutDType(outDTypes, "gathered", def, gatheredDTypes...)
+	if err != nil {
+		return nil, err
 	}
 	// vLLM dequantizes to fp32 (e4m3 * scale) and stores in the output dtype.
-	exact := newGathered(c, pages, tensor.F64, false)
-	expected := newGathered(c, pages, tensor.F32, out == tensor.BF16)
+	exact := newGathered(c, pages, tensor.F64, tensor.F64)
+	expected := newGathered(c, pages, tensor.F32, out)
 	dd := lay.D()
 	derived := func(idx []int) []Coord {
 		b, t := pages.Request(idx[0])
@@ -236,18 +256,19 @@ type gathered struct {
 	c     *kvcache.Cache
 	pages *kvcache.Pages
 	deq   tensor.DType
-	// roundBF16: the values are stored rounded to bf16 (a BF16 output).
-	roundBF16 bool
-	row       int // the row buf holds (-1: none)
-	buf       []float64
+	// out is the dtype the values are stored in: the output's (F32 leaves
+	// the fp32 dequantization as it is, F64 is the exact answer).
+	out tensor.DType
+	row int // the row buf holds (-1: none)
+	buf []float64
 }
 
-func newGathered(c *kvcache.Cache, pages *kvcache.Pages, deq tensor.DType, roundBF16 bool) *gathered {
-	return &gathered{c: c, pages: pages, deq: deq, roundBF16: roundBF16, row: -1, buf: make([]float64, c.D())}
+func newGathered(c *kvcache.Cache, pages *kvcache.Pages, deq, out tensor.DType) *gathered {
+	return &gathered{c: c, pages: pages, deq: deq, out: out, row: -1, buf: make([]float64, c.D())}
 }
 
 // Fork implements Forker.
-func (g *gathered) Fork() Values { return newGathered(g.c, g.pages, g.deq, g.roundBF16) }
+func (g *gathered) Fork() Values { return newGathered(g.c, g.pages, g.deq, g.out) }
 
 // Len implements Values.
 func (g *gathered) Len() int { return g.pages.Total() * len(g.buf) }
@@ -258,9 +279,14 @@ func (g *gathered) At(i int) float64 {
 	if r := i / d; r != g.row {
 		blk, off := g.pages.Locate(g.pages.Request(r))
 		g.c.Row(blk, off, g.buf, g.deq)
-		if g.roundBF16 {
+		switch g.out {
+		case tensor.BF16:
 			for j, v := range g.buf {
 				g.buf[j] = formats.RoundBF16(v)
+			}
+		case tensor.F16:
+			for j, v := range g.buf {
+				g.buf[j] = formats.RoundFP16(v)
 			}
 		}
 		g.row = r

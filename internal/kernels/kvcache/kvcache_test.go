@@ -221,7 +221,7 @@ func TestCacheValuesOnDemand(t *testing.T) {
 		return append(idx, rng.Perm(n)...)
 	}
 	same := func(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
-	for _, kind := range []string{"bf16", "fp8_e4m3", "fp8_ds_mla"} {
+	for _, kind := range []string{"bf16", "fp16", "fp8_e4m3", "fp8_ds_mla"} {
 		l := 8
 		if kind == "fp8_ds_mla" {
 			l = 512
@@ -234,7 +234,7 @@ func TestCacheValuesOnDemand(t *testing.T) {
 		for i := range before.Data {
 			before.Data[i] = byte(rng.IntN(256))
 		}
-		if kind == "bf16" { // random bytes make NaNs; keep them finite
+		if kind == "bf16" || kind == "fp16" { // random bytes make NaNs; keep them finite
 			for i := 0; i < before.Len(); i++ {
 				before.SetFloat64(i, float64(rng.IntN(100))/8)
 			}
@@ -303,9 +303,119 @@ func TestCacheValuesOnDemand(t *testing.T) {
 			if got, want := o.Exact.At(i), exact[i]; !same(got, want) {
 				t.Fatalf("%s: gathered exact[%d] = %v, want %v", kind, i, got, want)
 			}
-			if got, want := o.Expected.At(i), formats.RoundBF16(expected[i]); !same(got, want) {
+			// stored in the default dst: the model's dtype, fp16 for an fp16 cache
+			want := formats.RoundBF16(expected[i])
+			if kind == "fp16" {
+				want = formats.RoundFP16(expected[i])
+			}
+			if got := o.Expected.At(i); !same(got, want) {
 				t.Fatalf("%s: gathered expected[%d] = %v, want %v", kind, i, got, want)
 			}
+		}
+	}
+}
+
+// TestFP16Cache: an fp16 cache through the contracts (reference/CONTRACTS.md
+// §3.4, §3.5): kv_cache_dtype fp16, or auto over an F16 cache, written from
+// bf16, fp16 or fp32 tokens with one round to nearest even, and gathered to
+// every dst dtype. The token values and their fp16 codes are those of
+// reference/kvcache's TestWriteFP16ByHand: bf16 65536 rounds to +inf in
+// fp16 (its exact value stays finite, for Compare to name an overflow),
+// f32 1+3·2^-11 ties to 0x3C02 = 1.001953125.
+func TestFP16Cache(t *testing.T) {
+	w, _ := Lookup("kv_cache_write")
+	g, _ := Lookup("kv_cache_gather")
+	for _, c := range []struct {
+		name      string
+		kind      string
+		tok       tensor.DType
+		x         float64
+		want, exa float64 // cache_after's expected and exact value at the token
+	}{
+		{"bf16 into fp16", "fp16", tensor.BF16, 65280, 65280, 65280},
+		{"bf16 overflows fp16", "fp16", tensor.BF16, 65536, math.Inf(1), 65536},
+		{"f32 tie to even", "fp16", tensor.F32, 1 + 0x3p-11, 1.001953125, 1 + 0x3p-11},
+		{"fp16 copied, auto", "auto", tensor.F16, 0x1p-24, 0x1p-24, 0x1p-24},
+	} {
+		before := tensor.FromFloat64s(tensor.F16, []int{1, 2, 2}, []float64{-7, -7, -7, -7})
+		in := Inputs{Tensors: map[string]*tensor.Tensor{
+			"kv_c":         tensor.FromFloat64s(c.tok, []int{1, 1}, []float64{c.x}),
+			"k_pe":         tensor.FromFloat64s(c.tok, []int{1, 1}, []float64{0.5}),
+			"slot_mapping": tensor.FromInt64s(tensor.I64, []int{1}, []int64{1}),
+			"cache_before": before,
+		}, Params: Params{"kv_cache_dtype": c.kind}}
+		outs, err := Evaluate(context.Background(), w, in, DefaultPrecision(), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		o := outs[0]
+		if o.DType != tensor.F16 {
+			t.Errorf("%s: cache_after is %s, want F16", c.name, o.DType)
+		}
+		if got, exa := o.Expected.At(2), o.Exact.At(2); got != c.want || exa != c.exa {
+			t.Errorf("%s: token value expected %v exact %v, want %v and %v", c.name, got, exa, c.want, c.exa)
+		}
+		if got := o.Expected.At(0); got != -7 {
+			t.Errorf("%s: an unwritten slot reads %v, want cache_before's -7", c.name, got)
+		}
+	}
+
+	// The gather of an fp16 cache to each dst: fp16 0x3C01 = 1 + 2^-10
+	// widens exactly; bf16 rounds it to 1 (2^-10 is below half of bf16's
+	// 2^-7 ulp), fp32 and fp16 keep it.
+	cache := tensor.FromFloat64s(tensor.F16, []int{2, 1, 2}, []float64{1 + 0x1p-10, -3, 5, 6})
+	for _, c := range []struct {
+		kind string
+		dst  tensor.DType // "" = the default, the cache's own F16
+		want []float64
+	}{
+		{"fp16", "", []float64{5, 6, 1 + 0x1p-10, -3}},
+		{"auto", tensor.F16, []float64{5, 6, 1 + 0x1p-10, -3}},
+		{"fp16", tensor.BF16, []float64{5, 6, 1, -3}},
+		{"fp16", tensor.F32, []float64{5, 6, 1 + 0x1p-10, -3}},
+	} {
+		in := Inputs{Tensors: map[string]*tensor.Tensor{
+			"cache":       cache,
+			"block_table": tensor.FromInt64s(tensor.I32, []int{1, 2}, []int64{1, 0}),
+			"seq_lens":    tensor.FromInt64s(tensor.I32, []int{1}, []int64{2}),
+		}, Params: Params{"kv_cache_dtype": c.kind}}
+		var od OutDTypes
+		if c.dst != "" {
+			od = OutDTypes{"gathered": c.dst}
+		}
+		outs, err := Evaluate(context.Background(), g, in, DefaultPrecision(), od)
+		if err != nil {
+			t.Fatalf("gather %s to %q: %v", c.kind, c.dst, err)
+		}
+		o := outs[0]
+		if want := c.dst; (want == "" && o.DType != tensor.F16) || (want != "" && o.DType != want) {
+			t.Errorf("gather %s to %q: gathered is %s", c.kind, c.dst, o.DType)
+		}
+		for i, want := range c.want {
+			if got := o.Expected.At(i); got != want {
+				t.Errorf("gather %s to %q: element %d = %v, want %v", c.kind, c.dst, i, got, want)
+			}
+			if exa := o.Exact.At(i); exa != []float64{5, 6, 1 + 0x1p-10, -3}[i] {
+				t.Errorf("gather %s to %q: exact element %d = %v, want the cache's value", c.kind, c.dst, i, exa)
+			}
+		}
+	}
+
+	// auto names the cache's own dtype and nothing else.
+	for _, c := range []struct {
+		cache *tensor.Tensor
+		want  string
+	}{
+		{tensor.New(tensor.U8, 2, 1, 2), "parameter kv_cache_dtype = auto means the cache's own dtype (BF16 or F16), but tensor cache is U8: an fp8 cache needs kv_cache_dtype fp8_e4m3 or fp8_ds_mla"},
+		{tensor.New(tensor.F32, 2, 1, 2), "tensor cache has dtype F32; the contract wants BF16 or F16 or U8 or F8_E4M3"},
+	} {
+		in := Inputs{Tensors: map[string]*tensor.Tensor{
+			"cache":       c.cache,
+			"block_table": tensor.FromInt64s(tensor.I32, []int{1, 2}, []int64{1, 0}),
+			"seq_lens":    tensor.FromInt64s(tensor.I32, []int{1}, []int64{2}),
+		}, Params: Params{"kv_cache_dtype": "auto"}}
+		if _, err := Evaluate(context.Background(), g, in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("auto over a %s cache: got %v, want an error containing %q", c.cache.DType, err, c.want)
 		}
 	}
 }

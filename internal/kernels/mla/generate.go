@@ -47,7 +47,7 @@ func generate(ctx context.Context, c Case, r *RNG, seqLens []int) (map[string]*t
 	}
 	ts := paged.Tables(seqLens, pg)
 	ts["kv_cache"] = cache
-	if g.KVCacheDType != "bf16" {
+	if paged.HasKScale(g.KVCacheDType) {
 		ts["k_scale"] = F32Scalar(ks)
 	}
 	d := g.Latent + g.Rope
@@ -55,7 +55,9 @@ func generate(ctx context.Context, c Case, r *RNG, seqLens []int) (map[string]*t
 	for i := range q {
 		q[i] = formats.RoundBF16(r.Normal())
 	}
-	ts["q"] = BF16([]int{g.Batch, g.SQ, g.Heads, d}, q)
+	// An fp16 cache is an fp16 model's, whose query is fp16 too (the
+	// values drawn as bf16 are fp16 values but for the rare subnormal).
+	ts["q"] = tensor.FromFloat64s(paged.ModelDType(g.KVCacheDType), []int{g.Batch, g.SQ, g.Heads, d}, q)
 	return ts, pg, nil
 }
 

@@ -57,6 +57,9 @@ type sparseDecode struct{ Adapter }
 func init() {
 	qTypes := []tensor.DType{tensor.BF16, tensor.F16, tensor.F32}
 	outTypes := []tensor.DType{tensor.BF16, tensor.F32, tensor.F16}
+	// The lse and the partials may be stored in the query's dtype: vLLM's
+	// TRITON_MLA returns lse in q.dtype (reference/CONTRACTS.md §8.2).
+	lseTypes := []tensor.DType{tensor.F32, tensor.BF16, tensor.F16}
 	Register(&decode{Adapter{Contract: Spec{
 		Name:    "mla_decode",
 		Stage:   StageAttn,
@@ -71,9 +74,9 @@ func init() {
 		},
 		Outputs: []TensorSpec{
 			{Name: "out", DTypes: outTypes},
-			{Name: "lse", DTypes: []tensor.DType{tensor.F32}},
-			{Name: "partial_out", DTypes: []tensor.DType{tensor.F32}, Optional: true, Rank: 5},
-			{Name: "partial_lse", DTypes: []tensor.DType{tensor.F32}, Optional: true, Rank: 4},
+			{Name: "lse", DTypes: lseTypes},
+			{Name: "partial_out", DTypes: lseTypes, Optional: true, Rank: 5},
+			{Name: "partial_lse", DTypes: lseTypes, Optional: true, Rank: 4},
 		},
 		Params: []ParamSpec{
 			paged.CacheDTypeParam, paged.DSMLAScaleParam, paged.PageSizeParam,
@@ -104,7 +107,7 @@ func init() {
 		},
 		Outputs: []TensorSpec{
 			{Name: "out", DTypes: outTypes},
-			{Name: "lse", DTypes: []tensor.DType{tensor.F32}},
+			{Name: "lse", DTypes: lseTypes},
 		},
 		Params: []ParamSpec{
 			paged.CacheDTypeParam, paged.DSMLAScaleParam, paged.PageSizeParam,
@@ -226,14 +229,22 @@ func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes) (*mlaCommon, 
 	}
 	mp := mla.DefaultPrecision()
 	mp.Acc, mp.P, mp.KVDequant, mp.SoftmaxBlock = prec.Acc, prec.P, prec.KVDequant, prec.SoftmaxBlock
-	if mp.Out, err = OutDType(outDTypes, "out", tensor.BF16, tensor.BF16, tensor.F32, tensor.F16); err != nil {
+	// out defaults to BF16, or to F16 for an F16 query (an fp16 model's
+	// kernels store out in the query's dtype: FlashMLA, vLLM TRITON_MLA).
+	outDef := tensor.BF16
+	if qt.DType == tensor.F16 {
+		outDef = tensor.F16
+	}
+	if mp.Out, err = OutDType(outDTypes, "out", outDef, tensor.BF16, tensor.F32, tensor.F16); err != nil {
 		return nil, err
 	}
+	// Each is judged at its stored dtype: the reference rounds its answer
+	// to it, and the tolerance follows from that rounding.
 	for _, o := range []struct {
 		name string
 		dst  *tensor.DType
 	}{{"lse", &mp.LSE}, {"partial_out", &mp.PartialOut}, {"partial_lse", &mp.PartialLSE}} {
-		if *o.dst, err = OutDType(outDTypes, o.name, tensor.F32, tensor.F32); err != nil {
+		if *o.dst, err = OutDType(outDTypes, o.name, tensor.F32, tensor.F32, tensor.BF16, tensor.F16); err != nil {
 			return nil, err
 		}
 	}

@@ -530,3 +530,93 @@ func TestMLADecodeSparseSinkAndTopKLength(t *testing.T) {
 		}
 	}
 }
+
+// TestMLADecodeFP16: an fp16 cache under mla_decode (reference/CONTRACTS.md
+// §3.6): fp16 q over it, or bf16 q where an engine mixes them, with
+// kv_cache_dtype fp16 or auto; out defaults to the query's dtype for an F16
+// query; the lse and the partials may be stored in F16 or BF16 and are
+// rounded to it. Every case's expected answer stays within its dtype's
+// rounding of the exact one (half an ulp of the output plus P's rounding,
+// as TestMLADecodeProduceAndNoise bounds it).
+func TestMLADecodeFP16(t *testing.T) {
+	k, _ := Lookup("mla_decode")
+	for _, c := range []struct {
+		name    string
+		q, kind string
+		od      OutDTypes
+		wantOut tensor.DType
+		wantLSE tensor.DType
+	}{
+		{"fp16 q over fp16", "F16", "fp16", nil, tensor.F16, tensor.F32},
+		{"bf16 q over fp16, auto", "BF16", "auto", nil, tensor.BF16, tensor.F32},
+		{"lse in fp16, partials in bf16", "F16", "fp16", OutDTypes{"lse": tensor.F16, "partial_out": tensor.BF16, "partial_lse": tensor.BF16}, tensor.F16, tensor.F16},
+		{"lse in bf16", "BF16", "auto", OutDTypes{"lse": tensor.BF16}, tensor.BF16, tensor.BF16},
+	} {
+		rng := rand.New(rand.NewPCG(9, 10))
+		in := mlaInputs(rng, []int{13, 6}, 1, 3, 12, 4, 8)
+		for _, name := range []string{"q", "kv_cache"} {
+			d := tensor.DType(c.q)
+			if name == "kv_cache" {
+				d = tensor.F16
+			}
+			src := in.Tensors[name]
+			in.Tensors[name] = tensor.FromFloat64s(d, src.Shape, src.Float64s())
+		}
+		in.Params["kv_cache_dtype"] = c.kind
+		in.Params["num_splits"] = "2"
+		in.Params["p_dtype"] = "f16"
+		prec, err := PrecisionFrom(in.Params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs, err := Evaluate(context.Background(), k, in, prec, c.od)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if o, l := outputNamed(t, outs, "out"), outputNamed(t, outs, "lse"); o.DType != c.wantOut || l.DType != c.wantLSE {
+			t.Errorf("%s: out %s, lse %s; want %s, %s", c.name, o.DType, l.DType, c.wantOut, c.wantLSE)
+		}
+		for _, o := range outs {
+			if want, ok := c.od[o.Name]; ok && o.DType != want {
+				t.Errorf("%s: %s is %s, want %s", c.name, o.Name, o.DType, want)
+			}
+			// the rounding to o.DType: half an ulp (2^-11 for F16, 2^-8 for
+			// BF16, relative), plus fp16 P's 2^-11 of the largest value
+			// for the outputs (|v| < 5 here), fp32 noise far below
+			u := map[tensor.DType]float64{tensor.F16: 0x1p-11, tensor.BF16: 0x1p-8, tensor.F32: 0x1p-22}[o.DType]
+			for i := 0; i < o.Exact.Len(); i++ {
+				x, e := o.Exact.At(i), o.Expected.At(i)
+				if math.IsInf(x, 0) && x == e {
+					continue // an empty split's -inf
+				}
+				if e != roundToDType(o.DType, e) {
+					t.Fatalf("%s: %s[%d] = %v is not a %s value", c.name, o.Name, i, e, o.DType)
+				}
+				if d := math.Abs(e - x); d > u*math.Abs(x)+0x1p-11*5+1e-6 {
+					t.Errorf("%s: %s[%d]: expected %v, exact %v", c.name, o.Name, i, e, x)
+				}
+			}
+		}
+	}
+	// auto names the cache's own 16-bit dtype only
+	in := mlaInputs(rand.New(rand.NewPCG(9, 10)), []int{13, 6}, 1, 3, 12, 4, 8)
+	in.Tensors["kv_cache"] = tensor.New(tensor.U8, 8, 4, 16)
+	in.Tensors["k_scale"] = tensor.FromFloat64s(tensor.F32, []int{}, []float64{1})
+	in.Params["kv_cache_dtype"] = "auto"
+	if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "kv_cache_dtype = auto means the cache's own dtype (BF16 or F16), but tensor kv_cache is U8") {
+		t.Errorf("auto over a U8 cache: %v", err)
+	}
+}
+
+// roundToDType is v rounded to d, as the reference rounds an output.
+func roundToDType(d tensor.DType, v float64) float64 {
+	switch d {
+	case tensor.F16:
+		return formats.RoundFP16(v)
+	case tensor.BF16:
+		return formats.RoundBF16(v)
+	case tensor.F32:
+		return float64(float32(v))
+	}
+	return v
+}

@@ -64,19 +64,21 @@ func EmptyCache(r *RNG, cacheDType string, nb, page, d int, fill string) (*tenso
 	switch cacheDType {
 	case "bf16":
 		t = tensor.New(tensor.BF16, nb, page, d)
+	case "fp16":
+		t = tensor.New(tensor.F16, nb, page, d)
 	case "fp8_e4m3", "fp8_ds_mla":
 		t = tensor.New(tensor.U8, nb, page, entryWidth(cacheDType, d))
 	default:
-		return nil, fmt.Errorf("kv_cache_dtype %q: want bf16, fp8_e4m3 or fp8_ds_mla", cacheDType)
+		return nil, fmt.Errorf("kv_cache_dtype %q: want bf16, fp16, fp8_e4m3 or fp8_ds_mla", cacheDType)
 	}
 	for i := range t.Data {
 		if fill == "poison" {
-			t.Data[i] = 0xFF // bf16 0xFFFF, e4m3 0xFF, f32 0xFFFFFFFF: NaN in every field
+			t.Data[i] = 0xFF // bf16 and fp16 0xFFFF, e4m3 0xFF, f32 0xFFFFFFFF: NaN in every field
 		} else {
 			t.Data[i] = byte(r.Uint64())
 		}
 	}
-	if fill != "poison" && cacheDType == "bf16" {
+	if fill != "poison" && (cacheDType == "bf16" || cacheDType == "fp16") {
 		for i := 0; i < t.Len(); i++ {
 			t.SetFloat64(i, r.Normal())
 		}
@@ -97,6 +99,20 @@ func Tokens(r *RNG, n, l, rope int) (kvc, kpe []float64) {
 	return kvc, kpe
 }
 
+// ModelDType is the dtype of a case's activations (q, kv_c, k_pe) for its
+// cache dtype: an fp16 cache is an fp16 model's, every other one a bf16
+// model's (an fp8 cache is dequantized to bf16).
+func ModelDType(cacheDType string) tensor.DType {
+	if cacheDType == "fp16" {
+		return tensor.F16
+	}
+	return tensor.BF16
+}
+
+// HasKScale reports whether a case of cacheDType carries a k_scale input:
+// every fp8 one (fp8_ds_mla's is ignored, as its cases always held one).
+func HasKScale(cacheDType string) bool { return cacheDType != "bf16" && cacheDType != "fp16" }
+
 // writeCache stores tokens at slots through the registered kv_cache_write
 // reference, so every layout is produced by the one writer the checker trusts.
 func writeCache(ctx context.Context, before *tensor.Tensor, kvc, kpe []float64, l, r int, slots []int64, params Params, kScale float64) (*tensor.Tensor, error) {
@@ -105,11 +121,13 @@ func writeCache(ctx context.Context, before *tensor.Tensor, kvc, kpe []float64, 
 		return nil, err
 	}
 	n := len(slots)
+	cacheDType := params.String("kv_cache_dtype", "bf16")
+	md := ModelDType(cacheDType)
 	in := map[string]*tensor.Tensor{
-		"kv_c": BF16([]int{n, l}, kvc), "k_pe": BF16([]int{n, r}, kpe),
+		"kv_c": tensor.FromFloat64s(md, []int{n, l}, kvc), "k_pe": tensor.FromFloat64s(md, []int{n, r}, kpe),
 		"slot_mapping": tensor.FromInt64s(tensor.I64, []int{n}, slots), "cache_before": before,
 	}
-	if params.String("kv_cache_dtype", "bf16") != "bf16" {
+	if HasKScale(cacheDType) {
 		in["k_scale"] = F32Scalar(kScale)
 	}
 	out, err := Produce(ctx, w, Inputs{Tensors: in, Params: params}, DefaultPrecision(), nil)

@@ -13,7 +13,7 @@ import (
 )
 
 var (
-	CacheDTypes = []tensor.DType{tensor.BF16, tensor.U8, tensor.F8E4M3}
+	CacheDTypes = []tensor.DType{tensor.BF16, tensor.F16, tensor.U8, tensor.F8E4M3}
 	IndexDTypes = []tensor.DType{tensor.I32, tensor.I64}
 )
 
@@ -51,11 +51,41 @@ func RowsRead(rows []bool, width int) func(int) bool {
 	return func(i int) bool { r := i / max(width, 1); return r < len(rows) && rows[r] }
 }
 
+// Auto is the kv_cache_dtype that means the cache tensor's own dtype, as
+// vLLM's --kv-cache-dtype auto means the model's (reference/CONTRACTS.md
+// §3.4): bf16 for a BF16 cache, fp16 for an F16 one, never an assumed one.
+const Auto = "auto"
+
+// CacheKinds are the kv_cache_dtype values a capture may state: the
+// layouts and auto.
+var CacheKinds = append(append([]string(nil), kvcache.Kinds...), Auto)
+
+// CacheKind reads kv_cache_dtype for the cache tensor called name: auto is
+// resolved from the tensor's dtype, and a cache auto cannot name (bytes) is
+// an error that says which layouts store bytes.
+func CacheKind(p Params, name string, cache *tensor.Tensor) (kvcache.Kind, error) {
+	kind, err := p.Enum("kv_cache_dtype", string(kvcache.BF16), CacheKinds...)
+	if err != nil {
+		return "", err
+	}
+	if kind != Auto {
+		return kvcache.Kind(kind), nil
+	}
+	switch cache.DType {
+	case tensor.BF16:
+		return kvcache.BF16, nil
+	case tensor.F16:
+		return kvcache.FP16, nil
+	}
+	return "", fmt.Errorf("parameter kv_cache_dtype = auto means the cache's own dtype (BF16 or F16), but tensor %s is %s: "+
+		"an fp8 cache needs kv_cache_dtype fp8_e4m3 or fp8_ds_mla (vLLM resolves auto to fp8_e4m3 for a ModelOpt checkpoint whose kv_cache_quant_algo is FP8)", name, cache.DType)
+}
+
 // CacheLayout reads kv_cache_dtype, page_size and ds_mla_scale for a cache
 // tensor; page_size defaults to the cache's second dimension. l and r are the
 // latent and rope widths (fp8_ds_mla's are fixed).
 func CacheLayout(p Params, prec Precision, name string, cache *tensor.Tensor, l, r int) (kvcache.Layout, error) {
-	kind, err := p.Enum("kv_cache_dtype", string(kvcache.BF16), kvcache.Kinds...)
+	kind, err := CacheKind(p, name, cache)
 	if err != nil {
 		return kvcache.Layout{}, err
 	}
@@ -114,8 +144,8 @@ func AsDType(name string, t *tensor.Tensor, d tensor.DType, lay kvcache.Layout) 
 var (
 	PageSizeParam = ParamSpec{Name: "page_size", Kind: ParamInt,
 		Doc: "tokens a cache block holds; when given it must equal the cache's second dimension, its default"}
-	CacheDTypeParam = ParamSpec{Name: "kv_cache_dtype", Kind: ParamEnum, Default: string(kvcache.BF16), Allowed: kvcache.Kinds,
-		Doc: "the cache's layout: bf16 entries, fp8_e4m3 entries over k_scale, or DeepSeek-V3.2's fp8_ds_mla (656-byte entries, 512 + 64)"}
+	CacheDTypeParam = ParamSpec{Name: "kv_cache_dtype", Kind: ParamEnum, Default: string(kvcache.BF16), Allowed: CacheKinds,
+		Doc: "the cache's layout: bf16 or fp16 entries, fp8_e4m3 entries over k_scale, or DeepSeek-V3.2's fp8_ds_mla (656-byte entries, 512 + 64); auto is the cache tensor's own dtype (BF16 or F16)"}
 	DSMLAScaleParam = ParamSpec{Name: "ds_mla_scale", Kind: ParamEnum, Default: string(kvcache.ScaleAmax), Allowed: kvcache.ScaleConventions,
 		Doc: "how an fp8_ds_mla entry's tile scales are chosen from the tile's amax"}
 )

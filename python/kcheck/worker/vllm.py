@@ -115,7 +115,7 @@ def mla_decode(tensors, meta, opts):
     """
     require_convention(meta, "vllm", "mla_decode", "lse_base", "e")
     kind = param(meta, "kv_cache_dtype", "bf16")
-    if kind not in ("bf16", "fp8_e4m3"):
+    if kind not in ("bf16", "fp16", "auto", "fp8_e4m3"):
         raise Unsupported(f"kv_cache_dtype {kind}: TRITON_MLA reads bf16/fp16 or per-tensor fp8 caches (triton_mla.py supported_kv_cache_dtypes), not {kind}")
     lse_dtype = opts.get("lse_dtype", "query")
     if lse_dtype not in ("query", "f32"):
@@ -141,6 +141,12 @@ def mla_decode(tensors, meta, opts):
     if kind == "fp8_e4m3":
         cache = cache.view(torch.float8_e4m3fn)
         k_scale = need(tensors, "k_scale").to(torch.float32).reshape(())
+    else:
+        # a 16-bit cache: auto is its own dtype (kcheck's contract, as vLLM's
+        # auto is the model's), bf16/fp16 must agree with it
+        want = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(kind, cache.dtype)
+        if cache.dtype not in (torch.bfloat16, torch.float16) or cache.dtype != want:
+            raise BadInput(f"kv_cache has dtype {cache.dtype}; kv_cache_dtype {kind} wants a {want} cache")
 
     mod, shim = _load("vllm.v1.attention.ops.triton_decode_attention")
 
