@@ -174,7 +174,9 @@ type Capture struct {
 
 // Name is the capture's case name, as `kcheck run --out` names its file.
 func (c Capture) Name() string {
-	n := "bench17-" + strings.ReplaceAll(c.Spec.Name, " ", "-")
+	// The size is in the name, so that a quick run does not replace the
+	// full captures of the same case (Ensure removes other keys' files).
+	n := "bench17-" + map[Size]string{Tiny: "tiny-", Quick: "quick-"}[c.Size] + strings.ReplaceAll(c.Spec.Name, " ", "-")
 	if c.Want == "fail" {
 		n += "-faulty"
 	}
@@ -323,6 +325,13 @@ func (s *Store) Lookup(c Capture) (Manifest, bool) {
 func (s *Store) Ensure(cs []Capture) error {
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		return err
+	}
+	// A run that was stopped while making a capture leaves its work directory.
+	if stale, _ := filepath.Glob(filepath.Join(s.Dir, ".making-*")); len(stale) > 0 {
+		for _, d := range stale {
+			fmt.Fprintf(s.Log, "removing %s (left by a run that was stopped)\n", d)
+			os.RemoveAll(d)
+		}
 	}
 	var missing []int
 	var need int64

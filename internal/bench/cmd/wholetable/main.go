@@ -8,6 +8,7 @@
 //	wholetable                 full sizes (0.6-0.8 GB cache captures)
 //	wholetable -quick          reduced sizes, a couple of minutes
 //	wholetable -before main    also time the kcheck of git revision main
+//	wholetable -generator main make the captures with main's kcheck
 //	wholetable -clean          remove the captures and the built binaries
 //
 // Captures are made once by `kcheck run --out` under -captures (build/bench
@@ -59,6 +60,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	only := fs.String("run", "", "regexp: only the rows whose name matches")
 	captures := fs.String("captures", "build/bench/captures", "directory of the captures (made once, reused)")
 	before := fs.String("before", "", "also time the kcheck built from this git revision (e.g. main), in a column before this tree's")
+	generator := fs.String("generator", "", "make the captures with the kcheck of this git revision (default: this tree's), so that they outlive changes to the checker in this tree")
 	python := fs.String("python", "/usr/bin/python3", "python with numpy")
 	md := fs.String("md", "", "also write the table as markdown to this file")
 	timeout := fs.Duration("timeout", 10*time.Minute, "time limit of each child process")
@@ -110,12 +112,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	checkers := []checker{{"kcheck", self}}
 	if *before != "" {
-		exe, err := buildRevision(root, *before, binDir, stderr)
+		exe, _, err := buildRevision(root, *before, binDir, stderr)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
 		checkers = []checker{{"kcheck " + *before, exe}, {"kcheck (this tree)", self}}
+	}
+	genExe, genRoot := self, root
+	if *generator != "" {
+		if genExe, genRoot, err = buildRevision(root, *generator, binDir, stderr); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
 	}
 	size := bench.Full
 	if *quick {
@@ -131,12 +140,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "-run %q matches no row\n", *only)
 		return 2
 	}
-	gen, err := bench.GeneratorHash(root)
+	gen, err := bench.GeneratorHash(genRoot)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	store := &bench.Store{Dir: *captures, Kcheck: self, Generator: gen, Env: os.Environ(), Log: stderr}
+	store := &bench.Store{Dir: *captures, Kcheck: genExe, Generator: gen, Env: os.Environ(), Log: stderr}
 	if err := store.Ensure(cs); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -238,32 +247,35 @@ func goBuild(root, exe, pkg string, stderr io.Writer) error {
 }
 
 // buildRevision builds the kcheck of git revision rev from its tree (git
-// archive), without touching the worktree or the repository's worktree list.
-func buildRevision(root, rev, binDir string, stderr io.Writer) (string, error) {
+// archive into binDir/src-HASH, kept for GeneratorHash), without touching
+// the worktree or the repository's worktree list.
+func buildRevision(root, rev, binDir string, stderr io.Writer) (exe, src string, err error) {
 	hash, err := exec.Command("git", "-C", root, "rev-parse", "--short", rev+"^{commit}").Output()
 	if err != nil {
-		return "", fmt.Errorf("-before %s: not a git revision here: %v", rev, err)
+		return "", "", fmt.Errorf("%s: not a git revision here: %v", rev, err)
 	}
 	h := strings.TrimSpace(string(hash))
-	exe := filepath.Join(binDir, "kcheck-"+h)
+	exe = filepath.Join(binDir, "kcheck-"+h)
+	src = filepath.Join(binDir, "src-"+h)
+	if _, err := os.Stat(filepath.Join(src, "go.mod")); err != nil {
+		os.RemoveAll(src)
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return "", "", err
+		}
+		archive := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, h, src)
+		archive.Stderr = stderr
+		if err := archive.Run(); err != nil {
+			os.RemoveAll(src)
+			return "", "", fmt.Errorf("git archive %s: %v", h, err)
+		}
+	}
 	if _, err := os.Stat(exe); err == nil {
-		return exe, nil
-	}
-	src := filepath.Join(binDir, "src-"+h)
-	os.RemoveAll(src)
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(src)
-	archive := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, h, src)
-	archive.Stderr = stderr
-	if err := archive.Run(); err != nil {
-		return "", fmt.Errorf("git archive %s: %v", h, err)
+		return exe, src, nil
 	}
 	if err := goBuild(src, exe, "./cmd/kcheck", stderr); err != nil {
-		return "", err
+		return "", "", err
 	}
-	return exe, nil
+	return exe, src, nil
 }
 
 func render(rows []row, checkers []checker) string {
