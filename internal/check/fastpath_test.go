@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -84,4 +85,60 @@ func TestFastPathOnFixtures(t *testing.T) {
 		f.Close()
 	}
 	t.Logf("%d captures checked on both paths", checked)
+}
+
+// TestReadBlockMatchesAt: every reference value of every single-kernel
+// fixture's outputs, exact and expected, read by kernel.ReadBlock in runs
+// of awkward lengths and offsets (across an entry or a row, one value,
+// the last few), is the same bits as At gives it: what lets the fast path
+// and ThreeWay's bounds read them a block at a time.
+func TestReadBlockMatchesAt(t *testing.T) {
+	paths, err := filepath.Glob("../../fixtures/golden/*.safetensors")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no golden fixtures: %v", err)
+	}
+	blocks := 0
+	for _, path := range paths {
+		f, err := safetensors.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kname := f.Metadata["kcheck.kernel"]
+		k, err := kernel.Lookup(kname)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := params(f.Metadata)
+		prec, err := kernel.PrecisionFrom(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ins, outs, _ := split(k, f.Tensors, "")
+		dtypes, in := outputLayout(kernel.Inputs{Tensors: ins, Params: p}, outs)
+		refs, err := kernel.Evaluate(context.Background(), k, in, prec, dtypes)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		for _, o := range refs {
+			for side, v := range map[string]kernel.Values{"exact": o.Exact, "expected": o.Expected} {
+				n := v.Len()
+				want := kernel.Float64s(v)
+				for _, run := range []int{1, 7, 64, 577, 1153, 4096} {
+					dst := make([]float64, run)
+					for lo := 0; lo < n; lo += run + run/3 {
+						d := dst[:min(run, n-lo)]
+						kernel.ReadBlock(v, lo, d)
+						blocks++
+						for k, x := range d {
+							if math.Float64bits(x) != math.Float64bits(want[lo+k]) {
+								t.Fatalf("%s %s %s: ReadBlock(%d, [%d]) value %d = %v, At gives %v", filepath.Base(path), o.Name, side, lo, len(d), lo+k, x, want[lo+k])
+							}
+						}
+					}
+				}
+			}
+		}
+		f.Close()
+	}
+	t.Logf("%d blocks read", blocks)
 }
