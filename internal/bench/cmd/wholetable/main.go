@@ -282,10 +282,10 @@ func render(rows []row, checkers []checker) string {
 	var b strings.Builder
 	b.WriteString("| check | shape | capture MB |")
 	for _, k := range checkers {
-		fmt.Fprintf(&b, " %s s | RSS MiB |", k.label)
+		fmt.Fprintf(&b, " %s s | CPU s | RSS MiB |", k.label)
 	}
-	b.WriteString(" numpy s | RSS MiB | read limit s | GB/s | kcheck / numpy | kcheck / read limit | target | met |\n|")
-	for i := 0; i < 3+2*len(checkers)+8; i++ {
+	b.WriteString(" numpy s | CPU s | RSS MiB | read limit s | GB/s | kcheck / numpy | kcheck / read limit | target | met |\n|")
+	for i := 0; i < 3+3*len(checkers)+9; i++ {
 		b.WriteString("---|")
 	}
 	b.WriteString("\n")
@@ -298,7 +298,7 @@ func render(rows []row, checkers []checker) string {
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s | %.0f |", r.c.Row(), r.c.Spec.Shape(r.c.Size), float64(r.man.Bytes)/1e6)
 		for _, o := range r.kcheck {
-			fmt.Fprintf(&b, " %s | %s |", secs(o.Seconds), mib(o.VmHWM))
+			fmt.Fprintf(&b, " %s | %s | %s |", secs(o.Seconds), secs(o.CPU), mib(o.VmHWM))
 		}
 		k := r.kcheck[len(checkers)-1].Seconds // this tree's
 		gbps := math.NaN()
@@ -309,10 +309,10 @@ func render(rows []row, checkers []checker) string {
 		if len(r.problems) > 0 {
 			met = "PROBLEM"
 		}
-		fmt.Fprintf(&b, " %s | %s | %s | %.1f | %s | %s | %s | %s |\n", secs(r.numpy.Seconds), mib(r.numpy.VmHWM), secs(r.read.Seconds), gbps,
+		fmt.Fprintf(&b, " %s | %s | %s | %s | %.1f | %s | %s | %s | %s |\n", secs(r.numpy.Seconds), secs(r.numpy.CPU), mib(r.numpy.VmHWM), secs(r.read.Seconds), gbps,
 			ratio(k, r.numpy.Seconds), ratio(k, r.read.Seconds), target, met)
 	}
-	b.WriteString("\nkcheck s: the wall time of `kcheck check --json FILE` (process start to exit); numpy s: the time numpy_checks.py reports for reading and checking, after the interpreter and numpy started; read limit s: cmd/readlimit's mmap, fault-in and byte sum of the same page-cached file. RSS: each child's VmHWM at its exit. The ratios are this tree's kcheck.\n")
+	b.WriteString("\nkcheck s: the wall time of `kcheck check --json FILE` (process start to exit); numpy s: the time numpy_checks.py reports for reading and checking, after the interpreter and numpy started; read limit s: cmd/readlimit's mmap, fault-in and byte sum of the same page-cached file. CPU s: user + system seconds of the whole child process, all threads (numpy's includes starting the interpreter), the fairer measure on a loaded machine. RSS: each child's VmHWM at its exit. The ratios are this tree's kcheck.\n")
 	return b.String()
 }
 
