@@ -4,8 +4,8 @@
 Usage: numpy_checks.py FILE...      one JSON line per file
        numpy_checks.py --selftest   the encoders against their definitions
 
-Each FILE is a kcheck evidence file (.safetensors, shared/spec/CONTRACTS.md
-section 1). The script reads it with its own parser (8-byte header length,
+Each FILE is a kcheck evidence file (.safetensors, reference/CONTRACTS.md
+§1). The script reads it with its own parser (8-byte header length,
 JSON header, data mapped with np.memmap), checks the kernel's outputs against
 the contract's semantics (section 3) the way a numpy user would (array_equal
 of the unwritten rows, a fancy-index gather and compare, a float64 softmax or
