@@ -5,7 +5,7 @@ GO      ?= go
 PKGS    ?= ./...
 FUZZTIME ?=
 
-.PHONY: all build test demo fixtures bench fuzz-short ci gpu-check clean
+.PHONY: all build test demo fixtures bench bench-checks bench-clean fuzz-short ci gpu-check clean
 
 all: build
 
@@ -70,8 +70,23 @@ FUZZ_TARGETS ?= ./internal/safetensors:FuzzParse:90000x ./internal/npy:FuzzRead:
 
 # Go references against numpy float64 on the real sizes (internal/bench/RESULTS.md);
 # make bench BENCHFLAGS=-quick for reduced sizes, BENCHFLAGS=-md FILE for markdown.
+# Then the whole-check table (issue 17): the kcheck check binary on each
+# kernel's real-size capture beside the numpy check a user would write
+# (internal/bench/numpy_checks.py) and the read limit of the same file, with
+# peak RSS. Captures are made once under build/bench (about 8 GB at the full
+# sizes, after a disk check) and reused; CHECKFLAGS=-quick for tens of MB,
+# CHECKFLAGS="-before main" to time main's kcheck beside this tree's.
+# make bench-clean removes them.
+CHECKFLAGS ?= $(filter -quick,$(BENCHFLAGS))
 bench:
 	$(GO) run ./internal/bench/cmd/benchtable $(BENCHFLAGS)
+	$(GO) run ./internal/bench/cmd/wholetable $(CHECKFLAGS)
+
+bench-checks:
+	$(GO) run ./internal/bench/cmd/wholetable $(CHECKFLAGS)
+
+bench-clean:
+	$(GO) run ./internal/bench/cmd/wholetable -clean
 
 clean:
 	rm -rf bin build cuda/ptx

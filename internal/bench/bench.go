@@ -11,6 +11,11 @@
 // times its own computation and writes its outputs; the parent compares the
 // two. Times are the minimum over repetitions, taken alternately (Go, numpy,
 // Go, numpy) on a machine that other work may share.
+//
+// The whole-check table (whole.go, cmd/wholetable, issue 17) measures the
+// kcheck check binary instead: each kernel's real-size capture checked end
+// to end, beside the numpy check a user would write (numpy_checks.py) and
+// the single-core read limit of the same file (cmd/readlimit).
 package bench
 
 import (

@@ -105,6 +105,9 @@ type Options struct {
 	// (limits.go): 0 means DefaultMaxMemory(), negative means no bound. A
 	// check over the bound is refused with verdict error, before it runs.
 	MaxMemory int64
+	// ElementPath judges every element on compare's general path
+	// (compare.Options.ElementPath): what the tests hold the fast path to.
+	ElementPath bool
 
 	stage, kind string          // labels for Observe within a pipeline
 	ctx         context.Context // RunContext's; checked between stages and outputs
@@ -420,7 +423,7 @@ func compareOutputs(k kernel.Kernel, in kernel.Inputs, prec kernel.Precision, ou
 		// A flat capture of a multi-dimensional output (swizzled scales
 		// stored as [M_pad*K_pad]) is read in the reference's shape.
 		actual = &tensor.Tensor{DType: actual.DType, Shape: ref.Shape, Data: actual.Data}
-		c, err := compare.Compare(*ref, actual, opts.policy(), compare.Options{WorstK: opts.worstK(), Context: opts.ctx, Profile: opts.Observe != nil})
+		c, err := compare.Compare(*ref, actual, opts.policy(), compare.Options{WorstK: opts.worstK(), Context: opts.ctx, Profile: opts.Observe != nil, ElementPath: opts.ElementPath})
 		if err != nil {
 			return nil, nil, opts.stopped(err)
 		}

@@ -203,6 +203,12 @@ type Options struct {
 	// Profile asks for Check.Profile: the elements' excess by coordinate
 	// value, from the same judgement as the metrics (a report plots it).
 	Profile bool
+	// ElementPath judges every element on the general path, its values
+	// read one at a time: the fast path (elements whose actual, expected
+	// and exact values are the same bits, accounted for in bulk, and values
+	// read a block at a time) must give the same check, bit for bit, which
+	// the tests check with it.
+	ElementPath bool
 }
 
 // Compare judges actual against the reference side o with policy pol (the
@@ -284,10 +290,24 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	var firstSpecial [len(specialValues)]item
 	var firstOverflow item
 	j := newJudge(&o, actual, b)
+	j.elementPath = opts.ElementPath
 	if opts.Context != nil {
 		j.ctx = opts.Context
 	}
 	fold := func(i int, e *element) {
+		if e.special == same {
+			// What the general path below adds for such an element: its
+			// error, its floor and its excess are 0, it is finite, so only
+			// its squares enter the sums (in the same order, so the same
+			// bits), and it is judged.
+			v2 := e.av * e.av
+			sumE2 += v2
+			sumX2 += v2
+			sumRef2 += v2
+			sumA2 += v2
+			nJudged++
+			return
+		}
 		av, ev, xv := e.av, e.ev, e.xv
 		if finite(ev) && finite(xv) {
 			floorMax = max(floorMax, math.Abs(ev-xv))
@@ -477,6 +497,11 @@ const (
 	infMatch                   // the same infinity: correct
 	infMismatch                // an infinity on one side, or of the other sign: fails
 	overflow                   // an infinity the output dtype made of a finite exact answer: fails
+	// same: actual, expected and exact are the same finite float64 bits,
+	// which always pass with no error: the bulk of a correct output,
+	// accounted for without the tolerance, the ULP distance or the
+	// equivalence rule.
+	same
 )
 
 // judge is the judgement of one element, the one definition Compare's
@@ -489,7 +514,11 @@ type judge struct {
 	// win: the window the parallel passes share (see window)
 	win     *window
 	winMade bool
-	ctx     context.Context // checked between chunks of elements
+	// av, ev, xv: rawRun's blocks of actual, expected and exact values
+	av, ev, xv []float64
+	// elementPath: no bulk accounting, values read one at a time (Options)
+	elementPath bool
+	ctx         context.Context // checked between chunks of elements
 }
 
 func newJudge(o *kernel.Output, actual *tensor.Tensor, b Bounds) *judge {
@@ -522,9 +551,16 @@ func (j *judge) at(i int) element {
 // bounds, so forks of a judge may run it from several goroutines, while
 // an Equivalent rule may keep state and runs on one.
 func (j *judge) raw(i int) element {
+	return j.rawOf(i, j.actual.Float64At(i), j.o.Expected.At(i), j.o.Exact.At(i))
+}
+
+// rawOf is raw on element i's values, already read.
+func (j *judge) rawOf(i int, av, ev, xv float64) element {
+	if b := math.Float64bits(av); !j.elementPath && b == math.Float64bits(ev) && b == math.Float64bits(xv) && finite(av) {
+		return element{special: same, av: av, ev: ev, xv: xv}
+	}
 	o := j.o
-	e := element{av: j.actual.Float64At(i), ev: o.Expected.At(i), xv: o.Exact.At(i)}
-	av, ev, xv := e.av, e.ev, e.xv
+	e := element{av: av, ev: ev, xv: xv}
 	nanA, nanE := math.IsNaN(av), math.IsNaN(ev)
 	switch {
 	case nanA != nanE:
@@ -565,6 +601,29 @@ func (j *judge) raw(i int) element {
 	return e
 }
 
+// rawRun judges elements lo .. lo+len(dst)-1 up to the equivalence rule
+// into dst, as raw does one by one: their values are read a block at a
+// time (kernel.ReadBlock), not through three interface calls an element.
+func (j *judge) rawRun(lo int, dst []element) {
+	n := len(dst)
+	if j.elementPath {
+		for k := range dst {
+			dst[k] = j.raw(lo + k)
+		}
+		return
+	}
+	if cap(j.av) < n {
+		j.av, j.ev, j.xv = make([]float64, n), make([]float64, n), make([]float64, n)
+	}
+	av, ev, xv := j.av[:n], j.ev[:n], j.xv[:n]
+	j.actual.RowInto(av, lo, n)
+	kernel.ReadBlock(j.o.Expected, lo, ev)
+	kernel.ReadBlock(j.o.Exact, lo, xv)
+	for k := range dst {
+		dst[k] = j.rawOf(lo+k, av[k], ev[k], xv[k])
+	}
+}
+
 // excuse applies the output's equivalence rule to a differing element.
 func (j *judge) excuse(i int, e *element) {
 	if e.differs && e.special == 0 && j.o.Equivalent != nil && j.o.Equivalent(i, e.av) {
@@ -579,10 +638,11 @@ func (j *judge) excuse(i int, e *element) {
 const parallelChunk = 1 << 12
 
 // ScratchBytes is the most a comparison holds besides its inputs and the
-// reference: the judged elements of one chunk per CPU, whatever the
-// output's size (internal/check counts it in its memory estimates).
+// reference: the judged elements of one chunk per CPU and the three
+// blocks of values each was judged from, whatever the output's size
+// (internal/check counts it in its memory estimates).
 func ScratchBytes() int64 {
-	return int64(runtime.GOMAXPROCS(0)) * parallelChunk * int64(unsafe.Sizeof(element{}))
+	return int64(runtime.GOMAXPROCS(0)) * parallelChunk * int64(unsafe.Sizeof(element{})+3*8)
 }
 
 // window returns the judge's window for an output of n elements, made on
@@ -608,7 +668,9 @@ func (j *judge) window(n int) *window {
 		}
 		o := *j.o
 		o.Exact, o.Expected = ex, xp
-		forks = append(forks, newJudge(&o, j.actual, j.b))
+		f := newJudge(&o, j.actual, j.b)
+		f.elementPath = j.elementPath
+		forks = append(forks, f)
 	}
 	j.win = &window{forks: forks, buf: make([]element, len(forks)*parallelChunk)}
 	return j.win
@@ -634,11 +696,7 @@ func (w *window) fill(lo, n int) {
 			break
 		}
 		b := w.buf[a-lo : min(a+parallelChunk, w.hi)-lo]
-		forks.Go(func() {
-			for i := range b {
-				b[i] = f.raw(a + i)
-			}
-		})
+		forks.Go(func() { f.rawRun(a, b) })
 	}
 	forks.Wait()
 }
@@ -655,14 +713,17 @@ func (w *window) fill(lo, n int) {
 func (j *judge) each(n int, fold func(int, *element)) error {
 	w := j.window(n)
 	if w == nil {
-		e := new(element) // one, reused: a pointer to a local would escape through fold
-		for i := 0; i < n; i++ {
-			if i%parallelChunk == 0 && j.ctx.Err() != nil {
-				return j.ctx.Err()
+		buf := make([]element, min(n, parallelChunk))
+		for lo := 0; lo < n; lo += parallelChunk {
+			if err := j.ctx.Err(); err != nil {
+				return err
 			}
-			*e = j.raw(i)
-			j.excuse(i, e)
-			fold(i, e)
+			b := buf[:min(parallelChunk, n-lo)]
+			j.rawRun(lo, b)
+			for k := range b {
+				j.excuse(lo+k, &b[k])
+				fold(lo+k, &b[k])
+			}
 		}
 		return nil
 	}
@@ -686,7 +747,7 @@ func (e element) excess() float64 {
 	switch e.special {
 	case nanMismatch, infMismatch, overflow:
 		return math.Inf(1)
-	case nanMatch, infMatch:
+	case nanMatch, infMatch, same:
 		return 0
 	}
 	return e.exc

@@ -467,6 +467,95 @@ func TestCompareSameWhateverGOMAXPROCS(t *testing.T) {
 	}
 }
 
+// TestFastPathMatchesElementPath: an output where most elements are the
+// same bits on all three sides (the bulk the fast path accounts for) and
+// the rest are near misses of it (one ulp off in the actual, an exact value
+// one ulp from the expected under an actual that equals the expected, -0
+// against +0, subnormals, elements an equivalence rule excuses, far misses
+// and, in one variant, a NaN and an infinity, which make the sums NaN), in
+// numeric and bitwise mode, from dense and on-demand values, gives the same
+// check, bit for bit, as the element path, at GOMAXPROCS 1, 2 and 8.
+func TestFastPathMatchesElementPath(t *testing.T) {
+	for _, specials := range []bool{false, true} {
+		rng := rand.New(rand.NewPCG(17, 2))
+		n := 4*parallelChunk + 77
+		exact, expected := make([]float64, n), make([]float64, n)
+		actual := tensor.New(tensor.F32, n)
+		bulk := 0
+		for i := range exact {
+			v := float64(float32(rng.NormFloat64()))
+			exact[i], expected[i] = v, v
+			a := v
+			switch rng.IntN(40) {
+			case 0:
+				a = float64(math.Nextafter32(float32(v), 10)) // one ulp off
+			case 1:
+				exact[i] = math.Nextafter(v, 10) // the floor, under an actual that equals the expected
+			case 2:
+				exact[i], expected[i], a = 0, 0, math.Copysign(0, -1) // -0 against +0
+			case 3:
+				v = float64(float32(1e-40)) // subnormal in float32, the same bits everywhere
+				exact[i], expected[i], a = v, v, v
+				bulk++
+			case 4:
+				if specials {
+					a = math.NaN()
+				}
+			case 5:
+				if specials {
+					exact[i], expected[i], a = math.Inf(-1), math.Inf(-1), math.Inf(-1)
+				}
+			case 6:
+				a += 1e-2 // far over tolerance
+			default:
+				bulk++
+			}
+			actual.SetFloat64(i, a)
+		}
+		if bulk < n/2 {
+			t.Fatalf("only %d of %d elements are the same bits", bulk, n)
+		}
+		equivalent := func(i int, a float64) bool { return i%5 == 0 }
+		for _, mode := range []kernel.Mode{kernel.Numeric, kernel.Bitwise} {
+			for _, dense := range []bool{true, false} {
+				o := kernel.Output{Name: "y", Shape: []int{n}, Reduction: 64, Mode: mode, Equivalent: equivalent,
+					Exact: kernel.Dense(exact), Expected: kernel.Dense(expected)}
+				if !dense {
+					o.Exact, o.Expected = &onDemand{v: exact}, &onDemand{v: expected}
+				}
+				var want []byte
+				for _, elementPath := range []bool{true, false} {
+					for _, procs := range []int{1, 2, 8} {
+						prev := runtime.GOMAXPROCS(procs)
+						c, err := Compare(o, actual, nil, Options{WorstK: 7, Profile: true, ElementPath: elementPath})
+						runtime.GOMAXPROCS(prev)
+						if err != nil {
+							t.Fatal(err)
+						}
+						got, err := json.Marshal(c)
+						if err != nil {
+							t.Fatal(err)
+						}
+						prof, _ := json.Marshal(c.Profile)
+						got = append(got, prof...)
+						if want == nil {
+							want = got
+							m := c.Metrics
+							if m.OverTol == 0 || c.Signature == nil || specials != (m.NaNMismatch > 0) || !specials && !(finite(float64(m.CosDiff)) && m.CosDiff > 0 && finite(float64(m.RMSE))) {
+								t.Fatalf("specials %v, mode %v: the case lacks failing elements, a signature, or finite sums: %s", specials, mode, got)
+							}
+							continue
+						}
+						if !bytes.Equal(got, want) {
+							t.Errorf("specials %v, mode %v, dense %v, element path %v, GOMAXPROCS %d: the check differs from the element path's at GOMAXPROCS 1:\n%s\n%s", specials, mode, dense, elementPath, procs, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestOverflow: an infinity the output dtype made of a finite exact answer
 // is an overflow, a fault even where a correct kernel's answer (the
 // expected one) is that infinity; an infinity the exact answer holds too

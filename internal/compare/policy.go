@@ -227,10 +227,21 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	rowX, rowCnt, colCnt := make([]float64, R), make([]int, R), make([]int, C)
 	var gF, normX2, normE2 float64
 	var cnt int
-	for i := 0; i < N; i++ {
-		x, e := o.Exact.At(i), o.Expected.At(i)
+	// Both passes read the values a block at a time (the same bits as At).
+	xs, es := make([]float64, min(N, parallelChunk)), make([]float64, min(N, parallelChunk))
+	blocks := func(f func(i int, x, e float64)) {
+		for lo := 0; lo < N; lo += len(xs) {
+			xb, eb := xs[:min(len(xs), N-lo)], es[:min(len(es), N-lo)]
+			kernel.ReadBlock(o.Exact, lo, xb)
+			kernel.ReadBlock(o.Expected, lo, eb)
+			for k, x := range xb {
+				f(lo+k, x, eb[k])
+			}
+		}
+	}
+	blocks(func(i int, x, e float64) {
 		if !finite(x) || !finite(e) {
-			continue
+			return
 		}
 		f := math.Abs(e - x)
 		r, c := i/C, i%C
@@ -243,7 +254,7 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 		normX2 += x * x
 		normE2 += e * e
 		cnt++
-	}
+	})
 	for r := range rowF {
 		if rowCnt[r] > 0 {
 			rowF[r] /= float64(rowCnt[r])
@@ -269,7 +280,6 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	}
 	// Tol is computed on demand, not stored: a capture's output can have
 	// tens of millions of elements.
-	exact, expected := o.Exact, o.Expected
 	spacing := spacingOf(d)
 	tolAt := func(i int, x, e float64) (tol, ulp, am float64) {
 		if !finite(x) || !finite(e) {
@@ -283,11 +293,11 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 		return ulp + max(2*math.Abs(e-x), kappa*scale(i)) + am, ulp, am
 	}
 	var ulp2, acc2 float64
-	for i := 0; i < N; i++ {
-		_, ulp, am := tolAt(i, exact.At(i), expected.At(i))
+	blocks(func(i int, x, e float64) {
+		_, ulp, am := tolAt(i, x, e)
 		ulp2 += ulp * ulp
 		acc2 += am * am
-	}
+	})
 	E := rho*math.Sqrt(gF*float64(cnt)) + math.Sqrt(ulp2) + math.Sqrt(acc2)
 	agg := &Aggregate{}
 	if cnt > 0 {

@@ -278,9 +278,14 @@ func (c Coord) Name() string { return string(c.Kind) }
 func (c Coords) Name(idx []int) []Coord {
 	out := make([]Coord, 0, len(idx)+4)
 	for d, v := range idx {
-		kind := CoordKind(fmt.Sprintf("dim%d", d)) // an axis the kernel does not name: no declared kind
+		var kind CoordKind
 		if d < len(c.Axes) {
 			kind = c.Axes[d]
+		} else {
+			// An axis the kernel does not name: no declared kind. Made only
+			// here: a Sprintf for every axis of every element was an eighth
+			// of a failing cache check (issue 17).
+			kind = CoordKind("dim" + strconv.Itoa(d))
 		}
 		out = append(out, Coord{kind, v})
 	}

@@ -46,6 +46,36 @@ func Fork(v Values) (Values, bool) {
 	return nil, false
 }
 
+// BlockReader is implemented by Values that read a run of consecutive
+// values faster than one At call each (an on-demand cache decodes a whole
+// entry or row at a time): ReadBlock fills dst with values lo ..
+// lo+len(dst)-1, the same bits At returns. A Values without it is read by
+// ReadBlock through At, which is always correct.
+type BlockReader interface {
+	ReadBlock(lo int, dst []float64)
+}
+
+// ReadBlock fills dst with v's values from lo on: in bulk where v can
+// (Dense, Bytes, a BlockReader), else one At call a value.
+func ReadBlock(v Values, lo int, dst []float64) {
+	switch b := v.(type) {
+	case Dense:
+		copy(dst, b[lo:lo+len(dst)])
+	case Bytes:
+		for i, c := range b[lo : lo+len(dst)] {
+			dst[i] = float64(c)
+		}
+	case TensorValues:
+		b.T.RowInto(dst, lo, len(dst))
+	case BlockReader:
+		b.ReadBlock(lo, dst)
+	default:
+		for i := range dst {
+			dst[i] = v.At(lo + i)
+		}
+	}
+}
+
 // Dense is Values held in memory: what every kernel whose outputs are of
 // the size of its work (not of a cache) returns.
 type Dense []float64

@@ -367,13 +367,20 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 		if s < minScore {
 			return
 		}
-		c := &cand{st, append([]int(nil), set...), q, e, s}
+		// set is a prefix or suffix of a slice that stays as it is (the
+		// coordinate's values, or their order by excess density): kept,
+		// not copied, since a copy per candidate made this quadratic in
+		// the values (71 GB allocated on a failing gather of a 1.2 GB
+		// cache, issue 17); sig copies the winner's before sorting it.
+		c := cand{st, set, q, e, s}
 		if best == nil || c.score > best.score ||
 			(c.score == best.score && specificity(c.st) > specificity(best.st)) {
-			best = c
+			b := c
+			best = &b
 		}
 		if patternFor(st, c.set) != Concentrated && (named == nil || c.score > named.score) {
-			named = c
+			n := c
+			named = &n
 		}
 	}
 	for _, st := range stats {
@@ -425,12 +432,13 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 
 	sig := func(c *cand) *Signature {
 		pat := patternFor(c.st, c.set)
-		sort.Ints(c.set)
+		set := append([]int(nil), c.set...)
+		sort.Ints(set)
 		return &Signature{
 			Pattern: pat,
 			Coord:   c.st.name,
 			Detail: fmt.Sprintf("errors concentrate on %s %s%s: %.0f%% of the excess in %.1f%% of the elements (%d failing)",
-				c.st.name, listValues(c.set), gloss(pat), 100*c.q, 100*c.e, failing),
+				c.st.name, listValues(set), gloss(pat), 100*c.q, 100*c.e, failing),
 			Groups: topGroups(c.st, sw, N, maxGroups),
 		}
 	}
@@ -634,6 +642,7 @@ func collect(o kernel.Output, shape []int, N int, raw func(int) float64, capped,
 		}
 	}
 	var parity *coordStats
+	var byPos []*coordStats
 	gridMade := !withGrid
 	gx, gy := -1, -1 // the heat map's coordinates, by position among an element's
 	for i := 0; i < N; i++ {
@@ -659,8 +668,16 @@ func collect(o kernel.Output, shape []int, N int, raw func(int) float64, capped,
 				p.grid = &gridCells{y: coords[y].Name(), x: coords[x].Name(), max: map[[2]int]float64{}}
 			}
 		}
-		for _, c := range coords {
-			add(get(c.Name(), c.Kind), c.Value, r, e, w, count)
+		for k, c := range coords {
+			// The stats of the coordinate at position k, looked up by
+			// name once and not per element while the names stay.
+			if k >= len(byPos) {
+				byPos = append(byPos, nil)
+			}
+			if st := byPos[k]; st == nil || st.name != c.Name() {
+				byPos[k] = get(c.Name(), c.Kind)
+			}
+			add(byPos[k], c.Value, r, e, w, count)
 		}
 		if parityName != "" {
 			if parity == nil {

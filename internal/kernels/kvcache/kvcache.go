@@ -178,6 +178,27 @@ func (c *cacheAfter) At(i int) float64 {
 	return c.entry.Float64At(i - c.slot*c.e)
 }
 
+// ReadBlock implements kernel.BlockReader: an entry at a time, copied.
+func (c *cacheAfter) ReadBlock(lo int, dst []float64) {
+	for len(dst) > 0 {
+		slot := lo / c.e
+		in := lo - slot*c.e
+		n := min(len(dst), c.e-in)
+		if slot != c.slot {
+			c.slot, c.k = slot, c.ov.Find(slot)
+			if c.k >= 0 {
+				c.ov.EntryInto(c.k, c.exact, c.entry.Data)
+			}
+		}
+		if c.k < 0 {
+			c.ov.Before.RowInto(dst[:n], lo, n)
+		} else {
+			c.entry.RowInto(dst[:n], in, n)
+		}
+		lo, dst = lo+n, dst[n:]
+	}
+}
+
 func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
 	in, err := Chunked(in)
 	if err != nil {
@@ -292,4 +313,16 @@ func (g *gathered) At(i int) float64 {
 		g.row = r
 	}
 	return g.buf[i%d]
+}
+
+// ReadBlock implements kernel.BlockReader: a row at a time, copied.
+func (g *gathered) ReadBlock(lo int, dst []float64) {
+	d := len(g.buf)
+	for len(dst) > 0 {
+		r := lo / d
+		in := lo - r*d
+		g.At(lo) // decodes row r into buf
+		n := copy(dst, g.buf[in:])
+		lo, dst = lo+n, dst[n:]
+	}
 }
