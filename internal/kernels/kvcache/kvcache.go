@@ -190,10 +190,18 @@ func (c *cacheAfter) ReadBlock(lo int, dst []float64) {
 				c.ov.EntryInto(c.k, c.exact, c.entry.Data)
 			}
 		}
-		if c.k < 0 {
+		switch {
+		case c.k < 0:
 			c.ov.Before.RowInto(dst[:n], lo, n)
-		} else {
+		default:
 			c.entry.RowInto(dst[:n], in, n)
+			if c.exact { // the tokens' own values, as At reads them
+				for j := range dst[:n] {
+					if v, ok := c.ov.ExactValue(c.k, in+j); ok {
+						dst[j] = v
+					}
+				}
+			}
 		}
 		lo, dst = lo+n, dst[n:]
 	}

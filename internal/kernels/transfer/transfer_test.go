@@ -162,7 +162,7 @@ func TestTransferBadInputs(t *testing.T) {
 		{"src_page_size against the cache", func(in *Inputs) { in.Params["src_page_size"] = "64" },
 			"parameter src_page_size = 64 but tensor src_cache has pages of 16 tokens"},
 		{"an unknown source layout", func(in *Inputs) { in.Params["src_kv_cache_dtype"] = "fp4" },
-			`parameter src_kv_cache_dtype = "fp4": want one of bf16, fp8_e4m3, fp8_ds_mla`},
+			`parameter src_kv_cache_dtype = "fp4": want one of bf16, fp16, fp8_e4m3, fp8_ds_mla`},
 		{"a source cache of another model", func(in *Inputs) {
 			in.Tensors["src_cache"] = tensor.New(tensor.BF16, 5, 16, 40)
 		}, "tensor src_cache has shape [5 16 40]: 40 values a token, where the other node's cache holds 48"},
