@@ -53,6 +53,9 @@ def test_engine_table_is_the_go_table():
     # identical); the workers read the engines' conventions from it.
     assert engines.convention("flashinfer", "splitk_combine", "lse_base") == "2"
     assert engines.convention("vllm", "mla_decode", "lse_base") == "e"
-    assert engines.convention("vllm", "nvfp4_quantize", "scale_layout") == "swizzled_128x4"
+    assert engines.convention("vllm", "nvfp4_dequantize", "scale_layout") == "swizzled_128x4"
+    # a quantize capture's layout is read from its call or its shape (the Go
+    # table's fp4QuantLayout fix), never a default
+    assert engines.convention("vllm", "nvfp4_quantize", "scale_layout") is None
     with pytest.raises(KeyError, match="known"):
         engines.engine("nosuch")

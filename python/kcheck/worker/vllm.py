@@ -333,7 +333,7 @@ def _e4m3_pow2(x, rows_read, what):
             f"tensor {what}: {n} of {int(rows_read.sum()) * x.shape[-1]} values read are not an e4m3 code times a power-of-two "
             f"scale per row (first at {list(idx)}: {xf[idx].item()!r}); the Triton kernel reads fp8 q and an fp8 cache with a "
             "per-token f32 scale (rocm_aiter_mla_sparse.py lines 543-546), kcheck's dsa_indexer contract gives BF16 ones, and "
-            "quantizing them would be kcheck computing: it needs fp8 q and cache kinds (issue 16, item 5)")
+            "quantizing them would be kcheck computing: give the capture in that layout instead (k_cache_dtype fp8_e4m3, an F8_E4M3 q: reference/CONTRACTS.md §3.9)")
     return codes, scale
 
 
