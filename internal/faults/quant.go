@@ -387,7 +387,7 @@ func shardRatio(in kernel.Inputs) (float64, error) {
 	scales := sc.Data
 	if in.Params.String("scale_layout", "linear") == "swizzled_128x4" {
 		var err error
-		if scales, err = nvfp4.UnswizzleScales(sc.Data, n, kSF); err != nil {
+		if scales, err = nvfp4.Swizzled128x4.ToLinear(sc.Data, n, kSF); err != nil {
 			return 1, fmt.Errorf("tensor b_scale: %v", err)
 		}
 	}

@@ -89,7 +89,7 @@ func TestFaultVariantsDiffer(t *testing.T) {
 	}
 	inverted := *good
 	inverted.Kind = Dequant // gs used as a multiplier instead of a divisor
-	sw, err := SwizzleScales(good.Scales, rows, k/16)
+	sw, err := Swizzled128x4.FromLinear(good.Scales, rows, k/16)
 	if err != nil {
 		t.Fatal(err)
 	}

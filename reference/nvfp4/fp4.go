@@ -94,7 +94,7 @@ func ParseGlobalKind(s string) (GlobalKind, error) {
 }
 
 // Matrix is an NVFP4 matrix of Rows x K elements with linear block scales;
-// swizzled scales are converted with UnswizzleScales first.
+// swizzled scales are converted with Swizzled128x4.ToLinear first.
 type Matrix struct {
 	Rows, K int
 	// Packed holds the E2M1 codes, [Rows, K/2], low nibble first.

@@ -45,39 +45,6 @@ func SwizzledPosition(off, kSF int) (m, k int) {
 	return m, k
 }
 
-// SwizzleScales copies a linear [rows, kSF] scale matrix into the swizzled
-// layout, [mPad*kPad] bytes with zero padding.
-func SwizzleScales(lin []uint8, rows, kSF int) ([]uint8, error) {
-	if len(lin) != rows*kSF {
-		return nil, fmt.Errorf("linear scales hold %d bytes; [%d, %d] needs %d", len(lin), rows, kSF, rows*kSF)
-	}
-	mPad, kPad := PaddedShape(rows, kSF)
-	sw := make([]uint8, mPad*kPad)
-	for m := 0; m < rows; m++ {
-		for k := 0; k < kSF; k++ {
-			sw[SwizzledOffset(m, k, kSF)] = lin[m*kSF+k]
-		}
-	}
-	return sw, nil
-}
-
-// UnswizzleScales reads a swizzled scale buffer back into a linear [rows,
-// kSF] matrix; the padding is ignored.
-func UnswizzleScales(sw []uint8, rows, kSF int) ([]uint8, error) {
-	mPad, kPad := PaddedShape(rows, kSF)
-	if len(sw) != mPad*kPad {
-		return nil, fmt.Errorf("swizzled scales hold %d bytes; %d rows x %d scale columns pad to [%d, %d] = %d bytes",
-			len(sw), rows, kSF, mPad, kPad, mPad*kPad)
-	}
-	lin := make([]uint8, rows*kSF)
-	for m := 0; m < rows; m++ {
-		for k := 0; k < kSF; k++ {
-			lin[m*kSF+k] = sw[SwizzledOffset(m, k, kSF)]
-		}
-	}
-	return lin, nil
-}
-
 // The 8x4 scale tile of TensorRT-LLM's small-batch kernels (vLLM
 // scaled_fp4_quant with a trtllm backend and m <= 32, FlashInfer
 // fp4_quantize(is_sf_8x4_layout=True)): 8 scale rows by 4 scale columns, 32

@@ -175,7 +175,7 @@ func TestSwizzleRoundTripAndPadding(t *testing.T) {
 	for i := range lin {
 		lin[i] = uint8(i%254 + 1) // never 0, so a zero byte can only be padding
 	}
-	sw, err := SwizzleScales(lin, rows, kSF)
+	sw, err := Swizzled128x4.FromLinear(lin, rows, kSF)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestSwizzleRoundTripAndPadding(t *testing.T) {
 	if want := 256*8 - rows*kSF; zeros != want {
 		t.Errorf("%d zero (padding) bytes, want %d", zeros, want)
 	}
-	back, err := UnswizzleScales(sw, rows, kSF)
+	back, err := Swizzled128x4.ToLinear(sw, rows, kSF)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,11 +200,11 @@ func TestSwizzleRoundTripAndPadding(t *testing.T) {
 			t.Fatalf("round trip: element %d = %d, want %d", i, back[i], lin[i])
 		}
 	}
-	if _, err := UnswizzleScales(sw[:100], rows, kSF); err == nil {
-		t.Error("UnswizzleScales accepted a short buffer")
+	if _, err := Swizzled128x4.ToLinear(sw[:100], rows, kSF); err == nil {
+		t.Error("ToLinear accepted a short buffer")
 	}
-	if _, err := SwizzleScales(lin[:10], rows, kSF); err == nil {
-		t.Error("SwizzleScales accepted a short buffer")
+	if _, err := Swizzled128x4.FromLinear(lin[:10], rows, kSF); err == nil {
+		t.Error("FromLinear accepted a short buffer")
 	}
 }
 
