@@ -57,22 +57,15 @@ func indexerRows(in Inputs) (func(int) bool, error) {
 	if in.Params.String("k_cache_dtype", "bf16") != "fp8_e4m3" {
 		return paged.AttendedRows("k_cache")(in)
 	}
-	ct, bt, sl, q := in.Tensors["k_cache"], in.Tensors["block_table"], in.Tensors["seq_lens"], in.Tensors["q"]
-	if ct == nil || bt == nil || sl == nil || q == nil || len(ct.Shape) != 3 || len(q.Shape) != 3 {
-		return nil, fmt.Errorf("tensors k_cache, q, block_table or seq_lens missing or misshapen")
-	}
-	p, dk := ct.Shape[1], q.Shape[2]
-	pages, err := kvcache.NewPages(bt, sl, p, ct.Shape[0])
+	read, err := paged.AttendedEntries(in, "k_cache")
 	if err != nil {
 		return nil, err
 	}
-	read := make([]bool, ct.Shape[0]*p)
-	for b, n := range pages.SeqLens {
-		for t := 0; t < n; t++ {
-			blk, off := pages.Locate(b, t)
-			read[blk*p+off] = true
-		}
+	q := in.Tensors["q"]
+	if q == nil || len(q.Shape) != 3 {
+		return nil, fmt.Errorf("tensor q missing or misshapen")
 	}
+	p, dk := in.Tensors["k_cache"].Shape[1], q.Shape[2]
 	block := dsa.FP8BlockBytes(p, dk)
 	return func(i int) bool {
 		blk, r := i/block, i%block

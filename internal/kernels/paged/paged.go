@@ -26,23 +26,33 @@ func ReadsNothing(Inputs) (func(int) bool, error) { return func(int) bool { retu
 // token t < seq_lens[b] of every request b, at block_table[b, t/P], t%P.
 func AttendedRows(cache string) func(Inputs) (func(int) bool, error) {
 	return func(in Inputs) (func(int) bool, error) {
-		ct, bt, sl := in.Tensors[cache], in.Tensors["block_table"], in.Tensors["seq_lens"]
-		if ct == nil || bt == nil || sl == nil || len(ct.Shape) != 3 {
-			return nil, fmt.Errorf("tensors %s, block_table or seq_lens missing or misshapen", cache)
-		}
-		pages, err := kvcache.NewPages(bt, sl, ct.Shape[1], ct.Shape[0])
+		read, err := AttendedEntries(in, cache)
 		if err != nil {
 			return nil, err
 		}
-		read := make([]bool, ct.Shape[0]*ct.Shape[1])
-		for b, n := range pages.SeqLens {
-			for t := 0; t < n; t++ {
-				blk, off := pages.Locate(b, t)
-				read[blk*ct.Shape[1]+off] = true
-			}
-		}
-		return RowsRead(read, ct.Shape[2]), nil
+		return RowsRead(read, in.Tensors[cache].Shape[2]), nil
 	}
+}
+
+// AttendedEntries marks the entries (block·P + offset) of cache [NB, P, ...]
+// that the tokens of block_table and seq_lens occupy.
+func AttendedEntries(in Inputs, cache string) ([]bool, error) {
+	ct, bt, sl := in.Tensors[cache], in.Tensors["block_table"], in.Tensors["seq_lens"]
+	if ct == nil || bt == nil || sl == nil || len(ct.Shape) != 3 {
+		return nil, fmt.Errorf("tensors %s, block_table or seq_lens missing or misshapen", cache)
+	}
+	pages, err := kvcache.NewPages(bt, sl, ct.Shape[1], ct.Shape[0])
+	if err != nil {
+		return nil, err
+	}
+	read := make([]bool, ct.Shape[0]*ct.Shape[1])
+	for b, n := range pages.SeqLens {
+		for t := 0; t < n; t++ {
+			blk, off := pages.Locate(b, t)
+			read[blk*ct.Shape[1]+off] = true
+		}
+	}
+	return read, nil
 }
 
 // RowsRead turns a set of cache entries (rows of width elements) into a
