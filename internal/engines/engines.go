@@ -135,6 +135,23 @@ func (v *View) Param(name string) (string, bool) {
 	return s, ok
 }
 
+// Bool reads a flag of the engine's call as a capture records it: true or
+// false in any case (Python's str(True) is "True"), or 1 or 0; set says
+// whether the capture records it at all.
+func (v *View) Bool(name string) (val, set bool, err error) {
+	s, ok := v.Param(name)
+	if !ok {
+		return false, false, nil
+	}
+	switch strings.ToLower(s) {
+	case "true", "1":
+		return true, true, nil
+	case "false", "0":
+		return false, true, nil
+	}
+	return false, true, fmt.Errorf("parameter %s = %q: want true or false", name, s)
+}
+
 // SetParam sets a parameter of this view.
 func (v *View) SetParam(name, val string) { v.Meta[v.Prefix+name] = val }
 

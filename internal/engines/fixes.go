@@ -94,17 +94,17 @@ var flashMLAFP8 = Fix{Doc: "is_fp8_kvcache -> kv_cache_dtype", Apply: func(v *Vi
 	if c == nil || len(c.Shape) != 3 {
 		return nil, fmt.Errorf("parameter is_fp8_kvcache = %s but tensor kv_cache is missing or not [NB, P, entry]", flag)
 	}
-	switch strings.ToLower(flag) {
-	case "false", "0":
+	fp8, _, err := v.Bool("is_fp8_kvcache")
+	if err != nil {
+		return nil, err
+	}
+	if !fp8 {
 		kind, err := cacheDTypeOf(c)
 		if err != nil {
 			return nil, fmt.Errorf("parameter is_fp8_kvcache = %s: %v", flag, err)
 		}
 		v.SetParam("kv_cache_dtype", kind)
 		return []string{fmt.Sprintf("is_fp8_kvcache = false: kv_cache_dtype = %s (the cache tensor's dtype)", kind)}, nil
-	case "true", "1":
-	default:
-		return nil, fmt.Errorf("parameter is_fp8_kvcache = %q: want true or false", flag)
 	}
 	if c.Shape[2] != kvcache.DSEntryBytes {
 		return nil, fmt.Errorf("parameter is_fp8_kvcache = true with %d-byte kv_cache entries: FlashMLA's only FP8 cache is the %d-byte fp8_ds_mla entry of its sparse decode; its dense decode has no FP8 mode (FlashMLA@9241ae3 csrc/api/dense_decode.h:35), and vLLM's fork's flash_mla_with_kvcache_fp8 (fp8 q, descale_q, descale_k) has no kcheck mapping: set kv_cache_dtype in the metadata if this cache is another layout",
@@ -797,24 +797,11 @@ func fp4QuantLayoutFrom(v *View) ([]string, error) {
 		return nil, nil // the checker names what is wrong with them
 	}
 	rows, kSF := x.Shape[0], x.Shape[1]/16
-	flag := func(name string) (bool, bool, error) {
-		s, ok := v.Param(name)
-		if !ok {
-			return false, false, nil
-		}
-		switch strings.ToLower(s) {
-		case "true", "1":
-			return true, true, nil
-		case "false", "0":
-			return false, true, nil
-		}
-		return false, true, fmt.Errorf("parameter %s = %q: want true or false", name, s)
-	}
-	swz, swzSet, err := flag("is_sf_swizzled_layout")
+	swz, swzSet, err := v.Bool("is_sf_swizzled_layout")
 	if err != nil {
 		return nil, err
 	}
-	eight, eightSet, err := flag("is_sf_8x4_layout")
+	eight, eightSet, err := v.Bool("is_sf_8x4_layout")
 	if err != nil {
 		return nil, err
 	}
