@@ -49,15 +49,7 @@ func suspects(p *problem, before *tensor.Tensor) []Suspect {
 	// block_table_shift
 	shifted := make([]kvcache.Move, 0, len(p.routing.Moves))
 	for _, m := range p.routing.Moves {
-		b, t := int(m.Request), int(m.Token)
-		j := t/ps + 1
-		blk := int64(0)
-		if j < src.MaxBlocks {
-			if v := src.Table[b*src.MaxBlocks+j]; v >= 0 && int(v) < p.src.cache.NB {
-				blk = int64(v)
-			}
-		}
-		m.Src = blk*int64(ps) + int64(t%ps)
+		m.Src = slotOnNextPage(src, p.src.cache.NB, int(m.Request), int(m.Token))
 		shifted = append(shifted, m)
 	}
 	add("block_table_shift", "a transfer reading each prefill page from the block-table entry after its own (block lists paired off by one)", shifted, p.mode)
@@ -66,15 +58,7 @@ func suspects(p *problem, before *tensor.Tensor) []Suspect {
 	dst := p.routing.Dst
 	var ahead []kvcache.Move
 	for _, m := range p.routing.Moves {
-		b, t := int(m.Request), int(m.Token)
-		j := t/pd + 1
-		blk := int64(0)
-		if j < dst.MaxBlocks {
-			if v := dst.Table[b*dst.MaxBlocks+j]; v >= 0 && int(v) < p.dst.cache.NB {
-				blk = int64(v)
-			}
-		}
-		m.Dst = blk*int64(pd) + int64(t%pd)
+		m.Dst = slotOnNextPage(dst, p.dst.cache.NB, int(m.Request), int(m.Token))
 		ahead = append(ahead, m)
 	}
 	add("block_table_shift", "a transfer writing each page into the decode block-table entry after its own (block lists paired off by one)", lastWins(ahead), p.mode)
@@ -108,6 +92,20 @@ func suspects(p *problem, before *tensor.Tensor) []Suspect {
 	}
 	add("partial_transfer", "a transfer that does not send each request's last prefill page", sent, p.mode)
 	return out
+}
+
+// slotOnNextPage is the slot token t of request b has when its page is
+// looked up one block-table entry late: page t/P+1's block (block 0 past
+// the table or outside the cache, nb blocks), at the token's offset.
+func slotOnNextPage(pages *kvcache.Pages, nb, b, t int) int64 {
+	ps := pages.PageSize
+	blk := int64(0)
+	if j := t/ps + 1; j < pages.MaxBlocks {
+		if v := pages.Table[b*pages.MaxBlocks+j]; v >= 0 && int(v) < nb {
+			blk = int64(v)
+		}
+	}
+	return blk*int64(ps) + int64(t%ps)
 }
 
 // lastWins sorts moves by destination, keeping of those that share one
