@@ -822,8 +822,7 @@ func fp4QuantLayoutFrom(v *View) ([]string, error) {
 	default:
 		var fits []nvfp4.Layout
 		for _, l := range []nvfp4.Layout{nvfp4.Linear, nvfp4.Swizzled128x4, nvfp4.Swizzled8x4} {
-			mPad, kPad := l.PaddedShape(rows, kSF)
-			if len(sc.Shape) == 2 && sc.Shape[0] == mPad && sc.Shape[1] == kPad || len(sc.Shape) == 1 && sc.Shape[0] == mPad*kPad {
+			if l.Fits(sc.Shape, rows, kSF) {
 				fits = append(fits, l)
 			}
 		}

@@ -123,6 +123,15 @@ func (l Layout) PaddedShape(rows, kSF int) (mPad, kPad int) {
 	return rows, kSF
 }
 
+// Fits reports whether a scale tensor of shape holds rows x kSF scales in l:
+// [rows, kSF] for the linear layout; the padded [M_pad, K_pad], or flat
+// [M_pad·K_pad], for a tiled one.
+func (l Layout) Fits(shape []int, rows, kSF int) bool {
+	mPad, kPad := l.PaddedShape(rows, kSF)
+	return len(shape) == 2 && shape[0] == mPad && shape[1] == kPad ||
+		l != Linear && len(shape) == 1 && shape[0] == mPad*kPad
+}
+
 // Offset is the byte offset of scale (m, k) of a matrix with kSF columns.
 func (l Layout) Offset(m, k, kSF int) int {
 	switch l {

@@ -131,16 +131,14 @@ func fp4Scales(in Inputs, name string, rows, kSF int, lay nvfp4.Layout, of strin
 		return nil, fmt.Errorf("tensor %s: %v", name, err)
 	}
 	if lay == nvfp4.Linear {
-		if len(t.Shape) != 2 || t.Shape[0] != rows || t.Shape[1] != kSF {
+		if !lay.Fits(t.Shape, rows, kSF) {
 			return nil, fmt.Errorf("tensor %s has shape %v; with scale_layout = linear and %s it must be [%d, %d]",
 				name, t.Shape, of, rows, kSF)
 		}
 		return t.Data, nil
 	}
 	mPad, kPad := lay.PaddedShape(rows, kSF)
-	okShape := len(t.Shape) == 2 && t.Shape[0] == mPad && t.Shape[1] == kPad ||
-		len(t.Shape) == 1 && t.Shape[0] == mPad*kPad
-	if !okShape {
+	if !lay.Fits(t.Shape, rows, kSF) {
 		return nil, fmt.Errorf("tensor %s has shape %v; with scale_layout = %s and %s it must be [%d, %d] or [%d] (rows padded to %d, scale columns to 4)",
 			name, t.Shape, lay, of, mPad, kPad, mPad*kPad, lay.TileRows())
 	}
