@@ -299,7 +299,15 @@ type Store struct {
 	Generator string // GeneratorHash
 	Env       []string
 	Log       io.Writer
+	// KeepFree is how many bytes Ensure leaves free on the captures' disk
+	// after making the missing captures: the whole table's captures are
+	// tens of GB, and a disk filled to the last byte breaks more than this
+	// run. The wholetable command keeps DefaultKeepFree.
+	KeepFree int64
 }
+
+// DefaultKeepFree is the space the wholetable command keeps free.
+const DefaultKeepFree = 2 << 30
 
 func (s *Store) paths(c Capture) (file, manifest, glob string) {
 	base := filepath.Join(s.Dir, c.Name())
@@ -362,9 +370,8 @@ func (s *Store) Ensure(cs []Capture) error {
 		return fmt.Errorf("captures directory %s: %v", s.Dir, err)
 	}
 	free := int64(st.Bavail) * int64(st.Bsize)
-	const margin = 2 << 30
-	if need+margin > free {
-		return fmt.Errorf("the %d missing captures need about %.1f GB in %s, which has %.1f GB free (and 2 GB are kept free): free some space, or pass -captures DIR on a larger disk", len(missing), float64(need)/1e9, s.Dir, float64(free)/1e9)
+	if need+s.KeepFree > free {
+		return fmt.Errorf("the %d missing captures need about %.1f GB in %s, which has %.1f GB free (and %.1f GB are kept free): free some space, or pass -captures DIR on a larger disk", len(missing), float64(need)/1e9, s.Dir, float64(free)/1e9, float64(s.KeepFree)/1e9)
 	}
 	fmt.Fprintf(s.Log, "making %d captures (about %.1f GB) in %s with `kcheck run --out`; later runs reuse them\n", len(missing), float64(need)/1e9, s.Dir)
 	for _, i := range missing {

@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -245,6 +246,30 @@ func TestStoreMakesOnceAndReuses(t *testing.T) {
 	o, err = kc.Run(cs2[0].Path, time.Minute)
 	if err != nil || o.Verdict != "fail" || o.VmHWM <= 0 {
 		t.Errorf("kcheck side: verdict %q, VmHWM %d, %v; want fail and a peak RSS", o.Verdict, o.VmHWM, err)
+	}
+}
+
+// TestStoreRefusesWhenTheDiskIsShort: a store asked to keep more free
+// than the disk has refuses before writing anything, naming the directory.
+func TestStoreRefusesWhenTheDiskIsShort(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("Statfs is Linux's here")
+	}
+	var c Capture
+	for _, x := range Captures(WholeSpecs(), Tiny) {
+		if x.Spec.Name == "kv_cache_gather bf16" {
+			c = x
+			break
+		}
+	}
+	dir := t.TempDir()
+	s := &Store{Dir: dir, Kcheck: "/nonexistent/kcheck", Generator: "test", Log: io.Discard, KeepFree: 1 << 62}
+	err := s.Ensure([]Capture{c})
+	if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "kept free") {
+		t.Fatalf("Ensure on a disk short of the space to keep free: %v", err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("the refused Ensure left %d files in %s", len(left), dir)
 	}
 }
 

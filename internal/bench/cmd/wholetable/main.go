@@ -145,7 +145,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	store := &bench.Store{Dir: *captures, Kcheck: genExe, Generator: gen, Env: os.Environ(), Log: stderr}
+	store := &bench.Store{Dir: *captures, Kcheck: genExe, Generator: gen, Env: os.Environ(), Log: stderr, KeepFree: bench.DefaultKeepFree}
 	if err := store.Ensure(cs); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
