@@ -103,10 +103,13 @@ const (
 	PageSizeMismatch = "page_size_mismatch"
 	LayoutMismatch   = "layout_mismatch"
 	PartialTransfer  = "partial_transfer"
+	// The suspect of a DSA indexer's multi-token (next_n) step: a query
+	// row that sees its own future tokens.
+	FutureTokensVisible = "future_tokens_visible"
 )
 
 // SuspectPatterns are the patterns a kernel's suspects may name.
-var SuspectPatterns = []string{BlockTableShift, PageSizeMismatch, LayoutMismatch, PartialTransfer}
+var SuspectPatterns = []string{BlockTableShift, PageSizeMismatch, LayoutMismatch, PartialTransfer, FutureTokensVisible}
 
 // Signature is the named pattern of a check's errors.
 type Signature struct {

@@ -34,29 +34,31 @@ func (*indexer) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tenso
 	}
 	pg := paged.NewPaging(r, seqLens, g.PageSize)
 	fp8 := c.Params.String("k_cache_dtype", "bf16") == "fp8_e4m3"
+	// an MTP step's next_n query rows a request (q and weights rows)
+	rows := len(seqLens) * int(max(IntParam(c.Params, "next_n", 1), 1))
 	k := tensor.New(tensor.BF16, pg.NB, g.PageSize, indexerDim)
 	for i := 0; i < k.Len(); i++ {
 		k.SetFloat64(i, r.Normal())
 	}
-	q := make([]float64, len(seqLens)*heads*indexerDim)
+	q := make([]float64, rows*heads*indexerDim)
 	for i := range q {
 		q[i] = formats.RoundBF16(r.Normal())
 	}
-	qt := BF16([]int{len(seqLens), heads, indexerDim}, q)
+	qt := BF16([]int{rows, heads, indexerDim}, q)
 	if fp8 {
 		k = fp8IndexerCache(k, g.PageSize)
 		// an fp8 q is e4m3(q / q_scale) with q_scale folded into the
 		// weights: the codes of a unit-scale q stand for any of them
 		qt = tensor.FromFloat64s(tensor.F8E4M3, qt.Shape, q)
 	}
-	w := make([]float64, len(seqLens)*heads)
+	w := make([]float64, rows*heads)
 	for i := range w {
 		w[i] = r.Normal() * 0.1
 	}
 	ts := paged.Tables(seqLens, pg)
 	ts["q"] = qt
 	ts["k_cache"] = k
-	ts["weights"] = tensor.FromFloat64s(tensor.F32, []int{len(seqLens), heads}, w)
+	ts["weights"] = tensor.FromFloat64s(tensor.F32, []int{rows, heads}, w)
 	return ts, nil
 }
 
@@ -66,7 +68,7 @@ func (*indexer) PlanCost(c Case, cost *Cost) Shapes {
 	s, blocks, _ := paged.PlanCost(c, cost)
 	g := c.Geometry
 	heads := max(int64(g.Heads), indexerHeads)
-	s.Dims["q"] = []int64{g.SeqLens.Count(), heads, indexerDim}
+	s.Dims["q"] = []int64{g.SeqLens.Count() * max(IntParam(c.Params, "next_n", 1), 1), heads, indexerDim}
 	if c.Params.String("k_cache_dtype", "bf16") == "fp8_e4m3" {
 		s.Dims["k_cache"] = []int64{blocks, int64(g.PageSize), indexerDim + 4}
 		cost.Input("k_cache", []int64{blocks, int64(g.PageSize), indexerDim + 4}, 1)
