@@ -150,6 +150,16 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTy
 		exTop, epTop = slots.Map(exTop, topk), slots.Map(epTop, topk)
 	}
 	hi, dk := q.Shape[1], q.Shape[2]
+	// With next_n > 1 an output row is a query, not a request: the
+	// request and the query's place in it are named beside it.
+	rowAxis := KindRequest
+	rowOf := func(int) []Coord { return nil }
+	if nextN > 1 {
+		rowAxis = KindRow
+		rowOf = func(r int) []Coord {
+			return []Coord{{Kind: KindRequest, Value: r / nextN}, {Kind: KindQPos, Value: r % nextN}}
+		}
+	}
 	pos := func(idx []int) []Coord {
 		r, t := idx[0], idx[1]
 		b := r / nextN
@@ -158,10 +168,7 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTy
 			blk, _ = pages.Locate(b, t)
 		}
 		cs := []Coord{{Kind: KindPage, Value: t / ps}, {Kind: KindPageOffset, Value: t % ps}, {Kind: KindBlock, Value: blk}}
-		if nextN > 1 {
-			cs = append(cs, Coord{Kind: KindQPos, Value: r % nextN})
-		}
-		return cs
+		return append(cs, rowOf(r)...)
 	}
 	scores := Output{
 		Name:      "scores",
@@ -171,7 +178,7 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTy
 		Expected:  Dense(s.Expected),
 		Mode:      Numeric,
 		Reduction: dk + hi + 1,
-		Coords:    Coords{Axes: []CoordKind{KindRequest, KindToken}, Derived: pos},
+		Coords:    Coords{Axes: []CoordKind{rowAxis, KindToken}, Derived: pos},
 	}
 	top := Output{
 		Name:     "topk_indices",
@@ -186,7 +193,7 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTy
 			return s.TopKAccepts(i/topk, topk, int64(actual))
 		},
 		Reduction: dk + hi + 1,
-		Coords:    Coords{Axes: []CoordKind{KindRequest, KindRank}},
+		Coords:    Coords{Axes: []CoordKind{rowAxis, KindRank}, Derived: func(idx []int) []Coord { return rowOf(idx[0]) }},
 	}
 	if global == "global_slot" {
 		// a slot is judged as the request's token it holds: one the row
