@@ -502,9 +502,14 @@ func suspectHypothesis(o kernel.Output, N int, failingSeq iter.Seq[int], failing
 		if sus.Values == nil || sus.Values.Len() != N {
 			continue
 		}
+		within := sus.Within
+		if within != nil && within.Len() != N {
+			within = nil
+		}
 		hits := 0
 		for i := range failingSeq {
-			if same(actual(i), sus.Values.At(i)) {
+			a, v := actual(i), sus.Values.At(i)
+			if same(a, v) || within != nil && math.Abs(a-v) <= within.At(i) {
 				hits++
 			}
 		}

@@ -643,4 +643,24 @@ func TestSuspectNamesFewFailures(t *testing.T) {
 			t.Errorf("%s: %s (%s), want %s", c.name, sig.Pattern, sig.Detail, c.want)
 		}
 	}
+	// Within: a value off the suspect's by no more than it allows holds it
+	within := make([]float64, n)
+	within[10] = 0.5
+	o.Suspects[0].Within = kernel.Dense(within)
+	for _, c := range []struct {
+		actual float64
+		want   string
+	}{{1000.5, FutureTokensVisible}, {999.5, FutureTokensVisible}, {1000.75, Isolated}} {
+		excess := make([]float64, n)
+		excess[10] = 100
+		act := func(i int) float64 {
+			if i == 10 {
+				return c.actual
+			}
+			return expected[i]
+		}
+		if sig := Analyze(o, kernel.Dense(excess), Options{Actual: act}); sig.Pattern != c.want {
+			t.Errorf("within 0.5 of 1000, actual %v: %s (%s), want %s", c.actual, sig.Pattern, sig.Detail, c.want)
+		}
+	}
 }

@@ -251,8 +251,14 @@ func futureSuspects(ctx context.Context, din dsa.Input, in Inputs, maxSeq, topk 
 		ep = dsa.NewSlots(rows.Pages, s).Map(ep, topk)
 	}
 	const detail = "an indexer that lets each next_n query row see every token of its request, its own future ones included (the causal limit t <= q_offset dropped)"
+	// A kernel with the bug is an fp32 evaluation in its own order: within
+	// Bound of the exact score, as Expected is, so within twice Bound of it.
+	within := make([]float64, len(s.Bound))
+	for i, b := range s.Bound {
+		within[i] = 2 * b
+	}
 	return []Suspect{
-		{Pattern: futureTokensVisible, Detail: detail, Values: Dense(s.Expected)},
+		{Pattern: futureTokensVisible, Detail: detail, Values: Dense(s.Expected), Within: Dense(within)},
 		{Pattern: futureTokensVisible, Detail: detail, Values: Dense(int32s(ep))},
 	}, nil
 }
