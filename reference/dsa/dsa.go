@@ -54,6 +54,83 @@ type Input struct {
 	// NextN is the query rows a request has (0 or 1: one); rows are
 	// request-major, row b·NextN + n the request's n-th query.
 	NextN int
+	// ScaleFmt is the writer convention the fp8 cache's scales declare
+	// (ScaleAny, ScaleAmax or ScaleUE8M0). The scores read each stored
+	// F32 scale as it is whatever it says; a declared convention is
+	// checked on every attended token, so a capture that contradicts it
+	// is refused by name rather than read under an assumption.
+	ScaleFmt string
+}
+
+// The writer conventions of the fp8 indexer cache's per-token scales, as
+// vLLM's indexer_k_quant_and_cache writes them (its scale_fmt argument):
+// amax, scale = max(amax, 1e-4) / 448 in fp32; ue8m0, that scale rounded
+// up to a power of two, exp2f(ceilf(log2f(scale))) (vllm 0.33.0
+// vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:150-158, the Triton twin
+// of csrc/cache_kernels.cu's indexer_k_quant_and_cache_kernel, which
+// vllm/_custom_ops.py:3191 calls). vLLM 0.33.0's DeepSeek-V3.2 indexer
+// writes ue8m0 (vllm/model_executor/models/deepseek_v2.py:723
+// `self.scale_fmt = "ue8m0"`, passed on by
+// vllm/model_executor/layers/sparse_attn_indexer.py:573-579).
+const (
+	ScaleAny   = "any"
+	ScaleAmax  = "amax"
+	ScaleUE8M0 = "ue8m0"
+)
+
+// ScaleFloor is the smallest scale either writer stores: fp32(1e-4) / 448
+// (the amax floor), and for ue8m0 that rounded up to 2^-22.
+func ScaleFloor(kind string) float64 {
+	s := float64(float32(1e-4) / 448)
+	if kind == ScaleUE8M0 {
+		return CeilPow2(s)
+	}
+	return s
+}
+
+// CeilPow2 is 2^ceil(log2(x)) for a positive finite x, exactly (a power
+// of two is its own; math.Log2 of x a few ulp above one could round down).
+func CeilPow2(x float64) float64 {
+	frac, exp := math.Frexp(x) // x = frac · 2^exp, frac in [0.5, 1)
+	if frac == 0.5 {
+		return x
+	}
+	return math.Ldexp(1, exp)
+}
+
+// checkScales refuses a cache whose attended tokens contradict the
+// declared writer: an ue8m0 scale must be a power of two, and above the
+// floor its token's largest code must be at least 224 (amax / scale lies in
+// (224, 448]); an amax scale's token must reach the code 448 (amax / scale
+// = 448) unless the scale is the floor.
+func (c *fp8Cache) checkScales(p *kvcache.Pages, fmtName string) error {
+	if fmtName == "" || fmtName == ScaleAny {
+		return nil
+	}
+	kv := make([]float64, c.dk)
+	floor := float32(ScaleFloor(fmtName))
+	for b, n := range p.SeqLens {
+		for t := 0; t < n; t++ {
+			blk, off := p.Locate(b, t)
+			s := c.row(blk, off, kv)
+			top := 0.0
+			for _, v := range kv {
+				top = math.Max(top, math.Abs(v))
+			}
+			where := fmt.Sprintf("tensor k_cache: request %d token %d (block %d, offset %d) has scale %g (%x)", b, t, blk, off, s, s)
+			switch {
+			case !(s > 0) || math.IsInf(s, 0):
+				return fmt.Errorf("%s, not a positive finite scale (k_scale_fmt = %s)", where, fmtName)
+			case fmtName == ScaleUE8M0 && CeilPow2(s) != s:
+				return fmt.Errorf("%s, not a power of two: the cache was not written with ue8m0 scales as k_scale_fmt = ue8m0 declares (an amax writer's max(amax, 1e-4)/448?)", where)
+			case fmtName == ScaleUE8M0 && float32(s) > floor && top < 224:
+				return fmt.Errorf("%s and largest code %g: an ue8m0 writer's 2^ceil(log2(amax/448)) leaves the largest code in [224, 448]", where, top)
+			case fmtName == ScaleAmax && float32(s) != floor && top != 448:
+				return fmt.Errorf("%s and largest code %g, not 448: the cache was not written with amax scales max(amax, 1e-4)/448 as k_scale_fmt = amax declares (a power-of-two ue8m0 writer?)", where, top)
+			}
+		}
+	}
+	return nil
 }
 
 // Visible is the tokens query row n (of nextN) of a request of seqLen
@@ -140,6 +217,9 @@ func Compute(ctx context.Context, in Input, maxSeq int) (*Scores, error) {
 			return nil, fmt.Errorf("tensor k_cache is %s %v; an fp8 indexer cache is U8 [NB, P = %d, Dk + 4 = %d] (each block P·Dk e4m3 codes, then P F32 scales)", t.DType, t.Shape, p.PageSize, dk+4)
 		}
 		fc = &fp8Cache{data: t.Data, p: p.PageSize, dk: dk}
+		if err := fc.checkScales(p, in.ScaleFmt); err != nil {
+			return nil, err
+		}
 	} else {
 		// a 16-bit cache: the model's dtype (an fp16 model's is F16)
 		kind := kvcache.BF16

@@ -2,11 +2,13 @@ package dsa
 
 import (
 	"context"
+	"encoding/binary"
 	"math"
 	"math/rand"
 	"strings"
 	"testing"
 
+	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -324,5 +326,71 @@ func TestSlots(t *testing.T) {
 	}
 	if tok, ok := c.Token(1, 64+5); !ok || tok != 69 {
 		t.Errorf("row 1: token %d, %v; want 69", tok, ok)
+	}
+}
+
+// TestScaleFmt: the declared writer convention of the fp8 cache's scales
+// against tokens written each way (vLLM's indexer_k_quant_and_cache:
+// scale = max(amax, 1e-4)/448, ue8m0 rounding it up to a power of two;
+// vllm 0.33.0 vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:150-158).
+// Each token is (its two values as e4m3 codes, its F32 scale); amax =
+// largest code · scale. Undeclared (any), every one is read as stored.
+func TestScaleFmt(t *testing.T) {
+	floorAmax := float32(1e-4) / 448 // 0x1.ad7f2ap-23, not a power of two
+	floorUE := float32(0x1p-22)      // 2^ceil(log2(that))
+	for _, c := range []struct {
+		name        string
+		codes       [2]float64
+		scale       float32
+		amax, ue8m0 string // "" = accepted, else the error
+	}{
+		{"amax 112: 112/448 = 0.25 is both", [2]float64{448, -3}, 0.25, "", ""},
+		{"amax 134.4: 0.3 is amax's", [2]float64{448, 1}, 0.3, "", "not a power of two"},
+		{"amax 64: ue8m0's 2^ceil(log2(64/448)) = 0.25", [2]float64{256, -2}, 0.25, "largest code 256, not 448", ""},
+		{"largest code 128 under a power of two", [2]float64{128, 1}, 0.25, "not 448", "leaves the largest code in [224, 448]"},
+		{"amax below 1e-4: amax's floor", [2]float64{1, 0}, floorAmax, "", "not a power of two"},
+		{"amax below 1e-4: ue8m0's floor", [2]float64{1, 0}, floorUE, "not 448", ""},
+		{"zero scale", [2]float64{448, 0}, 0, "not a positive finite scale", "not a positive finite scale"},
+		{"NaN scale", [2]float64{448, 0}, float32(math.NaN()), "not a positive finite scale", "not a positive finite scale"},
+	} {
+		// one block, P = 2: token 0 is c, token 1 (not attended) garbage
+		b0, _ := formats.E4M3FN.Encode(c.codes[0], formats.Saturate)
+		b1, _ := formats.E4M3FN.Encode(c.codes[1], formats.Saturate)
+		data := []byte{b0, b1, 0x7f, 0x7f}
+		data = binary.LittleEndian.AppendUint32(data, math.Float32bits(c.scale))
+		data = binary.LittleEndian.AppendUint32(data, math.Float32bits(0.3))
+		in := Input{
+			Q:       tensor.FromFloat64s(tensor.BF16, []int{1, 1, 2}, []float64{1, 1}),
+			KCache:  &tensor.Tensor{DType: tensor.U8, Shape: []int{1, 2, 6}, Data: data},
+			FP8:     true,
+			Weights: tensor.FromFloat64s(tensor.F32, []int{1, 1}, []float64{1}),
+			Pages:   pages(t, []int64{0}, 1, []int64{1}, 2, 1),
+		}
+		for fmtName, want := range map[string]string{ScaleAny: "", ScaleAmax: c.amax, ScaleUE8M0: c.ue8m0} {
+			if fmtName == ScaleAny && !(c.scale > 0) {
+				continue // read as stored: a zero or NaN score, no error
+			}
+			in.ScaleFmt = fmtName
+			s, err := Compute(context.Background(), in, 0)
+			switch {
+			case want == "" && err != nil:
+				t.Errorf("%s as %s: %v", c.name, fmtName, err)
+			case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+				t.Errorf("%s as %s: %v, want an error about %q", c.name, fmtName, err, want)
+			case want != "" && !strings.Contains(err.Error(), "tensor k_cache: request 0 token 0 (block 0, offset 0)"):
+				t.Errorf("%s as %s: %v does not name the token", c.name, fmtName, err)
+			case err == nil && s.Exact[0] != math.Max(c.codes[0]+c.codes[1], 0)*float64(c.scale): // relu(q·codes)·scale, q = (1, 1)
+				t.Errorf("%s as %s: score %v, want the stored scale's (codes %v · %v)", c.name, fmtName, s.Exact[0], c.codes, c.scale)
+			}
+		}
+	}
+	if got := CeilPow2(0x1p-3); got != 0x1p-3 {
+		t.Errorf("CeilPow2(2^-3) = %v", got)
+	}
+	if got := CeilPow2(math.Nextafter(0x1p-3, 1)); got != 0x1p-2 {
+		t.Errorf("CeilPow2(2^-3 + ulp) = %v, want 2^-2", got)
+	}
+	if got := ScaleFloor(ScaleUE8M0); got != float64(floorUE) {
+		t.Errorf("ue8m0 floor %v, want 2^-22", got)
 	}
 }

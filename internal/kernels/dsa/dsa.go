@@ -47,6 +47,8 @@ func init() {
 			{Name: "max_seq", Kind: ParamInt, Doc: "the scores' width (default: the captured scores', else the longest request)"},
 			{Name: "topk", Kind: ParamInt, Doc: "indices a request keeps (default: the captured topk_indices' width; one of the two is needed)"},
 			{Name: "next_n", Kind: ParamInt, Default: "1", Doc: "query rows a request has (MTP: next_n > 1 verifies next_n - 1 draft tokens): q, weights, scores and topk_indices have B·next_n rows, request-major, and row n sees the tokens t < seq_len - next_n + n + 1 (t < context_len and t <= its own position, vLLM's causal next_n)"},
+			{Name: "k_scale_fmt", Kind: ParamEnum, Default: dsa.ScaleAny, Allowed: []string{dsa.ScaleAny, dsa.ScaleAmax, dsa.ScaleUE8M0},
+				Doc: "the writer convention of the fp8_e4m3 cache's per-token scales (vLLM's scale_fmt): any (default: not declared), amax (max(amax, 1e-4)/448) or ue8m0 (that rounded up to a power of two, vLLM 0.33's DeepSeek-V3.2 indexer); the scores read each stored scale as it is, and a declared convention is checked on every attended token"},
 			{Name: "topk_index", Kind: ParamEnum, Default: "request", Allowed: topkIndexKinds,
 				Doc: "request: topk_indices are token positions in the request (vLLM's indexer output); global_slot: cache slots block_table[b, t / P]·P + t % P, -1 kept as -1 (vLLM's triton_convert_req_index_to_global_index, what FLASHMLA_SPARSE receives as indices)"},
 		},
@@ -139,7 +141,14 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTy
 	if err != nil {
 		return nil, err
 	}
-	din := dsa.Input{Q: q, KCache: kc, FP8: kd == "fp8_e4m3", Weights: w, Pages: pages, NextN: nextN}
+	scaleFmt, err := in.Params.Enum("k_scale_fmt", dsa.ScaleAny, dsa.ScaleAny, dsa.ScaleAmax, dsa.ScaleUE8M0)
+	if err != nil {
+		return nil, err
+	}
+	if scaleFmt != dsa.ScaleAny && kd != "fp8_e4m3" {
+		return nil, fmt.Errorf("parameter k_scale_fmt = %s declares how an fp8 indexer cache's scales were written, but k_cache_dtype = %s has no scales", scaleFmt, kd)
+	}
+	din := dsa.Input{Q: q, KCache: kc, FP8: kd == "fp8_e4m3", Weights: w, Pages: pages, NextN: nextN, ScaleFmt: scaleFmt}
 	s, err := dsa.Compute(ctx, din, maxSeq)
 	if err != nil {
 		return nil, err

@@ -284,3 +284,40 @@ func TestSuspectPatternIsDeclared(t *testing.T) {
 		t.Errorf("%q is not in signature.SuspectPatterns %v", futureTokensVisible, signature.SuspectPatterns)
 	}
 }
+
+// TestDSAIndexerScaleFmt: the generator writes the fp8 cache in the
+// declared convention (amax when none is declared) and the reader judges
+// it under each: a cache is accepted under its own writer and under any,
+// refused by name under the other; k_scale_fmt on a 16-bit cache is
+// refused.
+func TestDSAIndexerScaleFmt(t *testing.T) {
+	k, _ := Lookup("dsa_indexer")
+	gen := k.(Generator)
+	for _, writer := range []string{"any", "amax", "ue8m0"} {
+		c := Case{Name: "t", Kernel: "dsa_indexer", Seed: 3, Heads: 4,
+			Geometry: Geometry{PageSize: 16, TopK: 8, SeqLens: Contexts{List: []int64{20, 33}}},
+			Params:   Params{"k_cache_dtype": "fp8_e4m3", "k_scale_fmt": writer, "topk": "8"}}
+		ts, err := gen.Generate(context.Background(), c, NewRNG(c.Seed, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		written := map[string]string{"any": "amax"}[writer]
+		if written == "" {
+			written = writer
+		}
+		for _, read := range []string{"any", "amax", "ue8m0"} {
+			in := Inputs{Tensors: ts, Params: Params{"k_cache_dtype": "fp8_e4m3", "k_scale_fmt": read, "topk": "8"}}
+			_, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
+			if ok := read == "any" || read == written; ok != (err == nil) {
+				t.Errorf("written %s (%s), read as %s: error %v", writer, written, read, err)
+			} else if err != nil && !strings.Contains(err.Error(), "tensor k_cache: request 0 token 0") {
+				t.Errorf("written %s, read as %s: %v does not name the first token", writer, read, err)
+			}
+		}
+	}
+	in := dsaInputs()
+	in.Params["k_scale_fmt"] = "ue8m0"
+	if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "k_cache_dtype = bf16 has no scales") {
+		t.Errorf("k_scale_fmt on a bf16 cache: %v", err)
+	}
+}

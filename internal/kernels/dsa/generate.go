@@ -8,6 +8,7 @@ import (
 
 	. "github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/kernels/paged"
+	"github.com/kcheck-dev/kcheck/reference/dsa"
 	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -46,7 +47,7 @@ func (*indexer) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tenso
 	}
 	qt := BF16([]int{rows, heads, indexerDim}, q)
 	if fp8 {
-		k = fp8IndexerCache(k, g.PageSize)
+		k = fp8IndexerCache(k, g.PageSize, c.Params.String("k_scale_fmt", dsa.ScaleAny) == dsa.ScaleUE8M0)
 		// an fp8 q is e4m3(q / q_scale) with q_scale folded into the
 		// weights: the codes of a unit-scale q stand for any of them
 		qt = tensor.FromFloat64s(tensor.F8E4M3, qt.Shape, q)
@@ -81,12 +82,16 @@ func (*indexer) PlanCost(c Case, cost *Cost) Shapes {
 }
 
 // fp8IndexerCache writes a BF16 [NB, P, Dk] key cache as vLLM's fp8 indexer
-// cache writes it: per token scale = max(amax, 1e-4) / 448 and codes
-// e4m3(k / scale), stored per block as P·Dk codes then P F32 scales (vllm
-// 0.33.0 vllm/_custom_ops.py:3191 indexer_k_quant_and_cache; its Triton twin
+// cache writes it: per token scale = max(amax, 1e-4) / 448, with ue8m0
+// rounded up to a power of two, and codes e4m3(k / scale), stored per block
+// as P·Dk codes then P F32 scales (vllm 0.33.0 vllm/_custom_ops.py:3191
+// indexer_k_quant_and_cache; its Triton twin
 // vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:150-174: `scale =
-// tl.maximum(1e-4, amax) / 448.0`, the codes then the scale region).
-func fp8IndexerCache(k *tensor.Tensor, p int) *tensor.Tensor {
+// tl.maximum(1e-4, amax) / 448.0`, `if USE_UE8M0: scale =
+// tl.exp2(tl.ceil(tl.log2(scale)))`, the codes then the scale region).
+// Without a declared convention the writer is amax, as it was before
+// k_scale_fmt existed.
+func fp8IndexerCache(k *tensor.Tensor, p int, ue8m0 bool) *tensor.Tensor {
 	nb, dk := k.Shape[0], k.Shape[2]
 	out := tensor.New(tensor.U8, nb, p, dk+4)
 	block := p * (dk + 4)
@@ -99,6 +104,9 @@ func fp8IndexerCache(k *tensor.Tensor, p int) *tensor.Tensor {
 				amax = math.Max(amax, math.Abs(v))
 			}
 			scale := float32(math.Max(amax, 1e-4)) / 448
+			if ue8m0 {
+				scale = float32(dsa.CeilPow2(float64(scale)))
+			}
 			base := blk * block
 			for j, v := range row {
 				out.Data[base+off*dk+j], _ = formats.E4M3FN.Encode(float64(float32(v)/scale), formats.Saturate)
