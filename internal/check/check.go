@@ -262,9 +262,14 @@ func runSingle(c evidence.Capture, kname string, meta map[string]string, opts Op
 		return errorResult(c.Name, kname, fmt.Errorf("the file holds none of %s's outputs (%s): nothing to check", kname, specNames(k.Spec().Outputs)))
 	}
 	notes = append(notes, inputAnomalies(k, kernel.Inputs{Tensors: in, Params: p})...)
-	checks, _, err := compareOutputs(k, kernel.Inputs{Tensors: in, Params: p}, prec, outs, opts)
+	checks, refs, err := compareOutputs(k, kernel.Inputs{Tensors: in, Params: p}, prec, outs, opts)
 	if err != nil {
 		return errorResult(c.Name, kname, err)
+	}
+	for _, r := range refs {
+		if _, ok := outs[r.Name]; ok {
+			notes = append(notes, r.Notes...)
+		}
 	}
 	return Result{
 		File: c.Name, Kernel: kname, Verdict: compare.FileVerdict(checks), Checks: checks,
