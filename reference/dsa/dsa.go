@@ -54,6 +54,10 @@ type Input struct {
 	// NextN is the query rows a request has (0 or 1: one); rows are
 	// request-major, row b·NextN + n the request's n-th query.
 	NextN int
+	// RowLens, when set, are the tokens each query row sees ([B·NextN],
+	// vLLM's per-row context lengths, CTX_PER_ROW), each at most its
+	// request's seq_len; else row n sees Visible(seq_len, NextN, n).
+	RowLens []int
 	// ScaleFmt is the writer convention the fp8 cache's scales declare
 	// (ScaleAny, ScaleAmax or ScaleUE8M0). The scores read each stored
 	// F32 scale as it is whatever it says; a declared convention is
@@ -245,8 +249,18 @@ func Compute(ctx context.Context, in Input, maxSeq int) (*Scores, error) {
 		maxSeq = longest
 	}
 	vis := make([]int, b)
+	if in.RowLens != nil && len(in.RowLens) != b {
+		return nil, fmt.Errorf("%d per-row seq_lens for %d query rows", len(in.RowLens), b)
+	}
 	for r := range vis {
-		vis[r] = Visible(p.SeqLens[r/nextN], nextN, r%nextN)
+		n := p.SeqLens[r/nextN]
+		vis[r] = Visible(n, nextN, r%nextN)
+		if in.RowLens != nil {
+			if v := in.RowLens[r]; v < 0 || v > n {
+				return nil, fmt.Errorf("tensor seq_lens[%d, %d] = %d is outside [0, %d], its request's pages", r/nextN, r%nextN, v, n)
+			}
+			vis[r] = in.RowLens[r]
+		}
 	}
 	s := &Scores{B: b, MaxSeq: maxSeq, SeqLens: vis, NextN: nextN,
 		Exact: make([]float64, b*maxSeq), Expected: make([]float64, b*maxSeq), Bound: make([]float64, b*maxSeq)}
@@ -417,7 +431,7 @@ func AllVisible(in Input) (Input, error) {
 	if err != nil {
 		return in, err
 	}
-	in.Pages, in.NextN = pages, 1
+	in.Pages, in.NextN, in.RowLens = pages, 1, nil
 	return in, nil
 }
 
