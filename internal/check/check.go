@@ -266,15 +266,25 @@ func runSingle(c evidence.Capture, kname string, meta map[string]string, opts Op
 	if err != nil {
 		return errorResult(c.Name, kname, err)
 	}
-	for _, r := range refs {
-		if _, ok := outs[r.Name]; ok {
-			notes = append(notes, r.Notes...)
-		}
-	}
+	notes = append(notes, outputNotes("", refs, outs)...)
 	return Result{
 		File: c.Name, Kernel: kname, Verdict: compare.FileVerdict(checks), Checks: checks,
 		Notes: notes, Precision: precisionInfo(prec), Policy: opts.policy().Name(),
 	}
+}
+
+// outputNotes are the notes of the references of the outputs a capture
+// stores (kernel.Output.Notes), each led by prefix.
+func outputNotes(prefix string, refs []kernel.Output, outs map[string]*tensor.Tensor) []string {
+	var notes []string
+	for _, r := range refs {
+		if _, ok := outs[r.Name]; ok {
+			for _, n := range r.Notes {
+				notes = append(notes, prefix+n)
+			}
+		}
+	}
+	return notes
 }
 
 // maxNotes bounds a result's notes, whatever makes them (a pipeline of

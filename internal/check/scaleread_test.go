@@ -6,7 +6,9 @@ import (
 
 	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/compare"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
 // TestDSMLAScaleRead (audit row F15): an amax-written fp8_ds_mla cache read
@@ -60,6 +62,33 @@ func TestDSMLAScaleRead(t *testing.T) {
 			t.Errorf("%s capture read as f32: verdict %s, want %s", tc.read, plain.Verdict, tc.undeclared)
 		}
 	}
+	// the same sm100 capture as the attn stage of a one-stage pipeline:
+	// the loss is in the result's notes, named after the stage
+	outs := produce(t, c, def, map[string]string{"ds_mla_scale_read": "e8m0_rz"})
+	one := captureOf(t, c, outs)
+	pipe := evidence.Capture{Name: "pipe", Metadata: map[string]string{"kcheck.kernel": "pipeline", "kcheck.stages": "attn",
+		"kcheck.attn.kernel": "mla_decode_sparse", "attn.ds_mla_scale_read": "e8m0_rz"}, Tensors: map[string]*tensor.Tensor{}}
+	for k, v := range one.Metadata {
+		if strings.HasPrefix(k, "kcheck.") {
+			if k != "kcheck.kernel" {
+				pipe.Metadata[k] = v
+			}
+			continue
+		}
+		pipe.Metadata["attn."+k] = v
+	}
+	for k, v := range one.Tensors {
+		pipe.Tensors["attn."+k] = v
+	}
+	res := Run(pipe, Options{})
+	found := false
+	for _, n := range res.Notes {
+		found = found || strings.HasPrefix(n, "stage attn: out: ds_mla_scale_read = e8m0_rz")
+	}
+	if res.Verdict != Pass || !found {
+		t.Errorf("pipeline: verdict %s (%v), notes %q", res.Verdict, res.Error, res.Notes)
+	}
+
 	// a 16-bit cache has no tile scales to read
 	b := c
 	b.KVCacheDType, b.Params = "bf16", nil
