@@ -183,7 +183,7 @@ type Scores struct {
 	Bound []float64
 
 	kthK   int
-	kthTok []int // per request, the token of the k-th largest exact score (k = kthK), -1 when seq_len <= k
+	kthTok []int // per query row, the token of the k-th largest exact score (k = kthK), -1 when seq_len <= k
 }
 
 // Compute returns the scores of in over MaxSeq = maxSeq columns (every
@@ -332,9 +332,9 @@ func (s *Scores) score(kc *kvcache.Cache, fc *fp8Cache, p *kvcache.Pages, r, t i
 	s.Exact[i], s.Expected[i], s.Bound[i] = exact, float64(acc32), gamma*mag
 }
 
-// TopK returns the top k tokens of every request ([B, k] row-major, -1
+// TopK returns the top k tokens of every query row ([B, k] row-major, -1
 // padded) by the exact scores and by the expected ones, and remembers the
-// k-th exact score of each request for TopKAccepts.
+// k-th exact score of each row for TopKAccepts (a row is a request when next_n is 1).
 func (s *Scores) TopK(k int) (exact, expected []int32) {
 	exact = make([]int32, 0, s.B*k)
 	expected = make([]int32, 0, s.B*k)
@@ -373,7 +373,7 @@ func TopK(row []float64, seqLen, k int) []int32 {
 	return out
 }
 
-// TopKAccepts reports whether actual is a correct entry of request b's top-k
+// TopKAccepts reports whether actual is a correct entry of query row b's top-k
 // (k entries), in any position: -1 when seq_len < k (there must be padding),
 // or a token t < seq_len whose exact score is not below the k-th largest by
 // more than the two scores' fp32 error bounds (a tie within the noise is not
