@@ -85,6 +85,10 @@ type Engine struct {
 	Defaults map[string]string
 	// Values translate the engine's spelling of a parameter value.
 	Values map[string]map[string]string
+	// Refused are the engine's parameter values kcheck has no contract for,
+	// each with why, so that a capture declaring one is refused with a
+	// reason rather than a bare "unknown value" (or misread as another).
+	Refused map[string]map[string]string
 	// Kernels holds the per-kernel conventions, by contract kernel name.
 	Kernels map[string]Kernel
 }
@@ -277,15 +281,19 @@ func (e *Engine) adaptView(v *View) ([]string, error) {
 		notes = append(notes, fmt.Sprintf("%s: parameter %s read as %s%s", e.Name, from, to, where))
 	}
 	// 2. parameter values.
+	for _, key := range sortedKeys(e.Refused) {
+		if val, ok := v.Param(key); ok {
+			if why, refused := e.Refused[key][val]; refused {
+				return nil, fmt.Errorf("parameter %s = %q: %s's %q has no kcheck contract: %s", key, val, e.Name, val, why)
+			}
+		}
+	}
 	for _, key := range sortedKeys(e.Values) {
 		val, ok := v.Param(key)
 		if !ok {
 			continue
 		}
 		if to, ok := e.Values[key][val]; ok && to != val {
-			if to == "" {
-				return nil, fmt.Errorf("parameter %s = %q: %s's %q has no kcheck contract", key, val, e.Name, val)
-			}
 			v.SetParam(key, to)
 			notes = append(notes, fmt.Sprintf("%s: %s = %q read as %q%s", e.Name, key, val, to, where))
 		}

@@ -528,6 +528,16 @@ func TestAdaptTable(t *testing.T) {
 			wantErr: `kv_cache_dtype = "fp8_e5m2"`,
 		},
 		{
+			name: "vllm nvfp4_ds_mla refused with what it is", engine: "vllm",
+			meta:    map[string]string{"kcheck.kernel": "mla_decode_sparse", "kv_cache_dtype": "nvfp4_ds_mla"},
+			wantErr: `352-byte NVFP4 DeepSeek MLA entry`,
+		},
+		{
+			name: "sglang fp32 cache refused", engine: "sglang",
+			meta:    map[string]string{"kcheck.kernel": "kv_cache_gather", "kv_cache_dtype": "float32"},
+			wantErr: `kv_cache_dtype = "float32": sglang's "float32" has no kcheck contract: an fp32 cache`,
+		},
+		{
 			name: "flashmla fp8 flag, 656-byte entries", engine: "flashmla",
 			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "is_fp8_kvcache": "True"},
 			tensors:  map[string]*tensor.Tensor{"k_cache": tensor.New(tensor.F8E4M3, 3, 64, 1, 656), "indices": tensor.New(tensor.I32, 1, 1, 8)},

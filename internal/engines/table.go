@@ -19,7 +19,31 @@ var vllmCacheDTypes = map[string]string{
 	"auto": "auto", "bfloat16": "bf16", "bf16": "bf16",
 	"half": "fp16", "float16": "fp16", "fp16": "fp16",
 	"fp8_e4m3": "fp8_e4m3", "fp8_ds_mla": "fp8_ds_mla",
-	"fp8_e5m2": "",
+}
+
+// vllmRefusedCacheDTypes are the rest of vLLM's kv_cache_dtype spellings
+// (vllm 0.33.0 vllm/utils/torch_utils.py:40-66, STR_DTYPE_TO_TORCH_DTYPE;
+// audit V3): caches kcheck has no layout for, refused with what they are.
+var vllmRefusedCacheDTypes = map[string]string{
+	"fp8_e5m2":            "an E5M2 cache; kcheck reads E4M3 caches only (fp8_e4m3, fp8_ds_mla)",
+	"float32":             "an fp32 cache; kcheck reads bf16, fp16 and fp8 caches",
+	"float":               "an fp32 cache; kcheck reads bf16, fp16 and fp8 caches",
+	"int8":                "an int8 cache",
+	"fp8_inc":             "Intel Neural Compressor's fp8 cache (Gaudi), whose scaling kcheck has not examined",
+	"fp8_per_token_head":  "a per-token-head scaled fp8 cache (one scale per token and head, not per tensor)",
+	"int8_per_token_head": "a per-token-head scaled int8 cache",
+	"int4_per_token_head": "a per-token-head scaled int4 cache",
+	"nvfp4":               "an NVFP4 KV cache (e2m1 values with block scales)",
+	"nvfp4_4over6":        "an NVFP4 KV cache with FlashInfer's 4over6 scale recipe",
+	"nvfp4_ds_mla":        "the 352-byte NVFP4 DeepSeek MLA entry (SM100 only; vllm 0.33.0 flashmla_sparse.py:111-129)",
+	"turboquant_k8v4":     "a TurboQuant cache",
+	"turboquant_4bit_nc":  "a TurboQuant cache",
+	"turboquant_k3v4_nc":  "a TurboQuant cache",
+	"turboquant_3bit_nc":  "a TurboQuant cache",
+	"octave_k3v4":         "an Octave cache",
+	"octave_k3v3":         "an Octave cache",
+	"octave_k3v3_compact": "an Octave cache",
+	"ultraquant_4bit":     "an UltraQuant cache",
 }
 
 // vllmKernels are vLLM's custom-op argument names (vllm/_custom_ops.py).
@@ -169,6 +193,7 @@ func init() {
 			"lse_base": "e", "lse_empty": "-inf",
 		},
 		Values:  map[string]map[string]string{"kv_cache_dtype": vllmCacheDTypes},
+		Refused: map[string]map[string]string{"kv_cache_dtype": vllmRefusedCacheDTypes},
 		Kernels: vllm,
 	})
 
@@ -199,6 +224,7 @@ func init() {
 		Summary:  "SGLang (sgl_kernel): FlashMLA's decode with the cache named kv_cache, vLLM's NVFP4 ops, natural-log lse",
 		Defaults: map[string]string{"lse_base": "e", "lse_empty": "-inf", "ds_mla_scale": "amax"},
 		Values:   map[string]map[string]string{"kv_cache_dtype": vllmCacheDTypes},
+		Refused:  map[string]map[string]string{"kv_cache_dtype": vllmRefusedCacheDTypes},
 		Kernels:  sgl,
 	})
 
