@@ -528,6 +528,19 @@ func TestAdaptTable(t *testing.T) {
 			wantErr: `kv_cache_dtype = "fp8_e5m2"`,
 		},
 		{
+			name: "sglang pool of fp8 bytes without a dtype: e4m3 or e5m2 is not in the bytes", engine: "sglang",
+			meta:    map[string]string{"kcheck.kernel": "kv_cache_write"},
+			tensors: map[string]*tensor.Tensor{"kv_buffer": tensor.New(tensor.U8, 41, 1, 576), "cache_k_nope": tensor.New(tensor.BF16, 3, 1, 512)},
+			wantErr: "set kv_cache_dtype (fp8_e4m3",
+		},
+		{
+			name: "sglang DSA pool: 656-byte rows are fp8_ds_mla", engine: "sglang",
+			meta:     map[string]string{"kcheck.kernel": "kv_cache_write"},
+			tensors:  map[string]*tensor.Tensor{"kv_buffer": tensor.New(tensor.U8, 41, 1, 656), "cache_k_nope": tensor.New(tensor.BF16, 3, 1, 512), "cache_k_rope": tensor.New(tensor.BF16, 3, 1, 64)},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp8_ds_mla", "page_size": "1"},
+			wantT:    map[string][]int{"cache_after": {41, 1, 656}, "kv_c": {3, 512}, "k_pe": {3, 64}},
+		},
+		{
 			name: "vllm nvfp4_ds_mla refused with what it is", engine: "vllm",
 			meta:    map[string]string{"kcheck.kernel": "mla_decode_sparse", "kv_cache_dtype": "nvfp4_ds_mla"},
 			wantErr: `352-byte NVFP4 DeepSeek MLA entry`,

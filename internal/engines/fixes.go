@@ -877,3 +877,86 @@ var flashInferFP4Modes = Fix{Doc: "non-NVFP4 fp4_quantize modes refused", Apply:
 	}
 	return nil, nil
 }}
+
+// sglangPoolWrite reads SGLang's MLA pool write as kv_cache_write (sglang
+// 0.5.23 MLATokenToKVPool.set_mla_kv_buffer, sglang/srt/mem_cache/
+// memory_pool.py:5026-5047, which casts the tokens to the pool's dtype with
+// PyTorch and no scale, :5012-5024, then scatters each row with
+// set_mla_kv_buffer_triton, sglang/kernels/ops/kvcache/mla_buffer.py:290-309):
+//   - cache_k_nope [T, 1, L] and cache_k_rope [T, 1, R] are the tokens;
+//   - the pool is flat, kv_buffer [size + page_size, 1, D] (memory_pool.py
+//     :4863-4869), one token a row: a cache of one-token pages (page_size 1
+//     is the engine default);
+//   - an fp8 pool has no scale: k_scale 1 when the capture has none;
+//   - a loc equal to reserved_skip_index (0 unless the call says: slot 0 is
+//     "used for writing dummy outputs from padded tokens", :4863) is not
+//     written (mla_buffer.py:41-44, 80): read as the contract's skip, -1;
+//   - kv_cache_dtype, when the capture leaves it out or says auto, is the
+//     pool tensor's own: bf16, fp16, F8_E4M3 (fp8_e4m3), or 656-byte U8
+//     entries (fp8_ds_mla, the DSA pool); other U8 pools are refused, since
+//     SGLang also has fp8_e5m2 pools stored as the same bytes.
+var sglangPoolWrite = Fix{Doc: "SGLang pool write: cache_k_nope/cache_k_rope [T, 1, *], flat kv_buffer, reserved_skip_index, no fp8 scale", Apply: func(v *View) ([]string, error) {
+	var notes []string
+	for _, n := range []string{"kv_c", "k_pe"} {
+		t := v.T(n)
+		if t == nil || len(t.Shape) != 3 {
+			continue
+		}
+		if t.Shape[1] != 1 {
+			return nil, fmt.Errorf("tensor %s%s has shape %v: SGLang's MLA pool writes one KV head (dimension 1 must be 1)", v.Prefix, n, t.Shape)
+		}
+		r, err := reshape(v.Prefix+n, t, t.Shape[0], t.Shape[2])
+		if err != nil {
+			return nil, err
+		}
+		v.Set(n, r)
+		notes = append(notes, fmt.Sprintf("%s %v read as %v (one KV head)", n, t.Shape, r.Shape))
+	}
+	cache := v.T("cache_after")
+	if kind, ok := v.Param("kv_cache_dtype"); (!ok || kind == "auto") && cache != nil && len(cache.Shape) == 3 {
+		switch {
+		case cache.DType == tensor.BF16 || cache.DType == tensor.F16:
+			kind, _ = cacheDTypeOf(cache)
+		case cache.DType == tensor.F8E4M3:
+			kind = "fp8_e4m3"
+		case cache.DType == tensor.U8 && cache.Shape[2] == kvcache.DSEntryBytes:
+			kind = "fp8_ds_mla"
+		default:
+			return nil, fmt.Errorf("tensor %scache_after (kv_buffer) is a %s pool with %d-byte rows and the capture does not say its kv_cache_dtype: SGLang stores fp8_e4m3 and fp8_e5m2 pools as the same bytes, so set kv_cache_dtype (fp8_e4m3; e5m2 has no kcheck contract)", v.Prefix, cache.DType, cache.Shape[2])
+		}
+		v.SetParam("kv_cache_dtype", kind)
+		notes = append(notes, fmt.Sprintf("kv_cache_dtype = %s (the pool tensor's dtype)", kind))
+	}
+	if kind, _ := v.Param("kv_cache_dtype"); kind == "fp8_e4m3" && v.T("k_scale") == nil {
+		one := tensor.New(tensor.F32)
+		one.SetFloat64(0, 1)
+		v.Set("k_scale", one)
+		notes = append(notes, "k_scale = 1: SGLang's pool casts to fp8 with no scale (memory_pool.py:5016)")
+	}
+	reserved := int64(0)
+	if s, ok := v.Param("reserved_skip_index"); ok {
+		r, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("parameter reserved_skip_index = %q: want an integer", s)
+		}
+		reserved = r
+	}
+	if sm := v.T("slot_mapping"); sm != nil && reserved >= 0 {
+		var out *tensor.Tensor
+		skipped := 0
+		for i := 0; i < sm.Len(); i++ {
+			if sm.Int64At(i) == reserved {
+				if out == nil {
+					out = sm.Clone()
+				}
+				out.SetInt64(i, -1)
+				skipped++
+			}
+		}
+		if out != nil {
+			v.Set("slot_mapping", out)
+			notes = append(notes, fmt.Sprintf("%d loc entries equal to reserved_skip_index %d read as -1 (not written, as set_mla_kv_buffer_kernel skips them)", skipped, reserved))
+		}
+	}
+	return notes, nil
+}}

@@ -216,7 +216,19 @@ func init() {
 		Identify: []string{"prefix_output", "suffix_output"},
 	}
 	sgl["mla_decode"] = withSGLangTritonDecode(sgl["mla_decode"])
-	delete(sgl, "kv_cache_write")   // SGLang writes its pool in Python
+	// SGLang's MLA pool write, set_mla_kv_buffer(layer, loc, cache_k_nope,
+	// cache_k_rope) on MLATokenToKVPool (audit S3; sglangPoolWrite has the
+	// sources): the pool before and after the call as kv_buffer_before and
+	// kv_buffer.
+	sgl["kv_cache_write"] = Kernel{
+		Tensors: map[string]string{
+			"kv_buffer_before": "cache_before", "kv_buffer": "cache_after", "kv_buffer_after": "cache_after",
+			"loc": "slot_mapping", "cache_k_nope": "kv_c", "cache_k_rope": "k_pe",
+		},
+		Defaults: map[string]string{"page_size": "1"},
+		Fixes:    []Fix{sglangPoolWrite},
+		Identify: []string{"loc", "cache_k_nope", "cache_k_rope"},
+	}
 	delete(sgl, "kv_cache_gather")  // no gather op
 	delete(sgl, "nvfp4_dequantize") // no dequantize op
 	register(&Engine{
