@@ -541,6 +541,16 @@ func TestAdaptTable(t *testing.T) {
 			wantT:    map[string][]int{"cache_after": {41, 1, 656}, "kv_c": {3, 512}, "k_pe": {3, 64}},
 		},
 		{
+			name: "vllm merge with an fp8 output_scale refused", engine: "vllm",
+			meta: map[string]string{"kcheck.kernel": "splitk_combine"},
+			tensors: map[string]*tensor.Tensor{
+				"prefix_output": tensor.New(tensor.BF16, 2, 1, 8), "suffix_output": tensor.New(tensor.BF16, 2, 1, 8),
+				"prefix_lse": tensor.New(tensor.F32, 1, 2), "suffix_lse": tensor.New(tensor.F32, 1, 2),
+				"output": tensor.New(tensor.F8E4M3, 2, 1, 8), "output_scale": tensor.New(tensor.F32),
+			},
+			wantErr: "output_scale quantizes the merged output to fp8",
+		},
+		{
 			name: "vllm nvfp4_ds_mla refused with what it is", engine: "vllm",
 			meta:    map[string]string{"kcheck.kernel": "mla_decode_sparse", "kv_cache_dtype": "nvfp4_ds_mla"},
 			wantErr: `352-byte NVFP4 DeepSeek MLA entry`,

@@ -385,6 +385,12 @@ var mergeTwoStates = Fix{Doc: "prefix/suffix states read as a two-split combine"
 	if po == nil || so == nil || pl == nil || sl == nil {
 		return nil, nil
 	}
+	if v.T("output_scale") != nil {
+		// vllm 0.33.0 vllm/v1/attention/ops/triton_merge_attn_states.py
+		// :130-133, :211-214: out * (1 / output_scale), clamped to the fp8
+		// range, stored as fp8 (audit V12). splitk_combine's out is a float.
+		return nil, fmt.Errorf("tensor %soutput_scale: merge_attn_states with an output_scale quantizes the merged output to fp8 (out * (1/output_scale), clamped to ±448: vllm 0.33.0 triton_merge_attn_states.py:211-214), which has no kcheck contract: capture the merge without output_scale (its float output), or the fp8 output's consumer", v.Prefix)
+	}
 	layout, _ := v.Param("lse_layout")
 	if layout != "H,T" && layout != "T,H" {
 		return nil, fmt.Errorf("parameter lse_layout = %q: want H,T (vLLM's merge_attn_states) or T,H (SGLang's merge_state)", layout)
