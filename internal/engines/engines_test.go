@@ -551,6 +551,18 @@ func TestAdaptTable(t *testing.T) {
 			wantErr: "output_scale quantizes the merged output to fp8",
 		},
 		{
+			name: "vllm scaled_fp4_quant with padded_n refused", engine: "vllm",
+			meta:    map[string]string{"kcheck.kernel": "nvfp4_quantize", "padded_n": "128"},
+			tensors: map[string]*tensor.Tensor{"input": bf(16, 64), "input_global_scale": tensor.New(tensor.F32), "output": tensor.New(tensor.U8, 16, 64), "output_scale": tensor.New(tensor.F8E4M3, 128, 8)},
+			wantErr: "K padded past the input",
+		},
+		{
+			name: "vllm scaled_fp4_quant with padded_n = n pads nothing", engine: "vllm",
+			meta:     map[string]string{"kcheck.kernel": "nvfp4_quantize", "padded_n": "64"},
+			tensors:  map[string]*tensor.Tensor{"input": bf(16, 64), "input_global_scale": tensor.New(tensor.F32), "output": tensor.New(tensor.U8, 16, 32), "output_scale": tensor.New(tensor.F8E4M3, 128, 4)},
+			wantMeta: map[string]string{"scale_layout": "swizzled_128x4"},
+		},
+		{
 			name: "vllm nvfp4_ds_mla refused with what it is", engine: "vllm",
 			meta:    map[string]string{"kcheck.kernel": "mla_decode_sparse", "kv_cache_dtype": "nvfp4_ds_mla"},
 			wantErr: `352-byte NVFP4 DeepSeek MLA entry`,

@@ -795,6 +795,20 @@ var sglangTritonDecode = Fix{Doc: "SGLang Triton decode: token pool, kv_indptr/k
 var fp4QuantLayout = Fix{Doc: "scale_layout from the quantize call's arguments, or the one layout block_scale's shape fits", Apply: fp4QuantLayoutFrom}
 
 func fp4QuantLayoutFrom(v *View) ([]string, error) {
+	// padded_n (vllm 0.33.0 vllm/_custom_ops.py:1549-1551, :84-86) allocates
+	// output [m, padded_n/2] and its scales for padded_n columns, "so the
+	// quantization kernel can write CUTLASS-compatible K padding directly":
+	// what the padding holds is the compiled kernel's, unread here, so such
+	// a capture is refused rather than judged on a guess (audit V8).
+	x, packed := v.T("x"), v.T("packed")
+	pn, hasPN := v.Param("padded_n")
+	padded := hasPN && pn != "None" && pn != ""
+	if n, err := strconv.Atoi(pn); padded && err == nil && x != nil && len(x.Shape) == 2 && n == x.Shape[1] {
+		padded = false // padded_n = n pads nothing
+	}
+	if padded || x != nil && packed != nil && len(x.Shape) == 2 && len(packed.Shape) == 2 && packed.Shape[1]*2 > x.Shape[1] {
+		return nil, fmt.Errorf("an NVFP4 quantize with K padded past the input (padded_n = %q, output %v for input %v): scaled_fp4_quant's padded_n (vllm 0.33.0 _custom_ops.py:1549-1551) writes K padding whose contents kcheck has no contract for; capture the call without padded_n", pn, shapeOf(packed), shapeOf(x))
+	}
 	if _, set := v.Param("scale_layout"); set {
 		return nil, nil
 	}
@@ -966,3 +980,11 @@ var sglangPoolWrite = Fix{Doc: "SGLang pool write: cache_k_nope/cache_k_rope [T,
 	}
 	return notes, nil
 }}
+
+// shapeOf is t's shape for a message, or "none" when the tensor is absent.
+func shapeOf(t *tensor.Tensor) string {
+	if t == nil {
+		return "none"
+	}
+	return fmt.Sprint(t.Shape)
+}
