@@ -1,5 +1,7 @@
 package kvcache
 
+import "github.com/kcheck-dev/kcheck/reference/tensor"
+
 // DeepSeek-V4's sparse cache, FlashMLA's MODEL1 layout
 // (deepseek-ai/FlashMLA@9241ae3, the source every number below is read
 // from):
@@ -119,4 +121,20 @@ func m1PartOf(col int) (Part, int) {
 		return PartScale, col - m1ScaleOff
 	}
 	return PartScale, -1 // the pad byte: no reader reads it
+}
+
+// ReadInterleaved returns the bytes of a fp8_ds_mla_model1 cache t [NB, P,
+// 584] rearranged so that a correct reader finds, at slot s, what a reader
+// that addresses the cache token by token (slot s at bytes [584s, 584s+584),
+// as the 656-byte layout is addressed) finds there: the effect of that bug,
+// for a fault to plant and a check to recognise. t is not modified.
+func ReadInterleaved(t *tensor.Tensor) *tensor.Tensor {
+	lay := Layout{Kind: FP8DSMLAModel1, PageSize: t.Shape[1]}
+	r := t.Clone()
+	for slot := 0; slot < t.Shape[0]*t.Shape[1]; slot++ {
+		for col := 0; col < M1EntryBytes; col++ {
+			r.Data[lay.Offset(slot, col)] = t.Data[slot*M1EntryBytes+col]
+		}
+	}
+	return r
 }

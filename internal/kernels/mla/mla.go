@@ -377,6 +377,31 @@ func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTyp
 		}), nil
 }
 
+// blockSplitSuspects is, for a DeepSeek-V4 cache, what out would hold had
+// the kernel read the block-split cache token by token (kvcache.
+// ReadInterleaved): a V3.2 kernel's addressing widened to the 584-byte
+// entry. No position of out shows that bug (every row reads garbage), so
+// the signature can only name it by its values (internal/signature's
+// suspects). It costs a second decode, for this layout only.
+func blockSplitSuspects(ctx context.Context, sp *mla.Sparse, c *mlaCommon, ct *tensor.Tensor) (out, lse []Suspect, err error) {
+	if !c.lay.Kind.BlockSplit() || c.lay.PageSize < 2 {
+		return nil, nil, nil // pages of one token: the two addressings are the same bytes
+	}
+	bad, err := kvcache.New(kvcache.ReadInterleaved(ct), c.lay, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	alt := *sp
+	alt.Cache = bad
+	_, xp, err := mla.DecodeSparse(ctx, &alt, c.cfg, c.prec)
+	if err != nil {
+		return nil, nil, err
+	}
+	const detail = "a decode that reads the block-split DeepSeek-V4 cache token by token (slot s at bytes 584s, the 656-byte layout's addressing)"
+	return []Suspect{{Pattern: "block_split_read_interleaved", Detail: detail, Values: Dense(xp.Out)}},
+		[]Suspect{{Pattern: "block_split_read_interleaved", Detail: detail, Values: Dense(xp.LSE)}}, nil
+}
+
 // splitSpec returns the split count S (0: no partials) and the bounds (nil:
 // the default split). S is the split dimension of the captured partials
 // when there are any (partial_out [B, s_q, H, S, L], partial_lse
@@ -533,10 +558,14 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 		return []Coord{{Kind: KindContextLen, Value: attended[b*SQ+i]}, {Kind: KindHeadTile, Value: (i*H + h) / headTileRows}}
 	}
 	red := max(1, topk)
+	outSus, lseSus, err := blockSplitSuspects(ctx, sp, c, in.Tensors["kv_cache"])
+	if err != nil {
+		return nil, err
+	}
 	return []Output{
 		{
 			Name: "out", Shape: []int{B, SQ, H, L}, DType: c.prec.Out, Exact: Dense(ex.Out), Expected: Dense(xp.Out),
-			Mode: Numeric, Reduction: red,
+			Mode: Numeric, Reduction: red, Suspects: outSus,
 			Coords: Coords{Axes: []CoordKind{KindRequest, KindQPos, KindHead, KindLatent}, Derived: func(idx []int) []Coord {
 				// part: whether the value column is a latent (quantized) or
 				// a rope one, for "V = the whole entry" bugs
@@ -546,7 +575,7 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 		},
 		{
 			Name: "lse", Shape: []int{B, H, SQ}, DType: c.prec.LSE, Exact: Dense(ex.LSE), Expected: Dense(xp.LSE),
-			Mode: Numeric, Reduction: red,
+			Mode: Numeric, Reduction: red, Suspects: lseSus,
 			Coords: Coords{Axes: []CoordKind{KindRequest, KindHead, KindQPos}, Derived: func(idx []int) []Coord {
 				return rowCoords(idx[0], idx[2], idx[1])
 			}},

@@ -4,12 +4,14 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	. "github.com/kcheck-dev/kcheck/internal/kernel"
 	_ "github.com/kcheck-dev/kcheck/internal/kernels/kvcache" // kv_cache_gather, refused below
 	_ "github.com/kcheck-dev/kcheck/internal/kernels/transfer"
+	"github.com/kcheck-dev/kcheck/internal/signature"
 	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -153,6 +155,41 @@ func TestMLADecodeSparseModel1(t *testing.T) {
 	in.Params["head_dim_v"] = "513"
 	if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "head_dim_v = 513") {
 		t.Errorf("head_dim_v = 513: error %v, want one naming it", err)
+	}
+}
+
+// TestModel1SuspectDeclared: a DeepSeek-V4 decode carries the suspect of a
+// token-by-token read, under a pattern internal/signature declares, and it
+// differs from the correct answer (else it would explain nothing); pages of
+// one token carry none, since both addressings are then the same bytes.
+func TestModel1SuspectDeclared(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 1))
+	in, _ := model1Inputs(t, rng, 3, 4, 10)
+	k, _ := Lookup("mla_decode_sparse")
+	outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := outputNamed(t, outs, "out")
+	if len(out.Suspects) != 1 || !slices.Contains(signature.SuspectPatterns, out.Suspects[0].Pattern) {
+		t.Fatalf("suspects %+v: want one, of a declared pattern (%v)", out.Suspects, signature.SuspectPatterns)
+	}
+	differ := 0
+	for i := 0; i < out.Expected.Len(); i++ {
+		if a, b := out.Suspects[0].Values.At(i), out.Expected.At(i); a != b && !(math.IsNaN(a) && math.IsNaN(b)) {
+			differ++
+		}
+	}
+	if differ < out.Expected.Len()/2 {
+		t.Errorf("the suspect differs from the expected out at %d of %d elements: it would not tell the bug apart", differ, out.Expected.Len())
+	}
+	in1, _ := model1Inputs(t, rng, 8, 1, 6)
+	outs, err = Evaluate(context.Background(), k, in1, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := outputNamed(t, outs, "out").Suspects; len(s) != 0 {
+		t.Errorf("pages of one token: %d suspects, want none", len(s))
 	}
 }
 
