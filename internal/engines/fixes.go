@@ -106,13 +106,31 @@ var flashMLAFP8 = Fix{Doc: "is_fp8_kvcache -> kv_cache_dtype", Apply: func(v *Vi
 		v.SetParam("kv_cache_dtype", kind)
 		return []string{fmt.Sprintf("is_fp8_kvcache = false: kv_cache_dtype = %s (the cache tensor's dtype)", kind)}, nil
 	}
-	if c.Shape[2] != kvcache.DSEntryBytes {
-		return nil, fmt.Errorf("parameter is_fp8_kvcache = true with %d-byte kv_cache entries: FlashMLA's only FP8 cache is the %d-byte fp8_ds_mla entry of its sparse decode; its dense decode has no FP8 mode (FlashMLA@9241ae3 csrc/api/dense_decode.h:35), and vLLM's fork's flash_mla_with_kvcache_fp8 (fp8 q, descale_q, descale_k) has no kcheck mapping: set kv_cache_dtype in the metadata if this cache is another layout",
-			c.Shape[2], kvcache.DSEntryBytes)
+	kind, ok := dsMLAKindOf(c.Shape[2])
+	if !ok {
+		return nil, fmt.Errorf("parameter is_fp8_kvcache = true with %d-byte kv_cache entries: FlashMLA's FP8 caches are the %d-byte fp8_ds_mla (V3.2) and %d-byte fp8_ds_mla_model1 (V4) entries of its sparse decode; its dense decode has no FP8 mode (FlashMLA@9241ae3 csrc/api/dense_decode.h:35), and vLLM's fork's flash_mla_with_kvcache_fp8 (fp8 q, descale_q, descale_k) has no kcheck mapping: set kv_cache_dtype in the metadata if this cache is another layout",
+			c.Shape[2], kvcache.DSEntryBytes, kvcache.M1EntryBytes)
 	}
-	v.SetParam("kv_cache_dtype", "fp8_ds_mla")
-	return []string{fmt.Sprintf("is_fp8_kvcache = true with %d-byte entries: kv_cache_dtype = fp8_ds_mla", c.Shape[2])}, nil
+	v.SetParam("kv_cache_dtype", kind)
+	return []string{fmt.Sprintf("is_fp8_kvcache = true with %d-byte entries: kv_cache_dtype = %s", c.Shape[2], kind)}, nil
 }}
+
+// dsMLAKindOf names a DeepSeek sparse FP8 cache by its entry width, as
+// FlashMLA does: it takes no layout argument and picks the layout from
+// d_qk, 576 -> 656-byte V3.2 entries, 512 -> 584-byte MODEL1 entries
+// (FlashMLA@9241ae3 csrc/api/sparse_decode.h:284-292, :316-323), and vLLM
+// passes the cache through unlabelled ("FlashMLA infers which of these the
+// cache holds from its bytes-per-token", vllm 0.33.0
+// vllm/v1/attention/backends/mla/flashmla_sparse.py:123-125).
+func dsMLAKindOf(width int) (string, bool) {
+	switch width {
+	case kvcache.DSEntryBytes:
+		return string(kvcache.FP8DSMLA), true
+	case kvcache.M1EntryBytes:
+		return string(kvcache.FP8DSMLAModel1), true
+	}
+	return "", false
+}
 
 // cacheDTypeOf names the kv_cache_dtype of an unquantized cache from its
 // tensor's dtype: what an engine's "the model dtype" means for a capture.
@@ -126,22 +144,35 @@ func cacheDTypeOf(c *tensor.Tensor) (string, error) {
 	return "", fmt.Errorf("the cache tensor has dtype %s, not an unquantized cache's BF16 or F16", c.DType)
 }
 
-// vllmFP8Alias reads vLLM's kv_cache_dtype "fp8" by the cache's entry
-// width: FLASHMLA_SPARSE lists "fp8" as an alias for fp8_ds_mla
-// (vllm 0.33.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:150-154,
+// vllmFP8Alias reads vLLM's kv_cache_dtype "fp8" and "fp8_ds_mla" by the
+// cache's entry width: FLASHMLA_SPARSE lists "fp8" as an alias for
+// fp8_ds_mla (vllm 0.33.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:150-154,
 // `"fp8",  # alias for fp8_ds_mla`), so a 656-byte entry is fp8_ds_mla;
-// elsewhere "fp8" is per-tensor fp8_e4m3 (audit V2).
+// elsewhere "fp8" is per-tensor fp8_e4m3 (audit V2). vLLM spells
+// DeepSeek-V4's cache fp8_ds_mla too (vllm/models/deepseek_v4/attention.py:94-123,
+// "the canonical fp8_ds_mla string is written back onto cache_config"), and
+// its entry is 584 bytes (flashmla_sparse.py:89-97): kcheck's
+// fp8_ds_mla_model1.
 func vllmFP8Alias(cache string) Fix {
-	return Fix{Doc: `kv_cache_dtype "fp8" -> fp8_ds_mla (656-byte entries) or fp8_e4m3`, Apply: func(v *View) ([]string, error) {
-		if val, ok := v.Param("kv_cache_dtype"); !ok || val != "fp8" {
+	return Fix{Doc: `kv_cache_dtype "fp8" -> fp8_ds_mla (656-byte entries), fp8_ds_mla_model1 (584) or fp8_e4m3; "fp8_ds_mla" with 584-byte entries -> fp8_ds_mla_model1`, Apply: func(v *View) ([]string, error) {
+		val, ok := v.Param("kv_cache_dtype")
+		if !ok || val != "fp8" && val != "fp8_ds_mla" {
 			return nil, nil
 		}
-		kind := "fp8_e4m3"
-		if c := v.T(cache); c != nil && len(c.Shape) == 3 && c.Shape[2] == kvcache.DSEntryBytes {
-			kind = "fp8_ds_mla"
+		c := v.T(cache)
+		width := -1
+		if c != nil && len(c.Shape) == 3 {
+			width = c.Shape[2]
+		}
+		kind, ds := dsMLAKindOf(width)
+		switch {
+		case val == "fp8" && !ds:
+			kind = "fp8_e4m3"
+		case val == "fp8_ds_mla" && kind != string(kvcache.FP8DSMLAModel1):
+			return nil, nil // the 656-byte layout, or a misshapen cache the checker names
 		}
 		v.SetParam("kv_cache_dtype", kind)
-		return []string{fmt.Sprintf(`kv_cache_dtype = "fp8" read as %q (the %s entry width; FLASHMLA_SPARSE's "fp8" is fp8_ds_mla)`, kind, cache)}, nil
+		return []string{fmt.Sprintf(`kv_cache_dtype = %q read as %q (the %s entry width %d; vLLM spells both DeepSeek sparse caches fp8_ds_mla, and FLASHMLA_SPARSE's "fp8" is fp8_ds_mla)`, val, kind, cache, width)}, nil
 	}}
 }
 
@@ -157,12 +188,23 @@ func vllmFP8Alias(cache string) Fix {
 // a tile's amax is 448 times one. The convention is read from the written
 // slots' scales, and said in a note; a file that sets ds_mla_scale keeps it
 // (so a declared convention the kernel did not follow still fails).
-var dsMLAScaleFromData = Fix{Doc: "ds_mla_scale read from the written tile scales (amax or pow2)", Apply: func(v *View) ([]string, error) {
-	if kind, _ := v.Param("kv_cache_dtype"); kind != "fp8_ds_mla" {
+//
+// A DeepSeek-V4 write (fp8_ds_mla_model1) stores E8M0 scales, powers of two
+// either way; vLLM's V4 writer floors the amax, not the quotient, at 1e-4
+// (vllm 0.33.0 vllm/models/deepseek_v4/common/ops/cache_utils.py:122-133),
+// which the bytes show only for tiles of amax below 0.0448, so vLLM's
+// convention is declared rather than read: pow2_amax_floor.
+var dsMLAScaleFromData = Fix{Doc: "ds_mla_scale read from the written tile scales (amax or pow2); pow2_amax_floor for a DeepSeek-V4 cache", Apply: func(v *View) ([]string, error) {
+	kind, _ := v.Param("kv_cache_dtype")
+	if kind != "fp8_ds_mla" && kind != "fp8_ds_mla_model1" {
 		return nil, nil
 	}
 	if _, set := v.Param("ds_mla_scale"); set {
 		return nil, nil
+	}
+	if kind == "fp8_ds_mla_model1" {
+		v.SetParam("ds_mla_scale", string(kvcache.ScalePow2AmaxFloor))
+		return []string{"ds_mla_scale = pow2_amax_floor: vLLM's DeepSeek-V4 writer, 2^ceil(log2(max(amax, 1e-4)/448))"}, nil
 	}
 	after, slots := v.T("cache_after"), v.T("slot_mapping")
 	if after == nil || slots == nil || len(after.Shape) != 3 || after.Shape[2] != kvcache.DSEntryBytes || len(after.Data) != after.Len() {
