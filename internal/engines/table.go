@@ -210,10 +210,17 @@ func init() {
 			// BatchMLAPagedAttentionWrapper: plan(qo_indptr, kv_indptr,
 			// kv_indices, kv_len_arr, ..., sm_scale, ...), run(q_nope, q_pe,
 			// ckv_cache, kpe_cache) -> (out, lse).
+			// trtllm_batch_decode_with_kv_cache_mla(query, kv_cache,
+			// workspace_buffer, qk_nope_head_dim, kv_lora_rank,
+			// qk_rope_head_dim, block_tables, seq_lens, max_seq_len, ...,
+			// bmm1_scale, bmm2_scale, ..., return_lse, ...) -> out or (out,
+			// lse) (flashinfer-python 0.7.2.post1 flashinfer/mla/_core.py
+			// :4859-4893): vLLM's FLASHINFER_MLA and SGLang's trtllm_mla
+			// (trtllmMLA, blackwell.go).
 			"mla_decode": {
-				Tensors:  map[string]string{"output": "out"},
+				Tensors:  map[string]string{"output": "out", "query": "q", "block_tables": "block_table"},
 				Params:   map[string]string{"sm_scale": "softmax_scale"},
-				Fixes:    []Fix{flashInferMLA},
+				Fixes:    []Fix{trtllmMLA, flashInferMLA},
 				Identify: []string{"q_nope", "q_pe", "ckv_cache", "kpe_cache"},
 			},
 			// merge_states(v, s) -> (V, S)

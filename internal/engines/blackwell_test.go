@@ -1,0 +1,146 @@
+package engines
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/evidence"
+	"github.com/kcheck-dev/kcheck/reference/tensor"
+)
+
+// trtllmCapture lays a contract-named mla_decode capture out as
+// flashinfer.mla.trtllm_batch_decode_with_kv_cache_mla is called and
+// returns (flashinfer-python 0.7.2.post1 flashinfer/mla/_core.py:4859-4893,
+// :3847-4000; vLLM's call, vllm 0.33.0
+// vllm/v1/attention/backends/mla/flashinfer_mla.py:432-446): query [B,
+// q_len, H, 576] as it is, kv_cache unsqueezed to [NB, 1, P, 576],
+// block_tables, seq_lens, out [B, q_len, H, 512], and the lse [B*q_len, H]
+// (flat) or [B, q_len, H], written here element by element from the
+// contract's [B, H, s_q], independently of the conversion under test.
+func trtllmCapture(meta map[string]string, ts map[string]*tensor.Tensor, flatLSE bool, extra map[string]string) (map[string]string, map[string]*tensor.Tensor) {
+	q, kc, lse := ts["q"], ts["kv_cache"], ts["lse"]
+	B, SQ, H := q.Shape[0], q.Shape[1], q.Shape[2]
+	fl := tensor.New(tensor.F32, B*SQ, H)
+	if !flatLSE {
+		fl = tensor.New(tensor.F32, B, SQ, H)
+	}
+	for b := 0; b < B; b++ {
+		for h := 0; h < H; h++ {
+			for s := 0; s < SQ; s++ {
+				fl.SetFloat64((b*SQ+s)*H+h, lse.Float64At((b*H+h)*SQ+s))
+			}
+		}
+	}
+	fm := map[string]string{"kcheck.format": "1", "kcheck.kernel": "mla_decode",
+		"qk_nope_head_dim": "128", "kv_lora_rank": "512", "qk_rope_head_dim": "64", "max_seq_len": "21",
+		"bmm1_scale": meta["softmax_scale"], "bmm2_scale": "1.0", "return_lse": "True", "sparse_mla_top_k": "0",
+		"sinks": "None", "skip_softmax_threshold_scale_factor": "None", "enable_dcp": "False", "uses_shared_paged_kv_idx": "True"}
+	for k, v := range extra {
+		fm[k] = v
+	}
+	ft := map[string]*tensor.Tensor{
+		"query":            q,
+		"kv_cache":         {DType: kc.DType, Shape: []int{kc.Shape[0], 1, kc.Shape[1], kc.Shape[2]}, Data: kc.Data},
+		"workspace_buffer": tensor.New(tensor.I8, 64),
+		"block_tables":     ts["block_table"],
+		"seq_lens":         ts["seq_lens"],
+		"out":              ts["out"],
+		"lse":              fl,
+	}
+	return fm, ft
+}
+
+// A trtllm MLA decode captured in FlashInfer's names checks exactly as the
+// contract-named capture of the same run, planted error included: one
+// query a request with the cute-dsl runner's natural-log lse in the flat
+// [B*q_len, H] layout, and two causal queries a request with a base-2 lse
+// (return_lse_base = base2) in [B, q_len, H], where the lse layout is a
+// real transposition. Mapping the wrong base, or not transposing, moves
+// the failures and fails this test.
+func TestTrtllmMLADecodeNames(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		sq      int
+		lseBase string
+		flat    bool
+		call    map[string]string
+		corrupt string
+		at      int
+		want    []string
+	}{
+		{"cute-dsl q_len 1", 1, "e", true, map[string]string{"backend": "cute-dsl"}, "out", 700,
+			[]string{"lse_base = e (backend cute-dsl's natural-log lse)", "kv_cache [4 1 32 576] read as [4 32 576]", "softmax_scale = bmm1_scale", "query -> q", "block_tables -> block_table"}},
+		{"base2 q_len 2", 2, "2", false, map[string]string{"return_lse_base": "base2", "backend": "auto"}, "lse", 3,
+			[]string{"lse_base = 2 (return_lse_base = base2)", "causal = true (q_len = 2", "lse [2 2 2] read as [B, H, q_len] [2 2 2]"}},
+		{"trtllm-gen base 2", 1, "2", true, map[string]string{"backend": "trtllm-gen"}, "lse", 2,
+			[]string{"lse_base = 2 (backend trtllm-gen's base-2 lse)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mlaCase()
+			c.PageSize = 32 // trtllm-gen takes pages of 32 or 64 tokens (_core.py:4429-4432)
+			c.SQ = tc.sq
+			meta, ts := capture(t, c, map[string]string{"lse_base": tc.lseBase}, tc.corrupt, tc.at)
+			want := mustFail(t, check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+			fm, ft := trtllmCapture(meta, ts, tc.flat, tc.call)
+			got := check.Run(evidence.Capture{Name: "trtllm", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
+			if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
+				t.Fatalf("trtllm-named capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
+			}
+			notes := strings.Join(got.Notes, "\n")
+			for _, s := range tc.want {
+				if !strings.Contains(notes, s) {
+					t.Errorf("notes do not say %q:\n%s", s, notes)
+				}
+			}
+		})
+	}
+}
+
+// What trtllm_batch_decode_with_kv_cache_mla can be called with but
+// mla_decode does not model is refused with the argument named, never
+// read as something else.
+func TestTrtllmMLADecodeRefuses(t *testing.T) {
+	c := mlaCase()
+	c.PageSize = 32
+	meta, ts := capture(t, c, map[string]string{"lse_base": "e"}, "", 0)
+	for _, tc := range []struct {
+		name  string
+		call  map[string]string
+		edit  func(ft map[string]*tensor.Tensor)
+		error string
+	}{
+		{"auto backend, base unknown", map[string]string{"backend": "auto"}, nil, `backend "auto" and no return_lse_base`},
+		{"no backend recorded", nil, nil, `backend "" and no return_lse_base`},
+		{"declared base contradicts the call", map[string]string{"backend": "trtllm-gen", "lse_base": "e"}, nil, "lse_base = e, but the call's backend trtllm-gen's base-2 lse says 2"},
+		{"bad return_lse_base", map[string]string{"return_lse_base": "base10"}, nil, `return_lse_base = "base10"`},
+		{"output scale", map[string]string{"backend": "cute-dsl", "bmm2_scale": "0.5"}, nil, "bmm2_scale = 0.5"},
+		{"sparse", map[string]string{"backend": "cute-dsl", "sparse_mla_top_k": "2048"}, nil, `sparse_mla_top_k = "2048"`},
+		{"dcp", map[string]string{"backend": "cute-dsl", "enable_dcp": "True"}, nil, `enable_dcp = "True"`},
+		{"skip softmax", map[string]string{"backend": "cute-dsl", "skip_softmax_threshold_scale_factor": "0.01"}, nil, "skip_softmax_threshold_scale_factor"},
+		{"trt-llm page table", map[string]string{"backend": "cute-dsl", "uses_shared_paged_kv_idx": "False"}, nil, "uses_shared_paged_kv_idx"},
+		{"no bmm1_scale", map[string]string{"backend": "cute-dsl", "bmm1_scale": "None"}, nil, "bmm1_scale is missing"},
+		{"sinks", map[string]string{"backend": "cute-dsl"}, func(ft map[string]*tensor.Tensor) { ft["sinks"] = tensor.New(tensor.F32, 2) }, "tensor sinks"},
+		{"fp8", map[string]string{"backend": "cute-dsl"}, func(ft map[string]*tensor.Tensor) {
+			q := ft["query"]
+			ft["query"] = &tensor.Tensor{DType: tensor.F8E4M3, Shape: q.Shape, Data: make([]byte, q.Len())}
+		}, "over an fp8 cache: the query is fp8 too"},
+		{"two kv heads", map[string]string{"backend": "cute-dsl"}, func(ft map[string]*tensor.Tensor) {
+			kc := ft["kv_cache"]
+			nb := kc.Shape[0] / 2
+			ft["kv_cache"] = &tensor.Tensor{DType: kc.DType, Shape: []int{nb, 2, kc.Shape[2], kc.Shape[3]}, Data: kc.Data[:nb*2*kc.Shape[2]*kc.Shape[3]*kc.DType.Size()]}
+		}, "one KV head in dimension 1"},
+		{"lse shape", map[string]string{"backend": "cute-dsl"}, func(ft map[string]*tensor.Tensor) { ft["lse"] = tensor.New(tensor.F32, 3, 2) }, "writes [B*q_len, H] = [2, 2]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fm, ft := trtllmCapture(meta, ts, true, tc.call)
+			if tc.edit != nil {
+				tc.edit(ft)
+			}
+			r := check.Run(evidence.Capture{Name: "trtllm", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
+			if r.Verdict != check.Error || r.Error == nil || !strings.Contains(*r.Error, tc.error) {
+				t.Fatalf("verdict %s, error %v; want an error saying %q (notes %q)", r.Verdict, r.Error, tc.error, r.Notes)
+			}
+		})
+	}
+}
