@@ -225,3 +225,134 @@ var trtllmMLA = Fix{Doc: "trtllm_batch_decode_with_kv_cache_mla: kv_cache [NB, 1
 	}
 	return notes, nil
 }}
+
+// cutlassMLA reads vLLM's CUTLASS_MLA custom op
+// sm100_cutlass_mla_decode(out, lse, q_nope, q_pe, kv_c_and_k_pe_cache,
+// seq_lens, page_table, workspace, scale, num_kv_splits) (vllm 0.33.0
+// vllm/_custom_ops.py:3434-3458; the call in
+// vllm/v1/attention/backends/mla/cutlass_mla.py:166-247):
+//   - q = q_nope [B, H, 512] | q_pe [B, H, 64] (cutlass_mla.py:185-194),
+//     page_table [B, pages] is the block table (:200-204, and the kernel
+//     reads it as one, csrc/attention/mla/sm100_cutlass_mla_kernel.cu
+//     @0f5257e2 args_from_options), kv_c_and_k_pe_cache [NB, P, 576] and
+//     scale the softmax scale (:238);
+//   - out [B, 128, 512] and lse [B, 128] F32 are allocated for 128 heads
+//     whatever H (MAX_HEADS, cutlass_mla.py:215-227) because the kernel's
+//     head tile is 128 (TileShape 128 x 128 x (512, 64),
+//     sm100_cutlass_mla_kernel.cu); vLLM keeps the first H (:241-245), so
+//     heads past q_nope's are not data and are not read. An empty lse
+//     (torch.Tensor(), no lse asked for) is dropped;
+//   - the lse is natural-log: fast_log(row_sum) + softmax_scale·row_max
+//     (csrc/attention/mla/cutlass_sm100_mla/kernel/
+//     sm100_fmha_mla_tma_warpspecialized.hpp@236e0fe9, epilogue), and the
+//     split-K reduction merges with expf/logf
+//     (kernel/sm100_fmha_mla_reduction.hpp@e5fd201a): vLLM's lse_base = e;
+//   - its softmax takes the running max per 128-token K tile and converts
+//     P to the input dtype before the PV product (the "quantize" step of
+//     softmax() in sm100_fmha_mla_tma_warpspecialized.hpp@236e0fe9):
+//     softmax_block = 128 and p_dtype = q's dtype, unless the capture says;
+//   - num_kv_splits is the kernel's own split count (-1: chosen by it); its
+//     partials live in the workspace, so it is not mla_decode's num_splits.
+//
+// An fp8 cache comes with an fp8 q_nope (one dtype for q and cache,
+// cutlass_mla.py:206-209), which mla_decode does not take: refused.
+var cutlassMLA = Fix{Doc: "sm100_cutlass_mla_decode: q_nope | q_pe, page_table, out [B, 128, L] and lse [B, 128] read for q's heads", Apply: func(v *View) ([]string, error) {
+	qn, qp := v.T("q_nope"), v.T("q_pe")
+	if qn == nil && qp == nil {
+		return nil, nil
+	}
+	const call = "sm100_cutlass_mla_decode"
+	if qn == nil || qp == nil {
+		return nil, fmt.Errorf("%s: tensors q_nope and q_pe come together (the query's latent and rope parts); one is missing", call)
+	}
+	if qn.DType == tensor.F8E4M3 || qn.DType == tensor.U8 {
+		return nil, fmt.Errorf("%s with an fp8 q_nope: the fp8 cache's query is fp8 too (cutlass_mla.py:206-209), and mla_decode takes a BF16, F16 or F32 query: not supported", call)
+	}
+	if len(qn.Shape) != 3 {
+		return nil, fmt.Errorf("tensor %sq_nope has shape %v; %s's is [B, H, 512]", v.Prefix, qn.Shape, call)
+	}
+	q, err := concatLast(v.Prefix+"q_nope", qn, v.Prefix+"q_pe", qp)
+	if err != nil {
+		return nil, err
+	}
+	v.Set("q", q)
+	v.Del("q_nope")
+	v.Del("q_pe")
+	b, h := q.Shape[0], q.Shape[1]
+	notes := []string{fmt.Sprintf("q = q_nope %v | q_pe %v", qn.Shape, qp.Shape)}
+	heads := func(name string, t *tensor.Tensor, inner int) error {
+		if len(t.Shape) < 2 || t.Shape[0] != b || t.Shape[1] < h || t.Len() != b*t.Shape[1]*inner {
+			return fmt.Errorf("tensor %s%s has shape %v; %s writes it [B = %d, 128 heads (at least q's H = %d), ...]", v.Prefix, name, t.Shape, call, b, h)
+		}
+		if t.Shape[1] == h {
+			return nil
+		}
+		if err := checked(v.Prefix+name, t); err != nil {
+			return err
+		}
+		es := t.DType.Size()
+		shape := append([]int{b, h}, t.Shape[2:]...)
+		r := tensor.New(t.DType, shape...)
+		for i := 0; i < b; i++ {
+			copy(r.Data[i*h*inner*es:(i+1)*h*inner*es], t.Data[i*t.Shape[1]*inner*es:])
+		}
+		v.Set(name, r)
+		notes = append(notes, fmt.Sprintf("%s %v read for q's %d heads as %v (the kernel's 128-head tile; vLLM keeps the first H)", name, t.Shape, h, r.Shape))
+		return nil
+	}
+	if o := v.T("out"); o != nil {
+		if len(o.Shape) != 3 {
+			return nil, fmt.Errorf("tensor %sout has shape %v; %s writes [B, 128, 512]", v.Prefix, o.Shape, call)
+		}
+		if err := heads("out", o, o.Shape[2]); err != nil {
+			return nil, err
+		}
+	}
+	if l := v.T("lse"); l != nil {
+		if l.Len() == 0 {
+			v.Del("lse")
+			notes = append(notes, "lse is empty (no lse asked for): dropped")
+		} else if err := heads("lse", l, 1); err != nil {
+			return nil, err
+		}
+	}
+	if _, ok := v.Param("num_kv_splits"); ok {
+		delete(v.Meta, v.Prefix+"num_splits")
+		notes = append(notes, "num_kv_splits is the kernel's own split count (its partials stay in the workspace): not mla_decode's num_splits")
+	}
+	var filled []string
+	if !v.Declared("softmax_block") {
+		v.SetParam("softmax_block", "128")
+		filled = append(filled, "softmax_block = 128")
+	}
+	if !v.Declared("p_dtype") {
+		p := "bf16"
+		if q.DType == tensor.F16 {
+			p = "f16"
+		} else if q.DType != tensor.BF16 {
+			p = "f32"
+		}
+		v.SetParam("p_dtype", p)
+		filled = append(filled, "p_dtype = "+p)
+	}
+	if len(filled) > 0 {
+		notes = append(notes, fmt.Sprintf("%s (the kernel's 128-token K tile, P in q's dtype %s)", strings.Join(filled, ", "), q.DType))
+	}
+	return notes, nil
+}}
+
+// withCutlassMLA adds CUTLASS_MLA's names to vLLM's mla_decode (a copy,
+// as withTritonMLA: SGLang's table starts from vLLM's and its cutlass
+// backend is not read).
+func withCutlassMLA(k Kernel) Kernel {
+	out := Kernel{Tensors: map[string]string{}, Params: map[string]string{}, Defaults: k.Defaults,
+		Fixes: append([]Fix{cutlassMLA}, k.Fixes...), Identify: k.Identify}
+	for a, b := range k.Tensors {
+		out.Tensors[a] = b
+	}
+	for a, b := range k.Params {
+		out.Params[a] = b
+	}
+	out.Tensors["page_table"] = "block_table"
+	return out
+}

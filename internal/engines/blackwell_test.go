@@ -1,6 +1,7 @@
 package engines
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -138,6 +139,94 @@ func TestTrtllmMLADecodeRefuses(t *testing.T) {
 				tc.edit(ft)
 			}
 			r := check.Run(evidence.Capture{Name: "trtllm", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
+			if r.Verdict != check.Error || r.Error == nil || !strings.Contains(*r.Error, tc.error) {
+				t.Fatalf("verdict %s, error %v; want an error saying %q (notes %q)", r.Verdict, r.Error, tc.error, r.Notes)
+			}
+		})
+	}
+}
+
+// cutlassCapture lays a contract-named capture out as vLLM's CUTLASS_MLA
+// calls sm100_cutlass_mla_decode (vllm 0.33.0
+// vllm/v1/attention/backends/mla/cutlass_mla.py:166-247): q_nope [B, H,
+// 512] and q_pe [B, H, 64] split from q, the cache as it is, page_table,
+// and out [B, 128, 512] and lse [B, 128] allocated for the kernel's 128
+// heads, the heads past H holding NaN (torch.empty's garbage: not data).
+func cutlassCapture(meta map[string]string, ts map[string]*tensor.Tensor) (map[string]string, map[string]*tensor.Tensor) {
+	q, out, lse := ts["q"], ts["out"], ts["lse"]
+	B, H, D := q.Shape[0], q.Shape[2], q.Shape[3]
+	L := out.Shape[3]
+	qn, qp := tensor.New(q.DType, B, H, L), tensor.New(q.DType, B, H, D-L)
+	po, pl := tensor.New(out.DType, B, 128, L), tensor.New(tensor.F32, B, 128)
+	for b := 0; b < B; b++ {
+		for h := 0; h < 128; h++ {
+			pl.SetFloat64(b*128+h, math.NaN())
+			for i := 0; i < L; i++ {
+				po.SetFloat64((b*128+h)*L+i, math.NaN())
+			}
+			if h >= H {
+				continue
+			}
+			pl.SetFloat64(b*128+h, lse.Float64At(b*H+h))
+			for i := 0; i < D; i++ {
+				x := q.Float64At((b*H+h)*D + i)
+				if i < L {
+					qn.SetFloat64((b*H+h)*L+i, x)
+					po.SetFloat64((b*128+h)*L+i, out.Float64At((b*H+h)*L+i))
+				} else {
+					qp.SetFloat64((b*H+h)*(D-L)+i-L, x)
+				}
+			}
+		}
+	}
+	fm := map[string]string{"kcheck.format": "1", "kcheck.kernel": "mla_decode", "scale": meta["softmax_scale"], "num_kv_splits": "-1"}
+	ft := map[string]*tensor.Tensor{
+		"q_nope": qn, "q_pe": qp, "kv_c_and_k_pe_cache": ts["kv_cache"], "seq_lens": ts["seq_lens"],
+		"page_table": ts["block_table"], "workspace": tensor.New(tensor.U8, 64), "out": po, "lse": pl,
+	}
+	return fm, ft
+}
+
+// vLLM's CUTLASS_MLA call checks exactly as the contract-named capture of
+// the same run, planted errors in out and lse included; the heads past H
+// the kernel's 128-head tile leaves in out and lse are not read (they hold
+// NaN here, which would fail any check that read them).
+func TestCutlassMLADecodeNames(t *testing.T) {
+	c := mlaCase()
+	c.PageSize = 128 // CUTLASS_MLA's only block size (cutlass_mla.py:48-50)
+	for _, corrupt := range []string{"out", "lse"} {
+		meta, ts := capture(t, c, map[string]string{"softmax_block": "128"}, corrupt, 1)
+		want := mustFail(t, check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+		fm, ft := cutlassCapture(meta, ts)
+		got := check.Run(evidence.Capture{Name: "cutlass", Metadata: fm, Tensors: ft}, fromOpts(t, "vllm"))
+		if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
+			t.Fatalf("%s planted: CUTLASS_MLA-named capture checks differently:\n got %s\nwant %s\nnotes %q", corrupt, g, w, got.Notes)
+		}
+		notes := strings.Join(got.Notes, "\n")
+		for _, s := range []string{"q = q_nope [2 2 512] | q_pe [2 2 64]", "page_table -> block_table", "scale read as softmax_scale",
+			"out [2 128 512] read for q's 2 heads", "lse [2 128] read for q's 2 heads", "softmax_block = 128, p_dtype = bf16", "not mla_decode's num_splits"} {
+			if !strings.Contains(notes, s) {
+				t.Errorf("notes do not say %q:\n%s", s, notes)
+			}
+		}
+	}
+	meta, ts := capture(t, c, nil, "", 0)
+	for _, tc := range []struct {
+		name  string
+		edit  func(ft map[string]*tensor.Tensor)
+		error string
+	}{
+		{"fp8", func(ft map[string]*tensor.Tensor) {
+			q := ft["q_nope"]
+			ft["q_nope"] = &tensor.Tensor{DType: tensor.F8E4M3, Shape: q.Shape, Data: make([]byte, q.Len())}
+		}, "with an fp8 q_nope"},
+		{"q_pe missing", func(ft map[string]*tensor.Tensor) { delete(ft, "q_pe") }, "q_nope and q_pe come together"},
+		{"out with fewer heads", func(ft map[string]*tensor.Tensor) { ft["out"] = tensor.New(tensor.BF16, 2, 1, 512) }, "tensor out has shape [2 1 512]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fm, ft := cutlassCapture(meta, ts)
+			tc.edit(ft)
+			r := check.Run(evidence.Capture{Name: "cutlass", Metadata: fm, Tensors: ft}, fromOpts(t, "vllm"))
 			if r.Verdict != check.Error || r.Error == nil || !strings.Contains(*r.Error, tc.error) {
 				t.Fatalf("verdict %s, error %v; want an error saying %q (notes %q)", r.Verdict, r.Error, tc.error, r.Notes)
 			}

@@ -161,7 +161,7 @@ func withSGLangTritonDecode(k Kernel) Kernel {
 
 func init() {
 	vllm := vllmKernels()
-	vllm["mla_decode"] = withTritonMLA(vllm["mla_decode"])
+	vllm["mla_decode"] = withCutlassMLA(withTritonMLA(vllm["mla_decode"]))
 	register(&Engine{
 		Name:    "vllm",
 		Summary: "vLLM custom ops: natural-log lse, -inf for empty rows, ds_mla scales read from the data (amax before PR #49435, pow2 after), swizzled NVFP4 scales, quant-direction global scales",
