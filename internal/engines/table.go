@@ -121,7 +121,7 @@ func vllmKernels() map[string]Kernel {
 // triton_decode_attention.py line 772).
 func withTritonMLA(k Kernel) Kernel {
 	out := Kernel{Tensors: map[string]string{}, Params: map[string]string{}, Defaults: k.Defaults,
-		Fixes: append(append([]Fix(nil), k.Fixes...), tritonAttnLogits), Identify: k.Identify}
+		Fixes: append(append([]Fix(nil), k.Fixes...), tritonMLAPrecision, tritonAttnLogits), Identify: k.Identify}
 	for a, b := range k.Tensors {
 		out.Tensors[a] = b
 	}
