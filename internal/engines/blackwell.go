@@ -97,9 +97,9 @@ func scalarParam(v *View, name string) (float64, bool, error) {
 // query of cum_seq_lens_q.
 var trtllmMLA = Fix{Doc: "trtllm_batch_decode_with_kv_cache_mla: kv_cache [NB, 1, P, D], bmm1_scale, lse [B*q_len, H] and its base", Apply: func(v *View) ([]string, error) {
 	kc := v.T("kv_cache")
-	_, b1 := v.Param("bmm1_scale")
+	b1, _ := v.Param("bmm1_scale") // BatchMLAPagedAttentionWrapper.run takes a bmm1_scale too, None unless its backend wants one
 	_, kl := v.Param("kv_lora_rank")
-	if !b1 && !kl && v.T("bmm1_scale") == nil && (kc == nil || len(kc.Shape) != 4 || kc.Shape[1] != 1) {
+	if off(b1) && !kl && v.T("bmm1_scale") == nil && (kc == nil || len(kc.Shape) != 4 || kc.Shape[1] != 1) {
 		return nil, nil
 	}
 	const call = "trtllm_batch_decode_with_kv_cache_mla"
@@ -356,3 +356,75 @@ func withCutlassMLA(k Kernel) Kernel {
 	out.Tensors["page_table"] = "block_table"
 	return out
 }
+
+// flashInferCutlassMLA declares the precision of FlashInfer's MLA wrapper
+// with backend = "cutlass" (BatchMLAPagedAttentionWrapper.run(..., kv_len,
+// page_table), flashinfer-python 0.7.2.post1
+// flashinfer/mla/_batch_mla/_wrapper.py:852-877), whose kv_len and
+// page_table the table reads as seq_lens and block_table. Its kernel is
+// CUTLASS's SM100 MLA (flashinfer/data/include/flashinfer/attention/
+// cutlass_mla.cuh:41-63, Sm100FmhaMlaKernelTmaWarpspecialized with a 128 x
+// 128 x (512, 64) tile): the running max per 128-token K tile and P
+// converted to the input dtype before the PV product (blackwell/kernel/
+// sm100_fmha_mla_tma_warpspecialized.hpp:1580-1597), so softmax_block =
+// 128 and p_dtype = q's dtype unless the capture says. It writes no lse
+// (return_lse is refused, _batch_mla/_backends/cutlass_backend.py:354-355;
+// the kernel gets a null lse, cutlass_mla.cuh:117-118) and takes a fixed
+// scale 1/sqrt(128 + 64) (cutlass_mla.cuh:87-90; plan checks sm_scale
+// against it, cutlass_backend.py:185-190). An FP8 output with o_scale
+// (cutlass_backend.py:414-430) is refused: mla_decode's out is BF16, F16 or
+// F32 without a scale.
+var flashInferCutlassMLA = Fix{Doc: "backend cutlass: softmax_block = 128, P in q's dtype, no lse; o_scale refused", Apply: func(v *View) ([]string, error) {
+	if b, _ := v.Param("backend"); b != "cutlass" {
+		return nil, nil
+	}
+	if s, ok := v.Param("o_scale"); ok && !off(s) {
+		return nil, fmt.Errorf("parameter o_scale = %q of FlashInfer's cutlass MLA: an FP8 output scaled per tensor, which mla_decode does not model", s)
+	}
+	q := v.T("q")
+	if q == nil {
+		return nil, nil
+	}
+	p := map[tensor.DType]string{tensor.BF16: "bf16", tensor.F16: "f16"}[q.DType]
+	var set []string
+	for _, d := range []struct{ key, val string }{{"softmax_block", "128"}, {"p_dtype", p}} {
+		if d.val != "" && !v.Declared(d.key) {
+			v.SetParam(d.key, d.val)
+			set = append(set, d.key+" = "+d.val)
+		}
+	}
+	if len(set) == 0 {
+		return nil, nil
+	}
+	return []string{"backend cutlass (CUTLASS's SM100 MLA: a running max per 128-token tile, P in q's dtype): " + strings.Join(set, ", ")}, nil
+}}
+
+// flashInferFP8MLA refuses FlashInfer's FP8 MLA (BatchMLAPagedAttentionWrapper
+// planned with kv_data_type = float8_e4m3fn, SM90 fa2/fa3 with a bf16
+// query: flashinfer-python 0.7.2.post1
+// flashinfer/mla/_batch_mla/_backends/_fa_common.py:151-172). Its cache is
+// dequantized with two per-tensor scales, ckv_scale for the latent part and
+// kpe_scale for the rope part, or with ckv_scale_arr [NB, P, 4], a scale per
+// 128 latent channels of every token (_fa_common.py:693-701, 745-755).
+// mla_decode's fp8_e4m3 cache has one k_scale for both parts and no
+// per-channel scale tensor, so reading either form would check against
+// other scales: refused, naming them (audit I5).
+var flashInferFP8MLA = Fix{Doc: "FP8 MLA (ckv_scale, kpe_scale, ckv_scale_arr) refused", Apply: func(v *View) ([]string, error) {
+	const why = "FlashInfer's FP8 MLA scales the latent and rope parts separately (ckv_scale, kpe_scale) or per 128 latent channels (ckv_scale_arr [NB, P, 4]); mla_decode's fp8_e4m3 cache has one k_scale: not supported"
+	for _, n := range []string{"ckv_scale", "kpe_scale"} {
+		if s, ok := v.Param(n); ok && !off(s) {
+			return nil, fmt.Errorf("parameter %s = %q: %s", n, s, why)
+		}
+	}
+	for _, n := range []string{"ckv_scale_arr", "ckv_scale", "kpe_scale"} {
+		if v.T(n) != nil {
+			return nil, fmt.Errorf("tensor %s%s: %s", v.Prefix, n, why)
+		}
+	}
+	for _, n := range []string{"ckv_cache", "kpe_cache"} {
+		if c := v.T(n); c != nil && (c.DType == tensor.F8E4M3 || c.DType == tensor.U8) {
+			return nil, fmt.Errorf("tensor %s%s is %s (kv_data_type float8_e4m3fn): %s", v.Prefix, n, c.DType, why)
+		}
+	}
+	return nil, nil
+}}

@@ -233,3 +233,73 @@ func TestCutlassMLADecodeNames(t *testing.T) {
 		})
 	}
 }
+
+// FlashInfer's MLA wrapper with backend = "cutlass" (flashinfer-python
+// 0.7.2.post1 flashinfer/mla/_batch_mla/_wrapper.py:852-877 run(...,
+// kv_len, page_table), the structural query= and kv_cache= packed, 128
+// heads, no lse: _batch_mla/_backends/cutlass_backend.py:43-80, 354-355)
+// checks exactly as the contract-named capture; an FP8 output scale is
+// refused.
+func TestFlashInferCutlassMLANames(t *testing.T) {
+	c := mlaCase()
+	c.Heads = 128   // the backend's only head count (cutlass_backend.py:54-55)
+	c.PageSize = 64 // a page size dividing 128 (cutlass_backend.py:28-40)
+	meta, ts := capture(t, c, map[string]string{"softmax_block": "128"}, "out", 9000)
+	delete(ts, "lse") // the cutlass backend writes none
+	want := mustFail(t, check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+	q, out := ts["q"], ts["out"]
+	fm := map[string]string{"kcheck.format": "1", "kcheck.kernel": "mla_decode", "backend": "cutlass", "sm_scale": meta["softmax_scale"],
+		"page_size": meta["page_size"], "return_lse": "False", "bmm1_scale": "None", "bmm2_scale": "None", "o_scale": "None"}
+	ft := map[string]*tensor.Tensor{
+		"query":      {DType: q.DType, Shape: []int{q.Shape[0], q.Shape[2], q.Shape[3]}, Data: q.Data},
+		"kv_cache":   ts["kv_cache"],
+		"kv_len":     ts["seq_lens"],
+		"page_table": ts["block_table"],
+		"output":     {DType: out.DType, Shape: []int{out.Shape[0], out.Shape[2], out.Shape[3]}, Data: out.Data},
+	}
+	got := check.Run(evidence.Capture{Name: "cutlass", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
+	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
+		t.Fatalf("cutlass-backend capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
+	}
+	notes := strings.Join(got.Notes, "\n")
+	for _, s := range []string{"kv_len -> seq_lens", "page_table -> block_table", "query -> q", "softmax_block = 128, p_dtype = bf16"} {
+		if !strings.Contains(notes, s) {
+			t.Errorf("notes do not say %q:\n%s", s, notes)
+		}
+	}
+	fm["o_scale"] = "0.5"
+	r := check.Run(evidence.Capture{Name: "cutlass", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
+	if r.Verdict != check.Error || r.Error == nil || !strings.Contains(*r.Error, `o_scale = "0.5"`) {
+		t.Fatalf("verdict %s, error %v; want o_scale refused", r.Verdict, r.Error)
+	}
+}
+
+// FlashInfer's FP8 MLA is refused whatever form its scales take (audit I5).
+func TestFlashInferFP8MLARefused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		meta  map[string]string
+		ts    map[string]*tensor.Tensor
+		error string
+	}{
+		{"per-tensor scales", map[string]string{"ckv_scale": "0.02", "kpe_scale": "0.01"}, nil, `ckv_scale = "0.02"`},
+		{"per-channel scales", map[string]string{"ckv_scale": "None", "kpe_scale": "0.01"}, nil, `kpe_scale = "0.01"`},
+		{"scale array", nil, map[string]*tensor.Tensor{"ckv_scale_arr": tensor.New(tensor.F32, 2, 4, 4)}, "tensor ckv_scale_arr"},
+		{"fp8 cache", nil, map[string]*tensor.Tensor{"ckv_cache": tensor.New(tensor.F8E4M3, 2, 4, 512), "kpe_cache": tensor.New(tensor.F8E4M3, 2, 4, 64)}, "tensor ckv_cache is F8_E4M3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			meta := map[string]string{"kcheck.format": "1", "kcheck.kernel": "mla_decode", "sm_scale": "0.1"}
+			for k, v := range tc.meta {
+				meta[k] = v
+			}
+			ts := map[string]*tensor.Tensor{"q_nope": tensor.New(tensor.BF16, 2, 2, 512), "q_pe": tensor.New(tensor.BF16, 2, 2, 64)}
+			for k, v := range tc.ts {
+				ts[k] = v
+			}
+			r := check.Run(evidence.Capture{Name: "fp8", Metadata: meta, Tensors: ts}, fromOpts(t, "flashinfer"))
+			if r.Verdict != check.Error || r.Error == nil || !strings.Contains(*r.Error, tc.error) || !strings.Contains(*r.Error, "one k_scale") {
+				t.Fatalf("verdict %s, error %v; want a refusal saying %q", r.Verdict, r.Error, tc.error)
+			}
+		})
+	}
+}

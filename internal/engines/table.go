@@ -218,9 +218,11 @@ func init() {
 			// :4859-4893): vLLM's FLASHINFER_MLA and SGLang's trtllm_mla
 			// (trtllmMLA, blackwell.go).
 			"mla_decode": {
-				Tensors:  map[string]string{"output": "out", "query": "q", "block_tables": "block_table"},
+				// and run(..., kv_len, page_table) of the wrapper's cutlass
+				// backend (flashInferCutlassMLA, blackwell.go).
+				Tensors:  map[string]string{"output": "out", "query": "q", "block_tables": "block_table", "kv_len": "seq_lens", "page_table": "block_table"},
 				Params:   map[string]string{"sm_scale": "softmax_scale"},
-				Fixes:    []Fix{trtllmMLA, flashInferMLA},
+				Fixes:    []Fix{flashInferFP8MLA, trtllmMLA, flashInferMLA, flashInferCutlassMLA},
 				Identify: []string{"q_nope", "q_pe", "ckv_cache", "kpe_cache"},
 			},
 			// merge_states(v, s) -> (V, S)
