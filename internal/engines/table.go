@@ -71,8 +71,10 @@ func vllmKernels() map[string]Kernel {
 		},
 		// gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens, batch_size, kv_cache_dtype, scale, seq_starts)
 		"kv_cache_gather": {
-			Tensors:  map[string]string{"src_cache": "cache", "dst": "gathered", "scale": "k_scale"},
-			Fixes:    []Fix{squeezeHeads("cache"), cumulativeSeqLens, vllmFP8Alias("cache")},
+			Tensors: map[string]string{"src_cache": "cache", "dst": "gathered", "scale": "k_scale"},
+			// and cp_gather_and_upconvert_fp8_kv_cache, cp_gather_cache
+			// (vllmCopyGathers, gather.go)
+			Fixes:    []Fix{squeezeHeads("cache"), vllmCopyGathers, cumulativeSeqLens, vllmFP8Alias("cache")},
 			Identify: []string{"src_cache", "dst"},
 		},
 		"mla_decode": mla,
