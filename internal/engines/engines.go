@@ -122,6 +122,11 @@ type View struct {
 	Kernel  string
 	Meta    map[string]string
 	Tensors map[string]*tensor.Tensor
+	// filled holds the parameters step 3 filled in from the engine's
+	// defaults, so that a fix can tell a capture's own key (which always
+	// wins) from a default it may still have to decide (a base the call's
+	// arguments determine).
+	filled map[string]bool
 }
 
 // T returns the tensor name of this view, or nil.
@@ -154,6 +159,14 @@ func (v *View) Bool(name string) (val, set bool, err error) {
 		return false, true, nil
 	}
 	return false, true, fmt.Errorf("parameter %s = %q: want true or false", name, s)
+}
+
+// Declared says whether the capture itself set a parameter (under its
+// contract name or after step 1's renaming), as opposed to an engine
+// default filled in by step 3.
+func (v *View) Declared(name string) bool {
+	_, ok := v.Param(name)
+	return ok && !v.filled[name]
 }
 
 // SetParam sets a parameter of this view.
@@ -304,6 +317,10 @@ func (e *Engine) adaptView(v *View) ([]string, error) {
 		for _, key := range sortedKeys(d) {
 			if _, ok := v.Param(key); !ok {
 				v.SetParam(key, d[key])
+				if v.filled == nil {
+					v.filled = map[string]bool{}
+				}
+				v.filled[key] = true
 				filled = append(filled, key+" = "+d[key])
 			}
 		}

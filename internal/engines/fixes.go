@@ -1030,3 +1030,66 @@ func shapeOf(t *tensor.Tensor) string {
 	}
 	return fmt.Sprint(t.Shape)
 }
+
+// tritonMLAPrecision declares the precision of vLLM's TRITON_MLA for a
+// capture of its decode_attention_fwd, recognised by its split-K scratch
+// attn_logits (vllm 0.33.0 vllm/v1/attention/ops/triton_decode_attention.py,
+// _fwd_grouped_kernel_stage1), unless the capture declares it:
+//   - an fp8 cache entry is `(k.to(tl.float32) * ks).to(q.dtype)` (lines
+//     391-392, the rope part likewise at 402-403): kv_dequant_dtype is q's
+//     dtype. With is_mla, V is that same block, `v = tl.trans(k)` (line
+//     431; v_buffer and v_scale are never read, and vLLM passes v_scale =
+//     layer._k_scale anyway, triton_mla.py:340-341), so P is rounded to
+//     q's dtype for an fp8 cache and to the cache's own for a 16-bit one,
+//     `tl.dot(p.to(v.dtype), v)` (line 437): p_dtype (audit V15: not V
+//     and P in fp32, which the audit read in an older commit);
+//   - the running max advances once per BLOCK = 32 tokens (line 505):
+//     softmax_block = 32.
+//
+// A cache stored F8_E4M3 with no kv_cache_dtype is the kernel's fp8 path
+// (the `k.dtype.is_fp8()` branch, with k_scale): fp8_e4m3. An F8_E5M2 one
+// has no kcheck contract and is refused.
+var tritonMLAPrecision = Fix{Doc: "TRITON_MLA's declared precision: K (and V, its transpose) dequantized to q's dtype, P in V's dtype, a running max per 32 tokens", Apply: func(v *View) ([]string, error) {
+	if v.T("attn_logits") == nil {
+		return nil, nil
+	}
+	q, c := v.T("q"), v.T("kv_cache")
+	if q == nil || c == nil {
+		return nil, nil // the checker names the missing tensor
+	}
+	var notes []string
+	if !v.Declared("kv_cache_dtype") {
+		switch c.DType {
+		case tensor.F8E4M3:
+			v.SetParam("kv_cache_dtype", "fp8_e4m3")
+			notes = append(notes, "kv_cache_dtype = fp8_e4m3 (an F8_E4M3 k_buffer: decode_attention_fwd's is_fp8 path, scaled by k_scale)")
+		case tensor.F8E5M2:
+			return nil, fmt.Errorf("tensor %skv_cache is F8_E5M2: an e5m2 cache has no kcheck contract", v.Prefix)
+		}
+	}
+	if v.T("v_scale") != nil {
+		v.Del("v_scale")
+		notes = append(notes, "v_scale not read: with is_mla V is K's transpose, dequantized with k_scale (triton_decode_attention.py line 431)")
+	}
+	name := map[tensor.DType]string{tensor.BF16: "bf16", tensor.F16: "f16", tensor.F32: "f32"}
+	qd, ok := name[q.DType]
+	if !ok {
+		return notes, nil // the checker refuses q's dtype
+	}
+	kind, _ := v.Param("kv_cache_dtype")
+	pd := qd
+	if cd, ok := name[c.DType]; ok && kind != "fp8_e4m3" {
+		pd = cd
+	}
+	var set []string
+	for _, d := range []struct{ key, val string }{{"kv_dequant_dtype", qd}, {"p_dtype", pd}, {"softmax_block", "32"}} {
+		if !v.Declared(d.key) {
+			v.SetParam(d.key, d.val)
+			set = append(set, d.key+" = "+d.val)
+		}
+	}
+	if len(set) > 0 {
+		notes = append(notes, "TRITON_MLA's precision (triton_decode_attention.py lines 391-437, 505): "+strings.Join(set, ", "))
+	}
+	return notes, nil
+}}
