@@ -406,9 +406,16 @@ var flashInferCutlassMLA = Fix{Doc: "backend cutlass: softmax_block = 128, P in 
 // dequantized with two per-tensor scales, ckv_scale for the latent part and
 // kpe_scale for the rope part, or with ckv_scale_arr [NB, P, 4], a scale per
 // 128 latent channels of every token (_fa_common.py:693-701, 745-755).
-// mla_decode's fp8_e4m3 cache has one k_scale for both parts and no
-// per-channel scale tensor, so reading either form would check against
-// other scales: refused, naming them (audit I5).
+// The kernels dequantize in the query's dtype (repack_fp8_kv_to_bf16,
+// flashinfer/data/include/flashinfer/attention/mla_hopper.cuh:353-436 for
+// fa3, mla.cuh:312-377 for fa2): with per-tensor scales each code becomes
+// bf16 and is multiplied by the scale rounded to bf16 (__hmul2 on bf16
+// pairs), with ckv_scale_arr by bf16(float(code) * scale). mla_decode's
+// fp8_e4m3 cache has one k_scale for both parts, read as the fp32 product,
+// and no per-channel scale tensor, so reading either form would check
+// against other scales and another rounding: refused, naming them (audit
+// I5). Modelling it needs the two scales, the bf16 rounding of a
+// per-tensor scale and a [NB, P, L/128] scale input in mla_decode.
 var flashInferFP8MLA = Fix{Doc: "FP8 MLA (ckv_scale, kpe_scale, ckv_scale_arr) refused", Apply: func(v *View) ([]string, error) {
 	const why = "FlashInfer's FP8 MLA scales the latent and rope parts separately (ckv_scale, kpe_scale) or per 128 latent channels (ckv_scale_arr [NB, P, 4]); mla_decode's fp8_e4m3 cache has one k_scale: not supported"
 	for _, n := range []string{"ckv_scale", "kpe_scale"} {
