@@ -106,13 +106,31 @@ var flashMLAFP8 = Fix{Doc: "is_fp8_kvcache -> kv_cache_dtype", Apply: func(v *Vi
 		v.SetParam("kv_cache_dtype", kind)
 		return []string{fmt.Sprintf("is_fp8_kvcache = false: kv_cache_dtype = %s (the cache tensor's dtype)", kind)}, nil
 	}
-	if c.Shape[2] != kvcache.DSEntryBytes {
-		return nil, fmt.Errorf("parameter is_fp8_kvcache = true with %d-byte kv_cache entries: FlashMLA's only FP8 cache is the %d-byte fp8_ds_mla entry of its sparse decode; its dense decode has no FP8 mode (FlashMLA@9241ae3 csrc/api/dense_decode.h:35), and vLLM's fork's flash_mla_with_kvcache_fp8 (fp8 q, descale_q, descale_k) has no kcheck mapping: set kv_cache_dtype in the metadata if this cache is another layout",
-			c.Shape[2], kvcache.DSEntryBytes)
+	kind, ok := dsMLAKindOf(c.Shape[2])
+	if !ok {
+		return nil, fmt.Errorf("parameter is_fp8_kvcache = true with %d-byte kv_cache entries: FlashMLA's FP8 caches are the %d-byte fp8_ds_mla (V3.2) and %d-byte fp8_ds_mla_model1 (V4) entries of its sparse decode; its dense decode has no FP8 mode (FlashMLA@9241ae3 csrc/api/dense_decode.h:35), and vLLM's fork's flash_mla_with_kvcache_fp8 (fp8 q, descale_q, descale_k) has no kcheck mapping: set kv_cache_dtype in the metadata if this cache is another layout",
+			c.Shape[2], kvcache.DSEntryBytes, kvcache.M1EntryBytes)
 	}
-	v.SetParam("kv_cache_dtype", "fp8_ds_mla")
-	return []string{fmt.Sprintf("is_fp8_kvcache = true with %d-byte entries: kv_cache_dtype = fp8_ds_mla", c.Shape[2])}, nil
+	v.SetParam("kv_cache_dtype", kind)
+	return []string{fmt.Sprintf("is_fp8_kvcache = true with %d-byte entries: kv_cache_dtype = %s", c.Shape[2], kind)}, nil
 }}
+
+// dsMLAKindOf names a DeepSeek sparse FP8 cache by its entry width, as
+// FlashMLA does: it takes no layout argument and picks the layout from
+// d_qk, 576 -> 656-byte V3.2 entries, 512 -> 584-byte MODEL1 entries
+// (FlashMLA@9241ae3 csrc/api/sparse_decode.h:284-292, :316-323), and vLLM
+// passes the cache through unlabelled ("FlashMLA infers which of these the
+// cache holds from its bytes-per-token", vllm 0.33.0
+// vllm/v1/attention/backends/mla/flashmla_sparse.py:123-125).
+func dsMLAKindOf(width int) (string, bool) {
+	switch width {
+	case kvcache.DSEntryBytes:
+		return string(kvcache.FP8DSMLA), true
+	case kvcache.M1EntryBytes:
+		return string(kvcache.FP8DSMLAModel1), true
+	}
+	return "", false
+}
 
 // cacheDTypeOf names the kv_cache_dtype of an unquantized cache from its
 // tensor's dtype: what an engine's "the model dtype" means for a capture.
@@ -126,22 +144,35 @@ func cacheDTypeOf(c *tensor.Tensor) (string, error) {
 	return "", fmt.Errorf("the cache tensor has dtype %s, not an unquantized cache's BF16 or F16", c.DType)
 }
 
-// vllmFP8Alias reads vLLM's kv_cache_dtype "fp8" by the cache's entry
-// width: FLASHMLA_SPARSE lists "fp8" as an alias for fp8_ds_mla
-// (vllm 0.33.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:150-154,
+// vllmFP8Alias reads vLLM's kv_cache_dtype "fp8" and "fp8_ds_mla" by the
+// cache's entry width: FLASHMLA_SPARSE lists "fp8" as an alias for
+// fp8_ds_mla (vllm 0.33.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:150-154,
 // `"fp8",  # alias for fp8_ds_mla`), so a 656-byte entry is fp8_ds_mla;
-// elsewhere "fp8" is per-tensor fp8_e4m3 (audit V2).
+// elsewhere "fp8" is per-tensor fp8_e4m3 (audit V2). vLLM spells
+// DeepSeek-V4's cache fp8_ds_mla too (vllm/models/deepseek_v4/attention.py:94-123,
+// "the canonical fp8_ds_mla string is written back onto cache_config"), and
+// its entry is 584 bytes (flashmla_sparse.py:89-97): kcheck's
+// fp8_ds_mla_model1.
 func vllmFP8Alias(cache string) Fix {
-	return Fix{Doc: `kv_cache_dtype "fp8" -> fp8_ds_mla (656-byte entries) or fp8_e4m3`, Apply: func(v *View) ([]string, error) {
-		if val, ok := v.Param("kv_cache_dtype"); !ok || val != "fp8" {
+	return Fix{Doc: `kv_cache_dtype "fp8" -> fp8_ds_mla (656-byte entries), fp8_ds_mla_model1 (584) or fp8_e4m3; "fp8_ds_mla" with 584-byte entries -> fp8_ds_mla_model1`, Apply: func(v *View) ([]string, error) {
+		val, ok := v.Param("kv_cache_dtype")
+		if !ok || val != "fp8" && val != "fp8_ds_mla" {
 			return nil, nil
 		}
-		kind := "fp8_e4m3"
-		if c := v.T(cache); c != nil && len(c.Shape) == 3 && c.Shape[2] == kvcache.DSEntryBytes {
-			kind = "fp8_ds_mla"
+		c := v.T(cache)
+		width := -1
+		if c != nil && len(c.Shape) == 3 {
+			width = c.Shape[2]
+		}
+		kind, ds := dsMLAKindOf(width)
+		switch {
+		case val == "fp8" && !ds:
+			kind = "fp8_e4m3"
+		case val == "fp8_ds_mla" && kind != string(kvcache.FP8DSMLAModel1):
+			return nil, nil // the 656-byte layout, or a misshapen cache the checker names
 		}
 		v.SetParam("kv_cache_dtype", kind)
-		return []string{fmt.Sprintf(`kv_cache_dtype = "fp8" read as %q (the %s entry width; FLASHMLA_SPARSE's "fp8" is fp8_ds_mla)`, kind, cache)}, nil
+		return []string{fmt.Sprintf(`kv_cache_dtype = %q read as %q (the %s entry width %d; vLLM spells both DeepSeek sparse caches fp8_ds_mla, and FLASHMLA_SPARSE's "fp8" is fp8_ds_mla)`, val, kind, cache, width)}, nil
 	}}
 }
 
@@ -157,12 +188,23 @@ func vllmFP8Alias(cache string) Fix {
 // a tile's amax is 448 times one. The convention is read from the written
 // slots' scales, and said in a note; a file that sets ds_mla_scale keeps it
 // (so a declared convention the kernel did not follow still fails).
-var dsMLAScaleFromData = Fix{Doc: "ds_mla_scale read from the written tile scales (amax or pow2)", Apply: func(v *View) ([]string, error) {
-	if kind, _ := v.Param("kv_cache_dtype"); kind != "fp8_ds_mla" {
+//
+// A DeepSeek-V4 write (fp8_ds_mla_model1) stores E8M0 scales, powers of two
+// either way; vLLM's V4 writer floors the amax, not the quotient, at 1e-4
+// (vllm 0.33.0 vllm/models/deepseek_v4/common/ops/cache_utils.py:122-133),
+// which the bytes show only for tiles of amax below 0.0448, so vLLM's
+// convention is declared rather than read: pow2_amax_floor.
+var dsMLAScaleFromData = Fix{Doc: "ds_mla_scale read from the written tile scales (amax or pow2); pow2_amax_floor for a DeepSeek-V4 cache", Apply: func(v *View) ([]string, error) {
+	kind, _ := v.Param("kv_cache_dtype")
+	if kind != "fp8_ds_mla" && kind != "fp8_ds_mla_model1" {
 		return nil, nil
 	}
 	if _, set := v.Param("ds_mla_scale"); set {
 		return nil, nil
+	}
+	if kind == "fp8_ds_mla_model1" {
+		v.SetParam("ds_mla_scale", string(kvcache.ScalePow2AmaxFloor))
+		return []string{"ds_mla_scale = pow2_amax_floor: vLLM's DeepSeek-V4 writer, 2^ceil(log2(max(amax, 1e-4)/448))"}, nil
 	}
 	after, slots := v.T("cache_after"), v.T("slot_mapping")
 	if after == nil || slots == nil || len(after.Shape) != 3 || after.Shape[2] != kvcache.DSEntryBytes || len(after.Data) != after.Len() {
@@ -384,6 +426,12 @@ var mergeTwoStates = Fix{Doc: "prefix/suffix states read as a two-split combine"
 	po, so, pl, sl := v.T("prefix_output"), v.T("suffix_output"), v.T("prefix_lse"), v.T("suffix_lse")
 	if po == nil || so == nil || pl == nil || sl == nil {
 		return nil, nil
+	}
+	if v.T("output_scale") != nil {
+		// vllm 0.33.0 vllm/v1/attention/ops/triton_merge_attn_states.py
+		// :130-133, :211-214: out * (1 / output_scale), clamped to the fp8
+		// range, stored as fp8 (audit V12). splitk_combine's out is a float.
+		return nil, fmt.Errorf("tensor %soutput_scale: merge_attn_states with an output_scale quantizes the merged output to fp8 (out * (1/output_scale), clamped to ±448: vllm 0.33.0 triton_merge_attn_states.py:211-214), which has no kcheck contract: capture the merge without output_scale (its float output), or the fp8 output's consumer", v.Prefix)
 	}
 	layout, _ := v.Param("lse_layout")
 	if layout != "H,T" && layout != "T,H" {
@@ -789,6 +837,20 @@ var sglangTritonDecode = Fix{Doc: "SGLang Triton decode: token pool, kv_indptr/k
 var fp4QuantLayout = Fix{Doc: "scale_layout from the quantize call's arguments, or the one layout block_scale's shape fits", Apply: fp4QuantLayoutFrom}
 
 func fp4QuantLayoutFrom(v *View) ([]string, error) {
+	// padded_n (vllm 0.33.0 vllm/_custom_ops.py:1549-1551, :84-86) allocates
+	// output [m, padded_n/2] and its scales for padded_n columns, "so the
+	// quantization kernel can write CUTLASS-compatible K padding directly":
+	// what the padding holds is the compiled kernel's, unread here, so such
+	// a capture is refused rather than judged on a guess (audit V8).
+	x, packed := v.T("x"), v.T("packed")
+	pn, hasPN := v.Param("padded_n")
+	padded := hasPN && pn != "None" && pn != ""
+	if n, err := strconv.Atoi(pn); padded && err == nil && x != nil && len(x.Shape) == 2 && n == x.Shape[1] {
+		padded = false // padded_n = n pads nothing
+	}
+	if padded || x != nil && packed != nil && len(x.Shape) == 2 && len(packed.Shape) == 2 && packed.Shape[1]*2 > x.Shape[1] {
+		return nil, fmt.Errorf("an NVFP4 quantize with K padded past the input (padded_n = %q, output %v for input %v): scaled_fp4_quant's padded_n (vllm 0.33.0 _custom_ops.py:1549-1551) writes K padding whose contents kcheck has no contract for; capture the call without padded_n", pn, shapeOf(packed), shapeOf(x))
+	}
 	if _, set := v.Param("scale_layout"); set {
 		return nil, nil
 	}
@@ -876,4 +938,158 @@ var flashInferFP4Modes = Fix{Doc: "non-NVFP4 fp4_quantize modes refused", Apply:
 		}
 	}
 	return nil, nil
+}}
+
+// sglangPoolWrite reads SGLang's MLA pool write as kv_cache_write (sglang
+// 0.5.23 MLATokenToKVPool.set_mla_kv_buffer, sglang/srt/mem_cache/
+// memory_pool.py:5026-5047, which casts the tokens to the pool's dtype with
+// PyTorch and no scale, :5012-5024, then scatters each row with
+// set_mla_kv_buffer_triton, sglang/kernels/ops/kvcache/mla_buffer.py:290-309):
+//   - cache_k_nope [T, 1, L] and cache_k_rope [T, 1, R] are the tokens;
+//   - the pool is flat, kv_buffer [size + page_size, 1, D] (memory_pool.py
+//     :4863-4869), one token a row: a cache of one-token pages (page_size 1
+//     is the engine default);
+//   - an fp8 pool has no scale: k_scale 1 when the capture has none;
+//   - a loc equal to reserved_skip_index (0 unless the call says: slot 0 is
+//     "used for writing dummy outputs from padded tokens", :4863) is not
+//     written (mla_buffer.py:41-44, 80): read as the contract's skip, -1;
+//   - kv_cache_dtype, when the capture leaves it out or says auto, is the
+//     pool tensor's own: bf16, fp16, F8_E4M3 (fp8_e4m3), or 656-byte U8
+//     entries (fp8_ds_mla, the DSA pool); other U8 pools are refused, since
+//     SGLang also has fp8_e5m2 pools stored as the same bytes.
+var sglangPoolWrite = Fix{Doc: "SGLang pool write: cache_k_nope/cache_k_rope [T, 1, *], flat kv_buffer, reserved_skip_index, no fp8 scale", Apply: func(v *View) ([]string, error) {
+	var notes []string
+	for _, n := range []string{"kv_c", "k_pe"} {
+		t := v.T(n)
+		if t == nil || len(t.Shape) != 3 {
+			continue
+		}
+		if t.Shape[1] != 1 {
+			return nil, fmt.Errorf("tensor %s%s has shape %v: SGLang's MLA pool writes one KV head (dimension 1 must be 1)", v.Prefix, n, t.Shape)
+		}
+		r, err := reshape(v.Prefix+n, t, t.Shape[0], t.Shape[2])
+		if err != nil {
+			return nil, err
+		}
+		v.Set(n, r)
+		notes = append(notes, fmt.Sprintf("%s %v read as %v (one KV head)", n, t.Shape, r.Shape))
+	}
+	cache := v.T("cache_after")
+	if kind, ok := v.Param("kv_cache_dtype"); (!ok || kind == "auto") && cache != nil && len(cache.Shape) == 3 {
+		switch {
+		case cache.DType == tensor.BF16 || cache.DType == tensor.F16:
+			kind, _ = cacheDTypeOf(cache)
+		case cache.DType == tensor.F8E4M3:
+			kind = "fp8_e4m3"
+		case cache.DType == tensor.U8 && cache.Shape[2] == kvcache.DSEntryBytes:
+			kind = "fp8_ds_mla"
+		default:
+			return nil, fmt.Errorf("tensor %scache_after (kv_buffer) is a %s pool with %d-byte rows and the capture does not say its kv_cache_dtype: SGLang stores fp8_e4m3 and fp8_e5m2 pools as the same bytes, so set kv_cache_dtype (fp8_e4m3; e5m2 has no kcheck contract)", v.Prefix, cache.DType, cache.Shape[2])
+		}
+		v.SetParam("kv_cache_dtype", kind)
+		notes = append(notes, fmt.Sprintf("kv_cache_dtype = %s (the pool tensor's dtype)", kind))
+	}
+	if kind, _ := v.Param("kv_cache_dtype"); kind == "fp8_e4m3" && v.T("k_scale") == nil {
+		one := tensor.New(tensor.F32)
+		one.SetFloat64(0, 1)
+		v.Set("k_scale", one)
+		notes = append(notes, "k_scale = 1: SGLang's pool casts to fp8 with no scale (memory_pool.py:5016)")
+	}
+	reserved := int64(0)
+	if s, ok := v.Param("reserved_skip_index"); ok {
+		r, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("parameter reserved_skip_index = %q: want an integer", s)
+		}
+		reserved = r
+	}
+	if sm := v.T("slot_mapping"); sm != nil && reserved >= 0 {
+		var out *tensor.Tensor
+		skipped := 0
+		for i := 0; i < sm.Len(); i++ {
+			if sm.Int64At(i) == reserved {
+				if out == nil {
+					out = sm.Clone()
+				}
+				out.SetInt64(i, -1)
+				skipped++
+			}
+		}
+		if out != nil {
+			v.Set("slot_mapping", out)
+			notes = append(notes, fmt.Sprintf("%d loc entries equal to reserved_skip_index %d read as -1 (not written, as set_mla_kv_buffer_kernel skips them)", skipped, reserved))
+		}
+	}
+	return notes, nil
+}}
+
+// shapeOf is t's shape for a message, or "none" when the tensor is absent.
+func shapeOf(t *tensor.Tensor) string {
+	if t == nil {
+		return "none"
+	}
+	return fmt.Sprint(t.Shape)
+}
+
+// tritonMLAPrecision declares the precision of vLLM's TRITON_MLA for a
+// capture of its decode_attention_fwd, recognised by its split-K scratch
+// attn_logits (vllm 0.33.0 vllm/v1/attention/ops/triton_decode_attention.py,
+// _fwd_grouped_kernel_stage1), unless the capture declares it:
+//   - an fp8 cache entry is `(k.to(tl.float32) * ks).to(q.dtype)` (lines
+//     391-392, the rope part likewise at 402-403): kv_dequant_dtype is q's
+//     dtype. With is_mla, V is that same block, `v = tl.trans(k)` (line
+//     431; v_buffer and v_scale are never read, and vLLM passes v_scale =
+//     layer._k_scale anyway, triton_mla.py:340-341), so P is rounded to
+//     q's dtype for an fp8 cache and to the cache's own for a 16-bit one,
+//     `tl.dot(p.to(v.dtype), v)` (line 437): p_dtype (audit V15: not V
+//     and P in fp32, which the audit read in an older commit);
+//   - the running max advances once per BLOCK = 32 tokens (line 505):
+//     softmax_block = 32.
+//
+// A cache stored F8_E4M3 with no kv_cache_dtype is the kernel's fp8 path
+// (the `k.dtype.is_fp8()` branch, with k_scale): fp8_e4m3. An F8_E5M2 one
+// has no kcheck contract and is refused.
+var tritonMLAPrecision = Fix{Doc: "TRITON_MLA's declared precision: K (and V, its transpose) dequantized to q's dtype, P in V's dtype, a running max per 32 tokens", Apply: func(v *View) ([]string, error) {
+	if v.T("attn_logits") == nil {
+		return nil, nil
+	}
+	q, c := v.T("q"), v.T("kv_cache")
+	if q == nil || c == nil {
+		return nil, nil // the checker names the missing tensor
+	}
+	var notes []string
+	if !v.Declared("kv_cache_dtype") {
+		switch c.DType {
+		case tensor.F8E4M3:
+			v.SetParam("kv_cache_dtype", "fp8_e4m3")
+			notes = append(notes, "kv_cache_dtype = fp8_e4m3 (an F8_E4M3 k_buffer: decode_attention_fwd's is_fp8 path, scaled by k_scale)")
+		case tensor.F8E5M2:
+			return nil, fmt.Errorf("tensor %skv_cache is F8_E5M2: an e5m2 cache has no kcheck contract", v.Prefix)
+		}
+	}
+	if v.T("v_scale") != nil {
+		v.Del("v_scale")
+		notes = append(notes, "v_scale not read: with is_mla V is K's transpose, dequantized with k_scale (triton_decode_attention.py line 431)")
+	}
+	name := map[tensor.DType]string{tensor.BF16: "bf16", tensor.F16: "f16", tensor.F32: "f32"}
+	qd, ok := name[q.DType]
+	if !ok {
+		return notes, nil // the checker refuses q's dtype
+	}
+	kind, _ := v.Param("kv_cache_dtype")
+	pd := qd
+	if cd, ok := name[c.DType]; ok && kind != "fp8_e4m3" {
+		pd = cd
+	}
+	var set []string
+	for _, d := range []struct{ key, val string }{{"kv_dequant_dtype", qd}, {"p_dtype", pd}, {"softmax_block", "32"}} {
+		if !v.Declared(d.key) {
+			v.SetParam(d.key, d.val)
+			set = append(set, d.key+" = "+d.val)
+		}
+	}
+	if len(set) > 0 {
+		notes = append(notes, "TRITON_MLA's precision (triton_decode_attention.py lines 391-437, 505): "+strings.Join(set, ", "))
+	}
+	return notes, nil
 }}

@@ -103,13 +103,16 @@ const (
 	PageSizeMismatch = "page_size_mismatch"
 	LayoutMismatch   = "layout_mismatch"
 	PartialTransfer  = "partial_transfer"
+	// The suspect of a DeepSeek-V4 sparse decode (mla_decode_sparse over
+	// fp8_ds_mla_model1): the block-split cache read token by token.
+	BlockSplitReadInterleaved = "block_split_read_interleaved"
 	// The suspect of a DSA indexer's multi-token (next_n) step: a query
 	// row that sees its own future tokens.
 	FutureTokensVisible = "future_tokens_visible"
 )
 
 // SuspectPatterns are the patterns a kernel's suspects may name.
-var SuspectPatterns = []string{BlockTableShift, PageSizeMismatch, LayoutMismatch, PartialTransfer, FutureTokensVisible}
+var SuspectPatterns = []string{BlockTableShift, PageSizeMismatch, LayoutMismatch, PartialTransfer, BlockSplitReadInterleaved, FutureTokensVisible}
 
 // Signature is the named pattern of a check's errors.
 type Signature struct {
