@@ -102,6 +102,26 @@ func vllmKernels() map[string]Kernel {
 			Identify: []string{"src_cache", "dst"},
 		},
 		"mla_decode": mla,
+		// The DSA lightning indexer's decode (vllmIndexer, indexer.go, has
+		// the sources): the logits call's arguments as DeepGEMM's
+		// fp8_fp4_paged_mqa_logits names them (vllm 0.33.0
+		// vllm/utils/deep_gemm.py:738-746: q, kv_cache, weights,
+		// context_lens, block_tables, max_model_len) and as ROCm's
+		// rocm_fp8_paged_mqa_logits does (v1/attention/ops/
+		// rocm_aiter_mla_sparse.py:756-764: q_fp8, kv_cache_fp8), its
+		// result logits (sparse_attn_indexer.py:880, :1382), the top-k's
+		// topk_indices (a slice of topk_indices_buffer, :923) and
+		// topk_tokens (:923), and the layer's max_model_len as the scores'
+		// width.
+		"dsa_indexer": {
+			Tensors: map[string]string{
+				"q_fp8": "q", "kv_cache": "k_cache", "kv_cache_fp8": "k_cache", "context_lens": "seq_lens",
+				"block_tables": "block_table", "logits": "scores", "topk_indices_buffer": "topk_indices",
+			},
+			Params:   map[string]string{"max_model_len": "max_seq", "topk_tokens": "topk"},
+			Fixes:    []Fix{vllmIndexer},
+			Identify: []string{"weights", "logits"},
+		},
 		"mla_decode_sparse": {
 			Tensors: map[string]string{"kv_c_and_k_pe_cache": "kv_cache", "k_cache": "kv_cache", "softmax_lse": "lse", "output": "out"},
 			Params:  map[string]string{"scale": "softmax_scale"},
@@ -232,6 +252,7 @@ func init() {
 		Identify: []string{"loc", "cache_k_nope", "cache_k_rope"},
 	}
 	delete(sgl, "kv_cache_gather")  // no gather op
+	delete(sgl, "dsa_indexer")      // vLLM's indexer names; SGLang's indexer was not read
 	delete(sgl, "nvfp4_dequantize") // no dequantize op
 	register(&Engine{
 		Name:     "sglang",
