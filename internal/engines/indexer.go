@@ -19,11 +19,11 @@ import (
 //     block_tables, schedule_metadata, max_model_len)
 //     (vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:756-806, called at
 //     :1382-1391) and its Triton rocm_fp8_paged_mqa_logits_triton (:624-692).
-//     q is [B, next_n, H, D] e4m3 (sparse_attn_indexer.py:840-851; the
+//     q is [B, next_n, H, D] e4m3 (sparse_attn_indexer.py:838-851; the
 //     query's scale folded into weights, :1117-1118), read as [B·next_n, H,
 //     D] with next_n its second dimension; weights F32 [B·next_n, H]
-//     (deep_gemm.py:765-766); the result logits [B·next_n, max_model_len]
-//     F32 (:776-777; bf16 on SM100, which dsa_indexer does not take).
+//     (deep_gemm.py:763-764); the result logits [B·next_n, max_model_len]
+//     F32 (:775-777; bf16 on SM100, which dsa_indexer does not take).
 //   - the cache: DeepseekV32IndexerCache, uint8 [NB, P, D + D/128·4] (132
 //     bytes for D = 128: model_executor/models/deepseek_v2.py:731-734,
 //     bind_kv_cache squeezes the head axis, :653-656), viewed [NB, P, 1,
@@ -39,12 +39,12 @@ import (
 //     path passes seq_lens 2-D always: sparse_attn_indexer.py:852-854), which
 //     with next_n > 1 means one length a request (the Triton kernel's
 //     ctx_per_row False when the lengths number B, rocm_aiter_mla_sparse.py:
-//     660-663; the top-k's _row_ends, model_executor/layers/indexer_topk.py:
+//     647-648; the top-k's _row_ends, model_executor/layers/indexer_topk.py:
 //     288-297): [B, 1] is read as [B].
 //   - logits past each row's visible length are not data: the kernels write
 //     only pos < the row's length (mask_pos, rocm_aiter_mla_sparse.py:597,
 //     621; DeepGEMM "columns past each row's context length are not
-//     cleaned", deep_gemm.py:776-777) into vLLM's workspace, torch.empty
+//     cleaned", deep_gemm.py:775-777) into vLLM's workspace, torch.empty
 //     (vllm/v1/worker/workspace.py:264), and every top-k masks them
 //     (indexer_topk.py:359-372). They are set to the contract's -inf and not
 //     judged, unless the capture declares logits_past_len = -inf (the buffer

@@ -103,6 +103,13 @@ func TestVLLMIndexerNames(t *testing.T) {
 			lg.SetFloat64(0*w+20, 1.25) // request 0 row 0 sees 20 of 21 tokens: token 20 is its future
 			ts["logits"] = lg
 		}, verdict: check.Fail, tensor: "scores"},
+		// the case's cache is written with amax scales: vLLM's scale_fmt None
+		{name: "scale_fmt None", edit: func(m map[string]string, ts map[string]*tensor.Tensor) {
+			m["scale_fmt"] = "None"
+		}, verdict: check.Pass},
+		{name: "scale_fmt ue8m0 over amax scales", edit: func(m map[string]string, ts map[string]*tensor.Tensor) {
+			m["scale_fmt"] = "ue8m0"
+		}, verdict: check.Error, err: "tensor k_cache: request 0 token 0"},
 		{name: "global slots", global: true, verdict: check.Pass},
 		{name: "global slots, another request's", global: true, edit: func(m map[string]string, ts map[string]*tensor.Tensor) {
 			ts["req_id"] = tensor.FromInt64s(tensor.I32, []int{4}, []int64{0, 1, 1, 0})
@@ -144,7 +151,7 @@ func TestVLLMIndexerNames(t *testing.T) {
 				if got := failing(r); got != c.tensor {
 					t.Fatalf("failing %q, want %s", got, c.tensor)
 				}
-			case !c.global:
+			case !c.global && c.edit == nil:
 				if got, w := checksJSON(t, r), checksJSON(t, want); got != w {
 					t.Fatalf("checks differ from the contract-named capture's:\n got %s\nwant %s", got, w)
 				}

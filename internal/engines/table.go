@@ -111,14 +111,18 @@ func vllmKernels() map[string]Kernel {
 		// rocm_aiter_mla_sparse.py:756-764: q_fp8, kv_cache_fp8), its
 		// result logits (sparse_attn_indexer.py:880, :1382), the top-k's
 		// topk_indices (a slice of topk_indices_buffer, :923) and
-		// topk_tokens (:923), and the layer's max_model_len as the scores'
-		// width.
+		// topk_tokens (:923), the layer's max_model_len as the scores'
+		// width, and its scale_fmt (the indexer cache writer's: "ue8m0" for
+		// DeepSeek-V3.2, model_executor/models/deepseek_v2.py:723; any other
+		// value, None included, is the amax writer, USE_UE8M0 = scale_fmt
+		// == "ue8m0", v1/attention/ops/rocm_aiter_mla_sparse.py:212) as
+		// k_scale_fmt.
 		"dsa_indexer": {
 			Tensors: map[string]string{
 				"q_fp8": "q", "kv_cache": "k_cache", "kv_cache_fp8": "k_cache", "context_lens": "seq_lens",
 				"block_tables": "block_table", "logits": "scores", "topk_indices_buffer": "topk_indices",
 			},
-			Params:   map[string]string{"max_model_len": "max_seq", "topk_tokens": "topk"},
+			Params:   map[string]string{"max_model_len": "max_seq", "topk_tokens": "topk", "scale_fmt": "k_scale_fmt"},
 			Fixes:    []Fix{vllmIndexer},
 			Identify: []string{"weights", "logits"},
 		},
@@ -214,7 +218,8 @@ func init() {
 		Defaults: map[string]string{
 			"lse_base": "e", "lse_empty": "-inf",
 		},
-		Values:  map[string]map[string]string{"kv_cache_dtype": vllmCacheDTypes},
+		// the indexer's scale_fmt None (Python's str) is the amax writer (table: dsa_indexer)
+		Values:  map[string]map[string]string{"kv_cache_dtype": vllmCacheDTypes, "k_scale_fmt": {"None": "amax"}},
 		Refused: map[string]map[string]string{"kv_cache_dtype": vllmRefusedCacheDTypes},
 		Kernels: vllm,
 	})
