@@ -103,6 +103,10 @@ func TestVLLMIndexerNames(t *testing.T) {
 			lg.SetFloat64(0*w+20, 1.25) // request 0 row 0 sees 20 of 21 tokens: token 20 is its future
 			ts["logits"] = lg
 		}, verdict: check.Fail, tensor: "scores"},
+		// weights and logits name the kernel (a note says so)
+		{name: "no kcheck.kernel", edit: func(m map[string]string, ts map[string]*tensor.Tensor) {
+			delete(m, "kcheck.kernel")
+		}, verdict: check.Pass},
 		// the case's cache is written with amax scales: vLLM's scale_fmt None
 		{name: "scale_fmt None", edit: func(m map[string]string, ts map[string]*tensor.Tensor) {
 			m["scale_fmt"] = "None"

@@ -97,7 +97,14 @@ def vllm_indexer(c, kind, fault, seed):
         # own future draft tokens, in the logits and in the top-k
         feed_lens = context_lens.repeat(1, NEXT_N).contiguous()
     (buf,) = ws.current_workspace_manager().get_simultaneous(((B * NEXT_N, MAX_MODEL_LEN), torch.float32))
-    buf.fill_(math.nan)   # torch.empty in vLLM: what the kernel leaves unwritten is visibly not data
+    # The request pair fills the buffer with -inf before the call, as vLLM's
+    # torch reference allocates it (rocm_aiter_mla_sparse.py:454-459), and
+    # says so (logits_past_len = -inf): every logit is judged, a future
+    # token's too. The global pair leaves it as vLLM's torch.empty would
+    # (NaN here, visibly not data): the columns the kernel never writes are
+    # not judged.
+    fill = -math.inf if kind == "request" else math.nan
+    buf.fill_(fill)
     kv = cache.unsqueeze(-2)
     logits = mod.rocm_fp8_paged_mqa_logits_triton(q_fp8, kv, weights, feed_lens, block_tables, MAX_MODEL_LEN)
     if logits.data_ptr() != buf.data_ptr():
@@ -128,18 +135,22 @@ def vllm_indexer(c, kind, fault, seed):
     twin_fault = {"request": "causal_mask_dropped", "global": "req_id_swapped"}[kind]
     meta = {"kcheck.kernel": "dsa_indexer", "max_model_len": MAX_MODEL_LEN, "topk_tokens": TOPK_TOKENS, "scale_fmt": "ue8m0",
             "kcheck.corpus.shim": shim, "kcheck.corpus.n_splits": str(mod._decode_cu_count()),
-            "kcheck.corpus.logits_fill": "nan (torch.empty in the engine; columns past each row's length the kernel never writes keep it)",
+            "kcheck.corpus.logits_fill": ("-inf (filled before the call, as vLLM's torch reference allocates it)" if kind == "request" else
+                                          "nan (torch.empty in the engine; columns past each row's length the kernel never writes keep it)"),
             "kcheck.corpus.inputs": "q_fp8 e4m3 codes, weights f32 (q scale folded), the block-split ue8m0 indexer cache laid out per "
                                     "rocm_aiter_mla_sparse.py:150-158, :600-614"}
+    if kind == "request":
+        meta["logits_past_len"] = "-inf"
     expect = {"verdict": "pass"}
     if fault:
-        expect = {"verdict": "fail", "tensor": "topk_indices", "stage": None,
+        expect = {"verdict": "fail", "tensor": "logits" if fault == "causal_mask_dropped" else "topk_indices", "stage": None,
                   "signature": "future_tokens_visible" if fault == "causal_mask_dropped" else "slots of another request"}
     c.add(f"{base}{'_' + fault if fault else ''}.safetensors", engine="vllm", from_engine="vllm", kernel="dsa_indexer",
           function=function, source=source, produced_by="engine", tensors=tensors, meta=meta, expect=expect,
           audit=["gap7"], item=5, fault=fault, twin=base + (".safetensors" if fault else f"_{twin_fault}.safetensors"), committed=True,
           notes=f"B={B}, next_n={NEXT_N} (MTP), H={H}, D={D}, P={P}, lens {list(LENS)}, context_lens [B, 1], max_model_len "
-                f"{MAX_MODEL_LEN}, topk {TOPK_TOKENS}; logits past each row's length unwritten (NaN)"
+                f"{MAX_MODEL_LEN}, topk {TOPK_TOKENS}; logits past each row's length "
+                + ("-inf (filled before the call; logits_past_len = -inf: judged)" if kind == "request" else "unwritten (NaN: not judged)")
                 + ("; topk_indices converted to global slots, req_id and topk_length beside them" if kind == "global" else ""))
 
 
