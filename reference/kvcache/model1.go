@@ -21,6 +21,15 @@ import "github.com/kcheck-dev/kcheck/reference/tensor"
 //   - tests/quant.py:100-110, dequantize_k_cache: e4m3.to(bf16) *
 //     e8m0.to(bf16), a product a bf16 holds exactly unless it leaves bf16's
 //     range, so every dequantization precision reads the same values.
+//   - the SM90 kernel reads it the same way: csrc/sm90/decode/sparse_fp8/
+//     config.h:29 NUM_SCALES = 8 for MODEL1 ("7 ... + 1 padding"),
+//     splitkv_mla.cuh:555 the scales at block*k_block_stride +
+//     P*(448 + 64*2) + offset*8, :560 E8M0 to bf16, then the bf16 product
+//     (components/dequant.h:21-26). The scales being powers of two already,
+//     the reader's scale rounding of audit F15 (an F32 scale rounded to
+//     bf16 or to E8M0) does not arise for this layout.
+//
+// This layout is audit F13 ("a MODEL1 capture fails with a shape error").
 //
 // vLLM documents the same record (vllm 0.33.0
 // vllm/v1/attention/backends/mla/flashmla_sparse.py:89-109: "448 bytes
