@@ -228,3 +228,56 @@ func TestTileScaleFloors(t *testing.T) {
 		}
 	}
 }
+
+// TestModel1WriterMatchesVLLM: kcheck's pow2_amax_floor writer writes the
+// bytes vLLM's DeepSeek-V4 Triton writer wrote (testdata/vllm_v4_writer.json,
+// made in Triton's interpreter: testdata/README.md) from the same tokens,
+// every one, pad bytes included (vLLM writes them 0). Under FlashMLA's pow2
+// floor the same tokens give other bytes in the tiles whose amax is below
+// 448e-4, and the write check does not excuse them: the two conventions are
+// told apart, in both directions.
+func TestModel1WriterMatchesVLLM(t *testing.T) {
+	f := loadModel1(t)
+	b, err := os.ReadFile("testdata/vllm_v4_writer.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Source string `json:"source"`
+		Cache  string `json:"cache_u8"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	want, err := hex.DecodeString(v.Cache)
+	if err != nil || len(want) != len(f.cache) {
+		t.Fatalf("testdata/vllm_v4_writer.json: %d bytes, %v; want %d", len(want), err, len(f.cache))
+	}
+	for _, c := range []struct {
+		conv  ScaleConvention
+		match bool
+	}{{ScalePow2AmaxFloor, true}, {ScalePow2, false}} {
+		lay := f.lay
+		lay.DSScale = c.conv
+		w, err := Write(tensor.New(tensor.U8, f.NB, f.P, M1EntryBytes), f.kvc, f.kpe, f.slots, lay, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		differ, excused := 0, 0
+		for i := range want {
+			if w.After.Data[i] != want[i] {
+				differ++
+				if w.Equivalent(i, float64(want[i])) {
+					excused++
+				}
+			}
+		}
+		switch {
+		case c.match && differ > 0:
+			t.Errorf("ds_mla_scale %s: %d of %d bytes differ from %s", c.conv, differ, len(want), v.Source)
+		case !c.match && (differ == 0 || excused == differ):
+			t.Errorf("ds_mla_scale %s: %d bytes differ from vLLM's writer and %d of them are excused: the floors are not told apart", c.conv, differ, excused)
+		}
+		t.Logf("ds_mla_scale %s: %d of %d bytes differ from vLLM's V4 writer, %d excused", c.conv, differ, len(want), excused)
+	}
+}
