@@ -48,14 +48,14 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "model1_value_latent_only", Stage: kernel.StageAttn, Kernels: []string{"mla_decode_sparse"},
-		Needs:    "a DeepSeek-V4 decode (kv_cache_dtype = fp8_ds_mla_model1, V = the whole 512-dim row)",
+		Needs:    "a DeepSeek-V4 decode (kv_cache_dtype = fp8_ds_mla_model1 or fp8_ds_mla_v41, V = the whole 512-dim row)",
 		BugClass: "DeepSeek-V4's value taken as the latent part only (V3.2's V = the first L dims): the 64 rope dims of each row left out of the PV product",
 		Doc: "The kernel accumulates P·V over the 448 NoPE columns, as a V3.2 kernel does over its 512 latent ones, and " +
 			"leaves out[..., 448:512] at zero: V4's one 512-dim row is key and value both (FlashMLA tests/ref.py:91, " +
 			"gathered_kv[..., :d_v] with d_v = d_qk = 512).",
 		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
 			o, ok := out["out"]
-			if !ok || in.Params.String("kv_cache_dtype", "") != string(kvcache.FP8DSMLAModel1) || len(o.Shape) != 4 || o.Shape[3] != kvcache.M1Nope+kvcache.M1Rope {
+			if !ok || !kvcache.Kind(in.Params.String("kv_cache_dtype", "")).V4() || len(o.Shape) != 4 || o.Shape[3] != kvcache.M1Nope+kvcache.M1Rope {
 				return nil
 			}
 			r := replaced(o)

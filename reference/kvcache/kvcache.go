@@ -19,6 +19,10 @@
 //	            (one per 64 NoPE values), 583 a pad byte; but a block is not
 //	            stored token by token: it holds its P data rows of 576 bytes
 //	            first and its P scale rows of 8 bytes after (model1.go)
+//	fp8_ds_mla_v41
+//	            U8 (or F8_E4M3) [NB, P, 528] (DeepSeek-V4.1, L = 448, R = 64):
+//	            token by token, [0,512) all 512 dims as E4M3 (rope included),
+//	            [512,528) sixteen E8M0 scales, one per 32 values: MXFP8 (model1.go)
 //
 // The row accessor (Cache.Row) is the inner loop of attention over long
 // contexts, so it decodes through tables built once and allocates nothing.
@@ -50,10 +54,15 @@ const (
 	// vllm/models/deepseek_v4/attention.py:94-123): the entry width is
 	// what internal/engines reads.
 	FP8DSMLAModel1 Kind = "fp8_ds_mla_model1"
+	// FP8DSMLAV41 is DeepSeek-V4.1's, FlashMLA's ModelType::V41 (vllm
+	// 0.33.0 vllm/models/deepseek_v41/common/ops/cache_utils.py:39-51; the
+	// FlashMLA interface vLLM vendors, vllm/third_party/flashmla/
+	// flash_mla_interface.py:121-127). vLLM spells it fp8_ds_mla too.
+	FP8DSMLAV41 Kind = "fp8_ds_mla_v41"
 )
 
 // Kinds lists the kv_cache_dtype values, for parameter validation.
-var Kinds = []string{string(BF16), string(FP16), string(FP8E4M3), string(FP8DSMLA), string(FP8DSMLAModel1)}
+var Kinds = []string{string(BF16), string(FP16), string(FP8E4M3), string(FP8DSMLA), string(FP8DSMLAModel1), string(FP8DSMLAV41)}
 
 // IsFloat reports whether the layout stores each value as a float of the
 // cache's own dtype (bf16, fp16): a write rounds the token's value to it, a
@@ -126,10 +135,16 @@ func NewLayout(kind Kind, l, r, pageSize int) (Layout, error) {
 // DefaultScale is the ds_mla_scale a layout's writer uses unless told:
 // amax for fp8_ds_mla (vLLM's original writer), pow2 for
 // fp8_ds_mla_model1, whose E8M0 scales hold powers of two only (FlashMLA's
-// tests/quant.py writer, the one both engines' readers are tested against).
+// tests/quant.py writer, the one both engines' readers are tested
+// against), pow2_amax_floor for fp8_ds_mla_v41, whose only writer in
+// reach is vLLM's (deepseek_v41/common/ops/cache_utils.py:225-226: the
+// amax floored at 1e-4, then 2^ceil(log2(amax/448))).
 func DefaultScale(kind Kind) ScaleConvention {
-	if kind == FP8DSMLAModel1 {
+	switch kind {
+	case FP8DSMLAModel1:
 		return ScalePow2
+	case FP8DSMLAV41:
+		return ScalePow2AmaxFloor
 	}
 	return ScaleAmax
 }
@@ -145,15 +160,15 @@ func (l Layout) Validate() error {
 		if l.DSScale != ScaleAmax && !l.DSScale.Pow2() {
 			return fmt.Errorf("parameter ds_mla_scale = %q: want amax, pow2 or pow2_amax_floor", l.DSScale)
 		}
-	case FP8DSMLAModel1:
+	case FP8DSMLAModel1, FP8DSMLAV41:
 		if l.L != M1Nope || l.R != M1Rope {
-			return fmt.Errorf("kv_cache_dtype fp8_ds_mla_model1 stores L = %d and R = %d only; got L = %d, R = %d", M1Nope, M1Rope, l.L, l.R)
+			return fmt.Errorf("kv_cache_dtype %s stores L = %d and R = %d only; got L = %d, R = %d", l.Kind, M1Nope, M1Rope, l.L, l.R)
 		}
 		if !l.DSScale.Pow2() {
-			return fmt.Errorf("parameter ds_mla_scale = %q: kv_cache_dtype fp8_ds_mla_model1 stores E8M0 scales, powers of two only: want pow2 or pow2_amax_floor", l.DSScale)
+			return fmt.Errorf("parameter ds_mla_scale = %q: kv_cache_dtype %s stores E8M0 scales, powers of two only: want pow2 or pow2_amax_floor", l.DSScale, l.Kind)
 		}
 	default:
-		return fmt.Errorf("parameter kv_cache_dtype = %q: want bf16, fp16, fp8_e4m3, fp8_ds_mla or fp8_ds_mla_model1", l.Kind)
+		return fmt.Errorf("parameter kv_cache_dtype = %q: want bf16, fp16, fp8_e4m3, fp8_ds_mla, fp8_ds_mla_model1 or fp8_ds_mla_v41", l.Kind)
 	}
 	if l.L < 0 || l.R < 0 || l.L+l.R == 0 {
 		return fmt.Errorf("latent dim %d and rope dim %d: want L, R >= 0 and L+R > 0", l.L, l.R)
@@ -175,6 +190,8 @@ func (l Layout) EntrySize() int {
 		return DSEntryBytes
 	case FP8DSMLAModel1:
 		return M1EntryBytes
+	case FP8DSMLAV41:
+		return V41EntryBytes
 	}
 	return l.D()
 }
@@ -211,8 +228,11 @@ const (
 // for the scaled layouts' latent and scale columns, the scale tile it
 // belongs to (-1 otherwise, and for model1's pad byte).
 func (l Layout) PartOf(col int) (Part, int) {
-	if l.Kind == FP8DSMLAModel1 {
+	switch l.Kind {
+	case FP8DSMLAModel1:
 		return m1PartOf(col)
+	case FP8DSMLAV41:
+		return v41PartOf(col)
 	}
 	if l.Kind == FP8DSMLA {
 		switch {
@@ -378,6 +398,12 @@ func (c *Cache) RowSlot(slot int, dst []float64, deq tensor.DType) {
 			c.deqTile(dst[tile*M1Tile:(tile+1)*M1Tile], data[tile*M1Tile:(tile+1)*M1Tile], float32(formats.E8M0.Decode(scales[tile])), q)
 		}
 		widenBF16(dst[M1Nope:M1Nope+M1Rope], data[M1Nope:M1DataBytes])
+	case FP8DSMLAV41:
+		q := deqIndex(deq)
+		b := c.data[V41EntryBytes*slot : V41EntryBytes*(slot+1)]
+		for tile := 0; tile < V41Tiles; tile++ {
+			c.deqTile(dst[tile*V41Tile:(tile+1)*V41Tile], b[tile*V41Tile:(tile+1)*V41Tile], float32(formats.E8M0.Decode(b[v41ScaleOff+tile])), q)
+		}
 	}
 }
 

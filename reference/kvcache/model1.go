@@ -65,6 +65,43 @@ const (
 	m1PadCol   = M1EntryBytes - 1
 )
 
+// DeepSeek-V4.1's cache, MXFP8 (vllm 0.33.0
+// vllm/models/deepseek_v41/common/ops/cache_utils.py:39-55: "V4.1 (528 B):
+// all 512 dims as fp8 e4m3 (RoPE included), then 16 UE8M0 scales of 32
+// dims each ... The V4.1 records are interleaved: each token's scales
+// follow its own data"; vllm/third_party/flashmla/flash_mla_interface.py:
+// 121-127, which also warns that before the 2026.09.30 FlashMLA release
+// the V4.1 records were block-split like V4's, with the same 528 bytes a
+// token, "so a cache written in the old layout is NOT rejected, it is
+// misread"). The writer (cache_utils.py:185-240): amax = max(max|x|,
+// 1e-4) per 32 values, e = ceil(log2(amax * (1/448))), codes e4m3(x *
+// 2^-e) clamped to ±448, the scale byte e + 127; the reader
+// (cache_utils.py:529-586): fp32(e4m3) * 2^(byte-127), rounded to bf16.
+const (
+	V41Dims       = M1Nope + M1Rope    // 512, all quantized
+	V41Tile       = 32                 // values per E8M0 scale
+	V41Tiles      = V41Dims / V41Tile  // 16
+	V41EntryBytes = V41Dims + V41Tiles // 528
+	v41ScaleOff   = V41Dims            // the scales follow the codes
+)
+
+// v41PartOf is PartOf for a V4.1 entry column: the rope dims are codes
+// too, in scale tiles 14 and 15.
+func v41PartOf(col int) (Part, int) {
+	switch {
+	case col < M1Nope:
+		return PartLatent, col / V41Tile
+	case col < v41ScaleOff:
+		return PartRope, col / V41Tile
+	}
+	return PartScale, col - v41ScaleOff
+}
+
+// V4 reports whether the layout is one of DeepSeek-V4's (fp8_ds_mla_model1,
+// fp8_ds_mla_v41): 512-dim rows that are key and value both, read only by
+// the sparse decode.
+func (k Kind) V4() bool { return k == FP8DSMLAModel1 || k == FP8DSMLAV41 }
+
 // BlockSplit reports whether a block of the layout stores its tokens' data
 // rows first and their scale rows after, rather than token by token.
 func (k Kind) BlockSplit() bool { return k == FP8DSMLAModel1 }

@@ -281,3 +281,73 @@ func TestModel1WriterMatchesVLLM(t *testing.T) {
 		t.Logf("ds_mla_scale %s: %d of %d bytes differ from vLLM's V4 writer, %d excused", c.conv, differ, len(want), excused)
 	}
 }
+
+// TestV41MatchesVLLM: DeepSeek-V4.1's interleaved MXFP8 cache. kcheck's
+// writer (pow2_amax_floor, the layout's default) writes the bytes vLLM's
+// _quantize_and_insert_k_mxfp8_kernel wrote from flashmla_model1.json's
+// tokens, and kcheck's reader at BF16 reads the rows vLLM's
+// _dequantize_and_gather_k_mxfp8_kernel gathered from them
+// (testdata/vllm_v41.json, Triton's interpreter: testdata/README.md). Both
+// exactly. Reading the rope dims as V4's bf16 (the model1 reader), or
+// scales every 64 values, fails it.
+func TestV41MatchesVLLM(t *testing.T) {
+	f := loadModel1(t)
+	b, err := os.ReadFile("testdata/vllm_v41.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Source   string `json:"source"`
+		Cache    string `json:"cache_u8"`
+		Gathered string `json:"gathered_bf16"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	want, err1 := hex.DecodeString(v.Cache)
+	rows, err2 := hex.DecodeString(v.Gathered)
+	if err1 != nil || err2 != nil || len(want) != f.nTokens*V41EntryBytes || len(rows) != 2*f.nTokens*V41Dims {
+		t.Fatalf("testdata/vllm_v41.json: sizes %d and %d (%v, %v)", len(want), len(rows), err1, err2)
+	}
+	lay := mustLayout(t, FP8DSMLAV41, M1Nope, M1Rope, f.P)
+	if lay.DSScale != ScalePow2AmaxFloor {
+		t.Fatalf("fp8_ds_mla_v41's default writer is %s, want vLLM's pow2_amax_floor", lay.DSScale)
+	}
+	w, err := Write(tensor.New(tensor.U8, f.NB, f.P, V41EntryBytes), f.kvc, f.kpe, f.slots, lay, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for i := range want {
+		if w.After.Data[i] != want[i] {
+			if bad++; bad <= 5 {
+				slot, col := lay.Entry(i)
+				t.Errorf("byte %d (slot %d, column %d): kcheck wrote %#02x, vLLM %#02x", i, slot, col, w.After.Data[i], want[i])
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d bytes differ from %s", bad, len(want), v.Source)
+	}
+	c, err := New(&tensor.Tensor{DType: tensor.U8, Shape: []int{f.NB, f.P, V41EntryBytes}, Data: want}, lay, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gathered := (&tensor.Tensor{DType: tensor.BF16, Shape: []int{f.nTokens, V41Dims}, Data: rows}).Float64s()
+	row := make([]float64, V41Dims)
+	nonzeroRope := 0
+	for s := 0; s < f.nTokens; s++ {
+		c.RowSlot(s, row, tensor.BF16)
+		for j, x := range row {
+			if g := gathered[s*V41Dims+j]; x != g {
+				t.Fatalf("slot %d dim %d: kcheck reads %v, vLLM's gather %v", s, j, x, g)
+			}
+			if j >= M1Nope && x != 0 {
+				nonzeroRope++
+			}
+		}
+	}
+	if nonzeroRope == 0 {
+		t.Fatal("no rope value read: the test data do not exercise the quantized rope")
+	}
+}

@@ -241,7 +241,7 @@ func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes Out
 	if err != nil {
 		return nil, err
 	}
-	if err := paged.RefuseBlockSplit("kv_cache_gather", lay); err != nil {
+	if err := paged.RefuseV4("kv_cache_gather", lay); err != nil {
 		return nil, err
 	}
 	ks, err := paged.KScale(in, lay)

@@ -131,9 +131,9 @@ func init() {
 // rope dims included (deepseek-ai/FlashMLA@9241ae3 csrc/api/sparse_decode.h:241
 // d_v == 512 with :291 d_qk == 512 for MODEL1, tests/ref.py:91
 // gathered_kv[..., :d_v]), so the default is D for fp8_ds_mla_model1 and L
-// otherwise.
+// otherwise (and for fp8_ds_mla_v41, V4.1's cache of the same rows).
 var headDimVParam = ParamSpec{Name: "head_dim_v", Kind: ParamInt,
-	Doc: "V, the value width: out holds the first V columns of the attended rows (default L, the latent part; D, the whole entry, for fp8_ds_mla_model1, as DeepSeek-V4)"}
+	Doc: "V, the value width: out holds the first V columns of the attended rows (default L, the latent part; D, the whole entry, for the DeepSeek-V4 caches fp8_ds_mla_model1 and fp8_ds_mla_v41)"}
 
 // The invalid_index conventions. FlashMLA's sparse decode masks only -1
 // (deepseek-ai/FlashMLA@9241ae3 csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh:632,
@@ -209,7 +209,7 @@ func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes) (*mlaCommon, 
 	}
 	d := qt.Shape[3]
 	kind := in.Params.String("kv_cache_dtype", string(kvcache.BF16))
-	if byteEntry := kind == string(kvcache.FP8DSMLA) || kind == string(kvcache.FP8DSMLAModel1); !byteEntry && ct.Shape[2] != d {
+	if byteEntry := kind == string(kvcache.FP8DSMLA) || kvcache.Kind(kind).V4(); !byteEntry && ct.Shape[2] != d {
 		return nil, fmt.Errorf("tensor q has D = %d but tensor kv_cache rows hold %d values (shape %v)", d, ct.Shape[2], ct.Shape)
 	}
 	l := d
@@ -288,7 +288,7 @@ func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTyp
 	if err != nil {
 		return nil, err
 	}
-	if err := paged.RefuseBlockSplit("mla_decode", c.lay); err != nil {
+	if err := paged.RefuseV4("mla_decode", c.lay); err != nil {
 		return nil, err
 	}
 	bt := in.Tensors["block_table"]
@@ -509,7 +509,7 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 		}
 	}
 	v := c.lay.L
-	if c.lay.Kind == kvcache.FP8DSMLAModel1 {
+	if c.lay.Kind.V4() {
 		v = c.lay.D()
 	}
 	if v, err = in.Params.Int("head_dim_v", v); err != nil {

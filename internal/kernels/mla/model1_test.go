@@ -24,6 +24,12 @@ import (
 // the tokens' bf16 values [slots, 512] too.
 func model1Inputs(t *testing.T, rng *rand.Rand, nb, p, topk int) (Inputs, []float64) {
 	t.Helper()
+	return v4Inputs(t, rng, kvcache.FP8DSMLAModel1, nb, p, topk)
+}
+
+// v4Inputs is model1Inputs over either DeepSeek-V4 cache kind.
+func v4Inputs(t *testing.T, rng *rand.Rand, kind kvcache.Kind, nb, p, topk int) (Inputs, []float64) {
+	t.Helper()
 	const d = kvcache.M1Nope + kvcache.M1Rope
 	slots := nb * p
 	tok := make([]float64, slots*d)
@@ -37,11 +43,11 @@ func model1Inputs(t *testing.T, rng *rand.Rand, nb, p, topk int) (Inputs, []floa
 		rope = append(rope, tok[s*d+kvcache.M1Nope:(s+1)*d]...)
 		sm[s] = int64(s)
 	}
-	lay, err := kvcache.NewLayout(kvcache.FP8DSMLAModel1, kvcache.M1Nope, kvcache.M1Rope, p)
+	lay, err := kvcache.NewLayout(kind, kvcache.M1Nope, kvcache.M1Rope, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := kvcache.Write(tensor.New(tensor.U8, nb, p, kvcache.M1EntryBytes),
+	w, err := kvcache.Write(tensor.New(tensor.U8, nb, p, lay.EntrySize()),
 		tensor.FromFloat64s(tensor.BF16, []int{slots, kvcache.M1Nope}, nope),
 		tensor.FromFloat64s(tensor.BF16, []int{slots, kvcache.M1Rope}, rope), sm, lay, 0)
 	if err != nil {
@@ -64,7 +70,7 @@ func model1Inputs(t *testing.T, rng *rand.Rand, nb, p, topk int) (Inputs, []floa
 		},
 		// DeepSeek-V4's softmax scale is head_dim^-0.5 (vllm 0.33.0
 		// vllm/models/deepseek_v4/attention.py:244)
-		Params: Params{"softmax_scale": "0.04419417382415922", "kv_cache_dtype": "fp8_ds_mla_model1", "invalid_index": "minus_one"},
+		Params: Params{"softmax_scale": "0.04419417382415922", "kv_cache_dtype": string(kind), "invalid_index": "minus_one"},
 	}, tok
 }
 
@@ -77,9 +83,15 @@ func model1Inputs(t *testing.T, rng *rand.Rand, nb, p, topk int) (Inputs, []floa
 // real values: planting V = L (head_dim_v's default taken from the latent
 // width, as for V3.2) fails on the shape, [1 1 64 448].
 func TestMLADecodeSparseModel1(t *testing.T) {
+	for _, kind := range []kvcache.Kind{kvcache.FP8DSMLAModel1, kvcache.FP8DSMLAV41} {
+		t.Run(string(kind), func(t *testing.T) { testSparseV4(t, kind) })
+	}
+}
+
+func testSparseV4(t *testing.T, kind kvcache.Kind) {
 	rng := rand.New(rand.NewPCG(44, 8))
 	const nb, p, topk = 3, 5, 12
-	in, _ := model1Inputs(t, rng, nb, p, topk)
+	in, _ := v4Inputs(t, rng, kind, nb, p, topk)
 	k, _ := Lookup("mla_decode_sparse")
 	outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
 	if err != nil {
@@ -89,7 +101,7 @@ func TestMLADecodeSparseModel1(t *testing.T) {
 	if want := []int{1, 1, 64, 512}; !equalInts(out.Shape, want) {
 		t.Fatalf("out has shape %v, want %v (V = the whole 512-dim entry)", out.Shape, want)
 	}
-	lay, _ := kvcache.NewLayout(kvcache.FP8DSMLAModel1, kvcache.M1Nope, kvcache.M1Rope, p)
+	lay, _ := kvcache.NewLayout(kind, kvcache.M1Nope, kvcache.M1Rope, p)
 	c, err := kvcache.New(in.Tensors["kv_cache"], lay, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -197,8 +209,14 @@ func TestModel1SuspectDeclared(t *testing.T) {
 // kind says it does not read DeepSeek-V4's cache, naming itself and the
 // layout, instead of misreading block-split bytes.
 func TestModel1RefusedByOtherReaders(t *testing.T) {
+	for _, kind := range []kvcache.Kind{kvcache.FP8DSMLAModel1, kvcache.FP8DSMLAV41} {
+		t.Run(string(kind), func(t *testing.T) { testV4Refused(t, kind) })
+	}
+}
+
+func testV4Refused(t *testing.T, kind kvcache.Kind) {
 	rng := rand.New(rand.NewPCG(3, 9))
-	in, _ := model1Inputs(t, rng, 2, 4, 6)
+	in, _ := v4Inputs(t, rng, kind, 2, 4, 6)
 	cache := in.Tensors["kv_cache"]
 	tables := map[string]*tensor.Tensor{
 		"block_table": tensor.FromInt64s(tensor.I32, []int{1, 2}, []int64{1, 0}),
@@ -209,19 +227,19 @@ func TestModel1RefusedByOtherReaders(t *testing.T) {
 		in     Inputs
 	}{
 		{"mla_decode", Inputs{Tensors: map[string]*tensor.Tensor{"q": in.Tensors["q"], "kv_cache": cache,
-			"block_table": tables["block_table"], "seq_lens": tables["seq_lens"]}, Params: Params{"softmax_scale": "0.1", "kv_cache_dtype": "fp8_ds_mla_model1"}}},
+			"block_table": tables["block_table"], "seq_lens": tables["seq_lens"]}, Params: Params{"softmax_scale": "0.1", "kv_cache_dtype": string(kind)}}},
 		{"kv_cache_gather", Inputs{Tensors: map[string]*tensor.Tensor{"cache": cache,
-			"block_table": tables["block_table"], "seq_lens": tables["seq_lens"]}, Params: Params{"kv_cache_dtype": "fp8_ds_mla_model1"}}},
+			"block_table": tables["block_table"], "seq_lens": tables["seq_lens"]}, Params: Params{"kv_cache_dtype": string(kind)}}},
 		{"kv_cache_transfer", Inputs{Tensors: map[string]*tensor.Tensor{"src_cache": cache, "dst_cache_before": cache,
 			"src_block_table": tables["block_table"], "dst_block_table": tables["block_table"], "seq_lens": tables["seq_lens"]},
-			Params: Params{"kv_cache_dtype": "fp8_ds_mla_model1"}}},
+			Params: Params{"kv_cache_dtype": string(kind)}}},
 	} {
 		k, err := Lookup(c.kernel)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, err = Evaluate(context.Background(), k, c.in, DefaultPrecision(), nil)
-		if err == nil || !strings.Contains(err.Error(), "kernel "+c.kernel+" does not read") || !strings.Contains(err.Error(), "fp8_ds_mla_model1") {
+		if err == nil || !strings.Contains(err.Error(), "kernel "+c.kernel+" does not read") || !strings.Contains(err.Error(), string(kind)) {
 			t.Errorf("%s over fp8_ds_mla_model1: error %v, want one naming the kernel and the layout", c.kernel, err)
 		}
 	}
