@@ -184,3 +184,32 @@ func ReadInterleaved(t *tensor.Tensor) *tensor.Tensor {
 	}
 	return r
 }
+
+// OldV41Offset is Offset for a V4.1 cache as FlashMLA laid it out before its
+// 2026.09.30 release: block-split like V4's, a block's P data rows of 512
+// bytes first and its P scale rows of 16 after, at the same 528 bytes a
+// token ("BREAKING CHANGE: the two V4.1 layouts are interleaved as of the
+// 2026.09.30 upstream release ... a page block holding all of its data rows
+// first and all of its scale rows afterwards ... a cache written in the old
+// layout is NOT rejected, it is misread", vllm 0.33.0
+// vllm/third_party/flashmla/flash_mla_interface.py:123-126). A writer of
+// that era feeding a reader of this one is a bug a check should name.
+func (l Layout) OldV41Offset(slot, col int) int {
+	blk, t := slot/l.PageSize, slot%l.PageSize
+	base := blk * l.PageSize * V41EntryBytes
+	if col < v41ScaleOff {
+		return base + t*V41Dims + col
+	}
+	return base + l.PageSize*V41Dims + t*V41Tiles + col - v41ScaleOff
+}
+
+// OldV41Entry is OldV41Offset's inverse.
+func (l Layout) OldV41Entry(i int) (slot, col int) {
+	blockBytes := l.PageSize * V41EntryBytes
+	blk, o := i/blockBytes, i%blockBytes
+	if o < l.PageSize*V41Dims {
+		return blk*l.PageSize + o/V41Dims, o % V41Dims
+	}
+	o -= l.PageSize * V41Dims
+	return blk*l.PageSize + o/V41Tiles, v41ScaleOff + o%V41Tiles
+}

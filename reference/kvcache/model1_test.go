@@ -180,6 +180,26 @@ func TestModel1Addressing(t *testing.T) {
 			t.Errorf("P = %d: slot 0's scales at %d, want after the %d data rows, %d", p, got, p, p*M1DataBytes)
 		}
 	}
+	for _, p := range []int{1, 3, 64} { // the same for V4.1's pre-release block-split order
+		lay := mustLayout(t, FP8DSMLAV41, M1Nope, M1Rope, p)
+		n := 2 * p * V41EntryBytes
+		seen := make([]bool, n)
+		for slot := 0; slot < 2*p; slot++ {
+			for col := 0; col < V41EntryBytes; col++ {
+				i := lay.OldV41Offset(slot, col)
+				if i < 0 || i >= n || seen[i] {
+					t.Fatalf("P = %d: OldV41Offset(%d, %d) = %d is outside the cache or taken twice", p, slot, col, i)
+				}
+				seen[i] = true
+				if s2, c2 := lay.OldV41Entry(i); s2 != slot || c2 != col {
+					t.Fatalf("P = %d: OldV41Entry(OldV41Offset(%d, %d) = %d) = (%d, %d)", p, slot, col, i, s2, c2)
+				}
+			}
+		}
+		if got := lay.OldV41Offset(0, v41ScaleOff); got != p*V41Dims {
+			t.Errorf("P = %d: slot 0's old-layout scales at %d, want %d", p, got, p*V41Dims)
+		}
+	}
 	for _, c := range []struct{ p, want int }{{64, 37440}, {1, 1152}, {3, 2304}, {256, 149760}} {
 		if got := BlockStride(c.p); got != c.want {
 			t.Errorf("BlockStride(%d) = %d, want %d", c.p, got, c.want)
