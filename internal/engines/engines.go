@@ -85,6 +85,10 @@ type Engine struct {
 	Defaults map[string]string
 	// Values translate the engine's spelling of a parameter value.
 	Values map[string]map[string]string
+	// Refused are the engine's parameter values kcheck has no contract for,
+	// each with why, so that a capture declaring one is refused with a
+	// reason rather than a bare "unknown value" (or misread as another).
+	Refused map[string]map[string]string
 	// Kernels holds the per-kernel conventions, by contract kernel name.
 	Kernels map[string]Kernel
 }
@@ -118,6 +122,11 @@ type View struct {
 	Kernel  string
 	Meta    map[string]string
 	Tensors map[string]*tensor.Tensor
+	// filled holds the parameters step 3 filled in from the engine's
+	// defaults, so that a fix can tell a capture's own key (which always
+	// wins) from a default it may still have to decide (a base the call's
+	// arguments determine).
+	filled map[string]bool
 }
 
 // T returns the tensor name of this view, or nil.
@@ -150,6 +159,14 @@ func (v *View) Bool(name string) (val, set bool, err error) {
 		return false, true, nil
 	}
 	return false, true, fmt.Errorf("parameter %s = %q: want true or false", name, s)
+}
+
+// Declared says whether the capture itself set a parameter (under its
+// contract name or after step 1's renaming), as opposed to an engine
+// default filled in by step 3.
+func (v *View) Declared(name string) bool {
+	_, ok := v.Param(name)
+	return ok && !v.filled[name]
 }
 
 // SetParam sets a parameter of this view.
@@ -277,15 +294,19 @@ func (e *Engine) adaptView(v *View) ([]string, error) {
 		notes = append(notes, fmt.Sprintf("%s: parameter %s read as %s%s", e.Name, from, to, where))
 	}
 	// 2. parameter values.
+	for _, key := range sortedKeys(e.Refused) {
+		if val, ok := v.Param(key); ok {
+			if why, refused := e.Refused[key][val]; refused {
+				return nil, fmt.Errorf("parameter %s = %q: %s's %q has no kcheck contract: %s", key, val, e.Name, val, why)
+			}
+		}
+	}
 	for _, key := range sortedKeys(e.Values) {
 		val, ok := v.Param(key)
 		if !ok {
 			continue
 		}
 		if to, ok := e.Values[key][val]; ok && to != val {
-			if to == "" {
-				return nil, fmt.Errorf("parameter %s = %q: %s's %q has no kcheck contract", key, val, e.Name, val)
-			}
 			v.SetParam(key, to)
 			notes = append(notes, fmt.Sprintf("%s: %s = %q read as %q%s", e.Name, key, val, to, where))
 		}
@@ -296,6 +317,10 @@ func (e *Engine) adaptView(v *View) ([]string, error) {
 		for _, key := range sortedKeys(d) {
 			if _, ok := v.Param(key); !ok {
 				v.SetParam(key, d[key])
+				if v.filled == nil {
+					v.filled = map[string]bool{}
+				}
+				v.filled[key] = true
 				filled = append(filled, key+" = "+d[key])
 			}
 		}

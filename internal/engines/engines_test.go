@@ -528,6 +528,51 @@ func TestAdaptTable(t *testing.T) {
 			wantErr: `kv_cache_dtype = "fp8_e5m2"`,
 		},
 		{
+			name: "sglang pool of fp8 bytes without a dtype: e4m3 or e5m2 is not in the bytes", engine: "sglang",
+			meta:    map[string]string{"kcheck.kernel": "kv_cache_write"},
+			tensors: map[string]*tensor.Tensor{"kv_buffer": tensor.New(tensor.U8, 41, 1, 576), "cache_k_nope": tensor.New(tensor.BF16, 3, 1, 512)},
+			wantErr: "set kv_cache_dtype (fp8_e4m3",
+		},
+		{
+			name: "sglang DSA pool: 656-byte rows are fp8_ds_mla", engine: "sglang",
+			meta:     map[string]string{"kcheck.kernel": "kv_cache_write"},
+			tensors:  map[string]*tensor.Tensor{"kv_buffer": tensor.New(tensor.U8, 41, 1, 656), "cache_k_nope": tensor.New(tensor.BF16, 3, 1, 512), "cache_k_rope": tensor.New(tensor.BF16, 3, 1, 64)},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp8_ds_mla", "page_size": "1"},
+			wantT:    map[string][]int{"cache_after": {41, 1, 656}, "kv_c": {3, 512}, "k_pe": {3, 64}},
+		},
+		{
+			name: "vllm merge with an fp8 output_scale refused", engine: "vllm",
+			meta: map[string]string{"kcheck.kernel": "splitk_combine"},
+			tensors: map[string]*tensor.Tensor{
+				"prefix_output": tensor.New(tensor.BF16, 2, 1, 8), "suffix_output": tensor.New(tensor.BF16, 2, 1, 8),
+				"prefix_lse": tensor.New(tensor.F32, 1, 2), "suffix_lse": tensor.New(tensor.F32, 1, 2),
+				"output": tensor.New(tensor.F8E4M3, 2, 1, 8), "output_scale": tensor.New(tensor.F32),
+			},
+			wantErr: "output_scale quantizes the merged output to fp8",
+		},
+		{
+			name: "vllm scaled_fp4_quant with padded_n refused", engine: "vllm",
+			meta:    map[string]string{"kcheck.kernel": "nvfp4_quantize", "padded_n": "128"},
+			tensors: map[string]*tensor.Tensor{"input": bf(16, 64), "input_global_scale": tensor.New(tensor.F32), "output": tensor.New(tensor.U8, 16, 64), "output_scale": tensor.New(tensor.F8E4M3, 128, 8)},
+			wantErr: "K padded past the input",
+		},
+		{
+			name: "vllm scaled_fp4_quant with padded_n = n pads nothing", engine: "vllm",
+			meta:     map[string]string{"kcheck.kernel": "nvfp4_quantize", "padded_n": "64"},
+			tensors:  map[string]*tensor.Tensor{"input": bf(16, 64), "input_global_scale": tensor.New(tensor.F32), "output": tensor.New(tensor.U8, 16, 32), "output_scale": tensor.New(tensor.F8E4M3, 128, 4)},
+			wantMeta: map[string]string{"scale_layout": "swizzled_128x4"},
+		},
+		{
+			name: "vllm nvfp4_ds_mla refused with what it is", engine: "vllm",
+			meta:    map[string]string{"kcheck.kernel": "mla_decode_sparse", "kv_cache_dtype": "nvfp4_ds_mla"},
+			wantErr: `352-byte NVFP4 DeepSeek MLA entry`,
+		},
+		{
+			name: "sglang fp32 cache refused", engine: "sglang",
+			meta:    map[string]string{"kcheck.kernel": "kv_cache_gather", "kv_cache_dtype": "float32"},
+			wantErr: `kv_cache_dtype = "float32": sglang's "float32" has no kcheck contract: an fp32 cache`,
+		},
+		{
 			name: "flashmla fp8 flag, 656-byte entries", engine: "flashmla",
 			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "is_fp8_kvcache": "True"},
 			tensors:  map[string]*tensor.Tensor{"k_cache": tensor.New(tensor.F8E4M3, 3, 64, 1, 656), "indices": tensor.New(tensor.I32, 1, 1, 8)},

@@ -15,6 +15,7 @@ type ExportedEngine struct {
 	Summary  string                       `json:"summary"`
 	Defaults map[string]string            `json:"defaults"`
 	Values   map[string]map[string]string `json:"values,omitempty"`
+	Refused  map[string]map[string]string `json:"refused,omitempty"`
 	Kernels  map[string]ExportedKernel    `json:"kernels"`
 }
 
@@ -33,7 +34,7 @@ func ExportJSON() ([]byte, error) {
 	var out []ExportedEngine
 	for _, name := range Names() {
 		e := registry[name]
-		x := ExportedEngine{Name: e.Name, Summary: e.Summary, Defaults: e.Defaults, Values: e.Values, Kernels: map[string]ExportedKernel{}}
+		x := ExportedEngine{Name: e.Name, Summary: e.Summary, Defaults: e.Defaults, Values: e.Values, Refused: e.Refused, Kernels: map[string]ExportedKernel{}}
 		for kn, k := range e.Kernels {
 			ek := ExportedKernel{Tensors: k.Tensors, Params: k.Params, Defaults: k.Defaults, Identify: append([]string(nil), k.Identify...)}
 			for _, f := range k.Fixes {

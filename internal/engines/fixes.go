@@ -432,6 +432,12 @@ var mergeTwoStates = Fix{Doc: "prefix/suffix states read as a two-split combine"
 	if po == nil || so == nil || pl == nil || sl == nil {
 		return nil, nil
 	}
+	if v.T("output_scale") != nil {
+		// vllm 0.33.0 vllm/v1/attention/ops/triton_merge_attn_states.py
+		// :130-133, :211-214: out * (1 / output_scale), clamped to the fp8
+		// range, stored as fp8 (audit V12). splitk_combine's out is a float.
+		return nil, fmt.Errorf("tensor %soutput_scale: merge_attn_states with an output_scale quantizes the merged output to fp8 (out * (1/output_scale), clamped to ±448: vllm 0.33.0 triton_merge_attn_states.py:211-214), which has no kcheck contract: capture the merge without output_scale (its float output), or the fp8 output's consumer", v.Prefix)
+	}
 	layout, _ := v.Param("lse_layout")
 	if layout != "H,T" && layout != "T,H" {
 		return nil, fmt.Errorf("parameter lse_layout = %q: want H,T (vLLM's merge_attn_states) or T,H (SGLang's merge_state)", layout)
@@ -836,6 +842,20 @@ var sglangTritonDecode = Fix{Doc: "SGLang Triton decode: token pool, kv_indptr/k
 var fp4QuantLayout = Fix{Doc: "scale_layout from the quantize call's arguments, or the one layout block_scale's shape fits", Apply: fp4QuantLayoutFrom}
 
 func fp4QuantLayoutFrom(v *View) ([]string, error) {
+	// padded_n (vllm 0.33.0 vllm/_custom_ops.py:1549-1551, :84-86) allocates
+	// output [m, padded_n/2] and its scales for padded_n columns, "so the
+	// quantization kernel can write CUTLASS-compatible K padding directly":
+	// what the padding holds is the compiled kernel's, unread here, so such
+	// a capture is refused rather than judged on a guess (audit V8).
+	x, packed := v.T("x"), v.T("packed")
+	pn, hasPN := v.Param("padded_n")
+	padded := hasPN && pn != "None" && pn != ""
+	if n, err := strconv.Atoi(pn); padded && err == nil && x != nil && len(x.Shape) == 2 && n == x.Shape[1] {
+		padded = false // padded_n = n pads nothing
+	}
+	if padded || x != nil && packed != nil && len(x.Shape) == 2 && len(packed.Shape) == 2 && packed.Shape[1]*2 > x.Shape[1] {
+		return nil, fmt.Errorf("an NVFP4 quantize with K padded past the input (padded_n = %q, output %v for input %v): scaled_fp4_quant's padded_n (vllm 0.33.0 _custom_ops.py:1549-1551) writes K padding whose contents kcheck has no contract for; capture the call without padded_n", pn, shapeOf(packed), shapeOf(x))
+	}
 	if _, set := v.Param("scale_layout"); set {
 		return nil, nil
 	}
@@ -923,4 +943,158 @@ var flashInferFP4Modes = Fix{Doc: "non-NVFP4 fp4_quantize modes refused", Apply:
 		}
 	}
 	return nil, nil
+}}
+
+// sglangPoolWrite reads SGLang's MLA pool write as kv_cache_write (sglang
+// 0.5.23 MLATokenToKVPool.set_mla_kv_buffer, sglang/srt/mem_cache/
+// memory_pool.py:5026-5047, which casts the tokens to the pool's dtype with
+// PyTorch and no scale, :5012-5024, then scatters each row with
+// set_mla_kv_buffer_triton, sglang/kernels/ops/kvcache/mla_buffer.py:290-309):
+//   - cache_k_nope [T, 1, L] and cache_k_rope [T, 1, R] are the tokens;
+//   - the pool is flat, kv_buffer [size + page_size, 1, D] (memory_pool.py
+//     :4863-4869), one token a row: a cache of one-token pages (page_size 1
+//     is the engine default);
+//   - an fp8 pool has no scale: k_scale 1 when the capture has none;
+//   - a loc equal to reserved_skip_index (0 unless the call says: slot 0 is
+//     "used for writing dummy outputs from padded tokens", :4863) is not
+//     written (mla_buffer.py:41-44, 80): read as the contract's skip, -1;
+//   - kv_cache_dtype, when the capture leaves it out or says auto, is the
+//     pool tensor's own: bf16, fp16, F8_E4M3 (fp8_e4m3), or 656-byte U8
+//     entries (fp8_ds_mla, the DSA pool); other U8 pools are refused, since
+//     SGLang also has fp8_e5m2 pools stored as the same bytes.
+var sglangPoolWrite = Fix{Doc: "SGLang pool write: cache_k_nope/cache_k_rope [T, 1, *], flat kv_buffer, reserved_skip_index, no fp8 scale", Apply: func(v *View) ([]string, error) {
+	var notes []string
+	for _, n := range []string{"kv_c", "k_pe"} {
+		t := v.T(n)
+		if t == nil || len(t.Shape) != 3 {
+			continue
+		}
+		if t.Shape[1] != 1 {
+			return nil, fmt.Errorf("tensor %s%s has shape %v: SGLang's MLA pool writes one KV head (dimension 1 must be 1)", v.Prefix, n, t.Shape)
+		}
+		r, err := reshape(v.Prefix+n, t, t.Shape[0], t.Shape[2])
+		if err != nil {
+			return nil, err
+		}
+		v.Set(n, r)
+		notes = append(notes, fmt.Sprintf("%s %v read as %v (one KV head)", n, t.Shape, r.Shape))
+	}
+	cache := v.T("cache_after")
+	if kind, ok := v.Param("kv_cache_dtype"); (!ok || kind == "auto") && cache != nil && len(cache.Shape) == 3 {
+		switch {
+		case cache.DType == tensor.BF16 || cache.DType == tensor.F16:
+			kind, _ = cacheDTypeOf(cache)
+		case cache.DType == tensor.F8E4M3:
+			kind = "fp8_e4m3"
+		case cache.DType == tensor.U8 && cache.Shape[2] == kvcache.DSEntryBytes:
+			kind = "fp8_ds_mla"
+		default:
+			return nil, fmt.Errorf("tensor %scache_after (kv_buffer) is a %s pool with %d-byte rows and the capture does not say its kv_cache_dtype: SGLang stores fp8_e4m3 and fp8_e5m2 pools as the same bytes, so set kv_cache_dtype (fp8_e4m3; e5m2 has no kcheck contract)", v.Prefix, cache.DType, cache.Shape[2])
+		}
+		v.SetParam("kv_cache_dtype", kind)
+		notes = append(notes, fmt.Sprintf("kv_cache_dtype = %s (the pool tensor's dtype)", kind))
+	}
+	if kind, _ := v.Param("kv_cache_dtype"); kind == "fp8_e4m3" && v.T("k_scale") == nil {
+		one := tensor.New(tensor.F32)
+		one.SetFloat64(0, 1)
+		v.Set("k_scale", one)
+		notes = append(notes, "k_scale = 1: SGLang's pool casts to fp8 with no scale (memory_pool.py:5016)")
+	}
+	reserved := int64(0)
+	if s, ok := v.Param("reserved_skip_index"); ok {
+		r, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("parameter reserved_skip_index = %q: want an integer", s)
+		}
+		reserved = r
+	}
+	if sm := v.T("slot_mapping"); sm != nil && reserved >= 0 {
+		var out *tensor.Tensor
+		skipped := 0
+		for i := 0; i < sm.Len(); i++ {
+			if sm.Int64At(i) == reserved {
+				if out == nil {
+					out = sm.Clone()
+				}
+				out.SetInt64(i, -1)
+				skipped++
+			}
+		}
+		if out != nil {
+			v.Set("slot_mapping", out)
+			notes = append(notes, fmt.Sprintf("%d loc entries equal to reserved_skip_index %d read as -1 (not written, as set_mla_kv_buffer_kernel skips them)", skipped, reserved))
+		}
+	}
+	return notes, nil
+}}
+
+// shapeOf is t's shape for a message, or "none" when the tensor is absent.
+func shapeOf(t *tensor.Tensor) string {
+	if t == nil {
+		return "none"
+	}
+	return fmt.Sprint(t.Shape)
+}
+
+// tritonMLAPrecision declares the precision of vLLM's TRITON_MLA for a
+// capture of its decode_attention_fwd, recognised by its split-K scratch
+// attn_logits (vllm 0.33.0 vllm/v1/attention/ops/triton_decode_attention.py,
+// _fwd_grouped_kernel_stage1), unless the capture declares it:
+//   - an fp8 cache entry is `(k.to(tl.float32) * ks).to(q.dtype)` (lines
+//     391-392, the rope part likewise at 402-403): kv_dequant_dtype is q's
+//     dtype. With is_mla, V is that same block, `v = tl.trans(k)` (line
+//     431; v_buffer and v_scale are never read, and vLLM passes v_scale =
+//     layer._k_scale anyway, triton_mla.py:340-341), so P is rounded to
+//     q's dtype for an fp8 cache and to the cache's own for a 16-bit one,
+//     `tl.dot(p.to(v.dtype), v)` (line 437): p_dtype (audit V15: not V
+//     and P in fp32, which the audit read in an older commit);
+//   - the running max advances once per BLOCK = 32 tokens (line 505):
+//     softmax_block = 32.
+//
+// A cache stored F8_E4M3 with no kv_cache_dtype is the kernel's fp8 path
+// (the `k.dtype.is_fp8()` branch, with k_scale): fp8_e4m3. An F8_E5M2 one
+// has no kcheck contract and is refused.
+var tritonMLAPrecision = Fix{Doc: "TRITON_MLA's declared precision: K (and V, its transpose) dequantized to q's dtype, P in V's dtype, a running max per 32 tokens", Apply: func(v *View) ([]string, error) {
+	if v.T("attn_logits") == nil {
+		return nil, nil
+	}
+	q, c := v.T("q"), v.T("kv_cache")
+	if q == nil || c == nil {
+		return nil, nil // the checker names the missing tensor
+	}
+	var notes []string
+	if !v.Declared("kv_cache_dtype") {
+		switch c.DType {
+		case tensor.F8E4M3:
+			v.SetParam("kv_cache_dtype", "fp8_e4m3")
+			notes = append(notes, "kv_cache_dtype = fp8_e4m3 (an F8_E4M3 k_buffer: decode_attention_fwd's is_fp8 path, scaled by k_scale)")
+		case tensor.F8E5M2:
+			return nil, fmt.Errorf("tensor %skv_cache is F8_E5M2: an e5m2 cache has no kcheck contract", v.Prefix)
+		}
+	}
+	if v.T("v_scale") != nil {
+		v.Del("v_scale")
+		notes = append(notes, "v_scale not read: with is_mla V is K's transpose, dequantized with k_scale (triton_decode_attention.py line 431)")
+	}
+	name := map[tensor.DType]string{tensor.BF16: "bf16", tensor.F16: "f16", tensor.F32: "f32"}
+	qd, ok := name[q.DType]
+	if !ok {
+		return notes, nil // the checker refuses q's dtype
+	}
+	kind, _ := v.Param("kv_cache_dtype")
+	pd := qd
+	if cd, ok := name[c.DType]; ok && kind != "fp8_e4m3" {
+		pd = cd
+	}
+	var set []string
+	for _, d := range []struct{ key, val string }{{"kv_dequant_dtype", qd}, {"p_dtype", pd}, {"softmax_block", "32"}} {
+		if !v.Declared(d.key) {
+			v.SetParam(d.key, d.val)
+			set = append(set, d.key+" = "+d.val)
+		}
+	}
+	if len(set) > 0 {
+		notes = append(notes, "TRITON_MLA's precision (triton_decode_attention.py lines 391-437, 505): "+strings.Join(set, ", "))
+	}
+	return notes, nil
 }}

@@ -19,7 +19,31 @@ var vllmCacheDTypes = map[string]string{
 	"auto": "auto", "bfloat16": "bf16", "bf16": "bf16",
 	"half": "fp16", "float16": "fp16", "fp16": "fp16",
 	"fp8_e4m3": "fp8_e4m3", "fp8_ds_mla": "fp8_ds_mla",
-	"fp8_e5m2": "",
+}
+
+// vllmRefusedCacheDTypes are the rest of vLLM's kv_cache_dtype spellings
+// (vllm 0.33.0 vllm/utils/torch_utils.py:40-66, STR_DTYPE_TO_TORCH_DTYPE;
+// audit V3): caches kcheck has no layout for, refused with what they are.
+var vllmRefusedCacheDTypes = map[string]string{
+	"fp8_e5m2":            "an E5M2 cache; kcheck reads E4M3 caches only (fp8_e4m3, fp8_ds_mla)",
+	"float32":             "an fp32 cache; kcheck reads bf16, fp16 and fp8 caches",
+	"float":               "an fp32 cache; kcheck reads bf16, fp16 and fp8 caches",
+	"int8":                "an int8 cache",
+	"fp8_inc":             "Intel Neural Compressor's fp8 cache (Gaudi), whose scaling kcheck has not examined",
+	"fp8_per_token_head":  "a per-token-head scaled fp8 cache (one scale per token and head, not per tensor)",
+	"int8_per_token_head": "a per-token-head scaled int8 cache",
+	"int4_per_token_head": "a per-token-head scaled int4 cache",
+	"nvfp4":               "an NVFP4 KV cache (e2m1 values with block scales)",
+	"nvfp4_4over6":        "an NVFP4 KV cache with FlashInfer's 4over6 scale recipe",
+	"nvfp4_ds_mla":        "the 352-byte NVFP4 DeepSeek MLA entry (SM100 only; vllm 0.33.0 flashmla_sparse.py:111-129)",
+	"turboquant_k8v4":     "a TurboQuant cache",
+	"turboquant_4bit_nc":  "a TurboQuant cache",
+	"turboquant_k3v4_nc":  "a TurboQuant cache",
+	"turboquant_3bit_nc":  "a TurboQuant cache",
+	"octave_k3v4":         "an Octave cache",
+	"octave_k3v3":         "an Octave cache",
+	"octave_k3v3_compact": "an Octave cache",
+	"ultraquant_4bit":     "an UltraQuant cache",
 }
 
 // vllmKernels are vLLM's custom-op argument names (vllm/_custom_ops.py).
@@ -71,8 +95,10 @@ func vllmKernels() map[string]Kernel {
 		},
 		// gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens, batch_size, kv_cache_dtype, scale, seq_starts)
 		"kv_cache_gather": {
-			Tensors:  map[string]string{"src_cache": "cache", "dst": "gathered", "scale": "k_scale"},
-			Fixes:    []Fix{squeezeHeads("cache"), cumulativeSeqLens, vllmFP8Alias("cache")},
+			Tensors: map[string]string{"src_cache": "cache", "dst": "gathered", "scale": "k_scale"},
+			// and cp_gather_and_upconvert_fp8_kv_cache, cp_gather_cache
+			// (vllmCopyGathers, gather.go)
+			Fixes:    []Fix{squeezeHeads("cache"), vllmCopyGathers, cumulativeSeqLens, vllmFP8Alias("cache")},
 			Identify: []string{"src_cache", "dst"},
 		},
 		"mla_decode": mla,
@@ -121,7 +147,7 @@ func vllmKernels() map[string]Kernel {
 // triton_decode_attention.py line 772).
 func withTritonMLA(k Kernel) Kernel {
 	out := Kernel{Tensors: map[string]string{}, Params: map[string]string{}, Defaults: k.Defaults,
-		Fixes: append(append([]Fix(nil), k.Fixes...), tritonAttnLogits), Identify: k.Identify}
+		Fixes: append(append([]Fix(nil), k.Fixes...), tritonMLAPrecision, tritonAttnLogits), Identify: k.Identify}
 	for a, b := range k.Tensors {
 		out.Tensors[a] = b
 	}
@@ -161,7 +187,7 @@ func withSGLangTritonDecode(k Kernel) Kernel {
 
 func init() {
 	vllm := vllmKernels()
-	vllm["mla_decode"] = withTritonMLA(vllm["mla_decode"])
+	vllm["mla_decode"] = withCutlassMLA(withTritonMLA(vllm["mla_decode"]))
 	register(&Engine{
 		Name:    "vllm",
 		Summary: "vLLM custom ops: natural-log lse, -inf for empty rows, ds_mla scales read from the data (amax before PR #49435, pow2 after), swizzled NVFP4 scales, quant-direction global scales",
@@ -169,6 +195,7 @@ func init() {
 			"lse_base": "e", "lse_empty": "-inf",
 		},
 		Values:  map[string]map[string]string{"kv_cache_dtype": vllmCacheDTypes},
+		Refused: map[string]map[string]string{"kv_cache_dtype": vllmRefusedCacheDTypes},
 		Kernels: vllm,
 	})
 
@@ -191,7 +218,19 @@ func init() {
 		Identify: []string{"prefix_output", "suffix_output"},
 	}
 	sgl["mla_decode"] = withSGLangTritonDecode(sgl["mla_decode"])
-	delete(sgl, "kv_cache_write")   // SGLang writes its pool in Python
+	// SGLang's MLA pool write, set_mla_kv_buffer(layer, loc, cache_k_nope,
+	// cache_k_rope) on MLATokenToKVPool (audit S3; sglangPoolWrite has the
+	// sources): the pool before and after the call as kv_buffer_before and
+	// kv_buffer.
+	sgl["kv_cache_write"] = Kernel{
+		Tensors: map[string]string{
+			"kv_buffer_before": "cache_before", "kv_buffer": "cache_after", "kv_buffer_after": "cache_after",
+			"loc": "slot_mapping", "cache_k_nope": "kv_c", "cache_k_rope": "k_pe",
+		},
+		Defaults: map[string]string{"page_size": "1"},
+		Fixes:    []Fix{sglangPoolWrite},
+		Identify: []string{"loc", "cache_k_nope", "cache_k_rope"},
+	}
 	delete(sgl, "kv_cache_gather")  // no gather op
 	delete(sgl, "nvfp4_dequantize") // no dequantize op
 	register(&Engine{
@@ -199,6 +238,7 @@ func init() {
 		Summary:  "SGLang (sgl_kernel): FlashMLA's decode with the cache named kv_cache, vLLM's NVFP4 ops, natural-log lse",
 		Defaults: map[string]string{"lse_base": "e", "lse_empty": "-inf", "ds_mla_scale": "amax"},
 		Values:   map[string]map[string]string{"kv_cache_dtype": vllmCacheDTypes},
+		Refused:  map[string]map[string]string{"kv_cache_dtype": vllmRefusedCacheDTypes},
 		Kernels:  sgl,
 	})
 
@@ -210,10 +250,19 @@ func init() {
 			// BatchMLAPagedAttentionWrapper: plan(qo_indptr, kv_indptr,
 			// kv_indices, kv_len_arr, ..., sm_scale, ...), run(q_nope, q_pe,
 			// ckv_cache, kpe_cache) -> (out, lse).
+			// trtllm_batch_decode_with_kv_cache_mla(query, kv_cache,
+			// workspace_buffer, qk_nope_head_dim, kv_lora_rank,
+			// qk_rope_head_dim, block_tables, seq_lens, max_seq_len, ...,
+			// bmm1_scale, bmm2_scale, ..., return_lse, ...) -> out or (out,
+			// lse) (flashinfer-python 0.7.2.post1 flashinfer/mla/_core.py
+			// :4859-4893): vLLM's FLASHINFER_MLA and SGLang's trtllm_mla
+			// (trtllmMLA, blackwell.go).
 			"mla_decode": {
-				Tensors:  map[string]string{"output": "out"},
+				// and run(..., kv_len, page_table) of the wrapper's cutlass
+				// backend (flashInferCutlassMLA, blackwell.go).
+				Tensors:  map[string]string{"output": "out", "query": "q", "block_tables": "block_table", "kv_len": "seq_lens", "page_table": "block_table"},
 				Params:   map[string]string{"sm_scale": "softmax_scale"},
-				Fixes:    []Fix{flashInferMLA},
+				Fixes:    []Fix{flashInferFP8MLA, trtllmMLA, flashInferMLA, flashInferCutlassMLA},
 				Identify: []string{"q_nope", "q_pe", "ckv_cache", "kpe_cache"},
 			},
 			// merge_states(v, s) -> (V, S)

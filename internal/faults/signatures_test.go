@@ -176,6 +176,8 @@ var signatureTable = []struct {
 	{"heads_swapped", "mla_decode_sparse", manyHeads, nil, "out", signature.HeadGroup, kernel.KindHead, ""},
 	{"indexer_weights_ignored", "dsa_indexer", nil, nil, "scores", signature.Uniform, "", "every head's weight is wrong, so every score is"},
 	{"indexer_fp8_cache_interleaved", "dsa_indexer", nil, nil, "scores", signature.NonFinite, "", "every scale is four code bytes read as an F32: those with a high exponent overflow the score to inf"},
+	{"indexer_causal_ignored", "dsa_indexer", nil, nil, "scores", signature.FutureTokensVisible, "", "finite scores where the row's causal limit wants -inf, each the score of a future token"},
+	{"indexer_causal_ignored", "dsa_indexer", nil, nil, "topk_indices", signature.FutureTokensVisible, "", "the rows' top-k hold future tokens"},
 	{"page_tail_attended", "mla_decode", nil, nil, "out", signature.NonFinite, "", "the tail past seq_len holds NaN-poisoned slots, attended by every row of the request"},
 	{"model1_read_interleaved", "mla_decode_sparse", nil, nil, "out", signature.BlockSplitReadInterleaved, "", "every row reads garbage, so no position shows it: the kernel's suspect (the decode over the cache read token by token) does"},
 	{"model1_value_latent_only", "mla_decode_sparse", nil, nil, "out", signature.Zeros, "", "the rope columns 448..511 of out (part = rope) are left at zero"},

@@ -253,6 +253,10 @@ type Suspect struct {
 	Detail string
 	// Values are the output as that bug leaves it, read in order once.
 	Values Values
+	// Within, when set, is how far an element may lie from Values and
+	// still hold it: a numeric suspect computed in one summation order
+	// meets a kernel that sums in another (nil: bit for bit).
+	Within Values
 }
 
 // Coords names an output element's position the way the kernel thinks of

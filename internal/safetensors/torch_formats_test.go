@@ -72,8 +72,9 @@ func TestTorchFormats(t *testing.T) {
 		}
 	}
 
-	// Encode sweeps: torch's .to(float8_*) does not saturate (NoSaturate);
-	// ml_dtypes agrees inside the finite range the sweeps cover.
+	// Encode sweeps over the finite range: every library rounds to nearest
+	// even there, so the overflow mode does not matter (NoSaturate here;
+	// the overflow table below holds what each does past the largest value).
 	sweeps := []struct {
 		name string
 		f    *formats.Minifloat
@@ -103,6 +104,44 @@ func TestTorchFormats(t *testing.T) {
 				t.Errorf("%s: %d of %d sweep values encode differently from %s", s.name, bad, x.Len(), lib)
 			} else {
 				t.Logf("%s: %d sweep values (every midpoint and its neighbours) agree with %s", s.name, x.Len(), lib)
+			}
+		}
+	}
+
+	// Past the largest finite value the libraries differ, and a writer's
+	// library decides its cache's bytes: torch 2.15's float8_e4m3fn
+	// saturates finite overflow and infinities to ±448 (torch 2.15.0
+	// torch/headeronly/util/Float8_e4m3fn.h, fp8e4m3fn_from_fp32_value:
+	// "Finite overflow or inf → saturate to max finite value"), kcheck's
+	// Saturate (CUDA's __NV_SATFINITE); its float8_e5m2 and ml_dtypes give
+	// infinity or NaN, kcheck's NoSaturate. So a PyTorch-cast fp8_e4m3 cache
+	// (SGLang's pool) is fp8_saturate = true at this torch.
+	overflows := []struct {
+		name, lib string
+		f         *formats.Minifloat
+		mode      formats.Overflow
+	}{
+		{"e4m3", "torch", formats.E4M3FN, formats.Saturate},
+		{"e4m3", "mldtypes", formats.E4M3FN, formats.NoSaturate},
+		{"e5m2", "torch", formats.E5M2, formats.NoSaturate},
+		{"e5m2", "mldtypes", formats.E5M2, formats.NoSaturate},
+	}
+	for _, o := range overflows {
+		x := get(o.name+"_overflow", tensor.F32)
+		codes := get(o.name+"_overflow_"+o.lib, tensor.U8)
+		for i := 0; i < x.Len(); i++ {
+			v := x.Float64At(i)
+			got, _ := o.f.Encode(v, o.mode)
+			want := codes.Data[i]
+			if math.IsNaN(v) || math.IsNaN(o.f.Decode(want)) {
+				// NaN codes differ in sign and payload between libraries: compare NaN-ness.
+				if !math.IsNaN(o.f.Decode(got)) || !math.IsNaN(o.f.Decode(want)) {
+					t.Errorf("%s overflow %v: kcheck %#02x, %s %#02x (one is NaN, the other not)", o.name, v, got, o.lib, want)
+				}
+				continue
+			}
+			if got != want {
+				t.Errorf("%s overflow %v: kcheck %#02x, %s %#02x", o.name, v, got, o.lib, want)
 			}
 		}
 	}

@@ -55,7 +55,11 @@ RUNS = [
     ("SGLang Triton merge_state", "worker:sglang", "splitk_combine", None,
      ["splitk_combine/deepseek-v3/tp8/s2"], ["splitk_combine/*"], "two states only (S = 2)"),
     ("SGLang DSA fp8_ds_mla quantizer", "worker:sglang", "kv_cache_write", None,
-     ["kv_cache_write/fp8_ds_mla/p16/amax"], ["kv_cache_write/*"], "fp8_ds_mla, amax scales"),
+     ["kv_cache_write/fp8_ds_mla/p16/amax"], ["kv_cache_write/fp8_ds_mla/*/amax"], "fp8_ds_mla, amax scales"),
+    ("SGLang MLA pool write (PyTorch cast, set_mla_kv_buffer_triton)", "worker:sglang", "kv_cache_write", None,
+     ["kv_cache_write/bf16/p16/amax"], ["kv_cache_write/bf16/*", "kv_cache_write/fp16/*"],
+     "bf16 and fp16 pools; the catalog's fp8_e4m3 cases divide by a k_scale SGLang's pool does not have (refused; the"
+     " corpus's fixtures/engines/corpus/sglang/pool_write_fp8_e4m3 is its fp8 write)"),
     ("FlashInfer Triton cascade merge_states", "worker:flashinfer", "splitk_combine", BASE2_SMALL,
      ["splitk_combine-base2-small/h4/l16/s2"], ["splitk_combine-base2-small/*"],
      "base 2, small shapes (python/cases/flashinfer-base2-small.json): its scalar loop over every element takes"

@@ -63,6 +63,19 @@ def main():
         t[f"{name}_sweep"] = torch.from_numpy(x)
         t[f"{name}_sweep_torch"] = torch.from_numpy(x).to(tdt).view(torch.uint8)
         t[f"{name}_sweep_mldtypes"] = torch.from_numpy(x.astype(mdt).view(np.uint8))
+    # Overflow: what each library does past the largest finite value (the
+    # midpoint sweeps stop at it). torch 2.15's float8_e4m3fn saturates finite
+    # overflow and infinities to 448 (torch/headeronly/util/Float8_e4m3fn.h,
+    # fp8e4m3fn_from_fp32_value), its e5m2 gives inf; ml_dtypes gives NaN/inf.
+    over = np.array([448.0, 464.0, np.nextafter(np.float32(464.0), np.float32(np.inf)), 479.0, 480.0, 1000.0, 1e30,
+                     57344.0, 61440.0, np.nextafter(np.float32(61440.0), np.float32(np.inf)), 1e6,
+                     np.inf, np.nan], dtype=np.float32)
+    over = np.concatenate([over, -over])
+    for name, tdt, mdt in (("e4m3", torch.float8_e4m3fn, ml_dtypes.float8_e4m3fn),
+                           ("e5m2", torch.float8_e5m2, ml_dtypes.float8_e5m2)):
+        t[f"{name}_overflow"] = torch.from_numpy(over)
+        t[f"{name}_overflow_torch"] = torch.from_numpy(over).to(tdt).view(torch.uint8)
+        t[f"{name}_overflow_mldtypes"] = torch.from_numpy(over.astype(mdt).view(np.uint8))
     # E2M1: ml_dtypes' float4_e2m1fn (one code a byte) and packed FP4 (low nibble first).
     c4 = np.arange(16, dtype=np.uint8)
     t["e2m1_codes"] = torch.from_numpy(c4)

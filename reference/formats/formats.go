@@ -140,7 +140,8 @@ const (
 	// Saturate clamps to ±MaxFinite (CUDA __NV_SATFINITE); NaN stays NaN.
 	Saturate Overflow = iota
 	// NoSaturate gives infinity where the format has one and NaN otherwise
-	// (CUDA __NV_NOSAT, PyTorch .to(float8_*)). A value that rounds to
+	// (CUDA __NV_NOSAT, ml_dtypes, torch's float8_e5m2 and float8_e4m3fn
+	// before it saturated; torch 2.15's float8_e4m3fn saturates). A value that rounds to
 	// MaxFinite (for E4M3FN, up to and including 464) is still finite.
 	NoSaturate
 )

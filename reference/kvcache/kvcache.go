@@ -120,7 +120,8 @@ type Layout struct {
 	// DSScale is the fp8_ds_mla tile-scale convention of the writer.
 	DSScale ScaleConvention
 	// Saturate: fp8 writes clamp to ±448 (__NV_SATFINITE); when false they
-	// give NaN beyond 464, as PyTorch's .to(float8_e4m3fn) and __NV_NOSAT do.
+	// give NaN beyond 464, as __NV_NOSAT and older torch releases do (torch
+	// 2.15's .to(float8_e4m3fn) saturates).
 	Saturate bool
 }
 

@@ -6,10 +6,10 @@ import sys
 
 from kcheck.corpus.base import Corpus
 
-# The groups written so far (issue 16 item 3: merges and split-K decode); the
-# other items (ds_mla, FlashMLA, the indexer, Blackwell MLA, cache, NVFP4)
-# have no generator yet.
-GROUPS = ["merge", "decode"]
+# The groups written so far (issue 16 item 3: merges and split-K decode;
+# cache: SGLang's pool write); the other items (ds_mla, FlashMLA, the indexer,
+# Blackwell MLA, NVFP4) have no generator yet.
+GROUPS = ["merge", "decode", "cache"]
 
 
 def main(argv=None):

@@ -35,6 +35,55 @@ def splitk_combine(tensors, meta, opts):
 
 
 def kv_cache_write(tensors, meta, opts):
+    """bf16, fp16 and fp8_e4m3 caches: SGLang's MLA pool write
+    (MLATokenToKVPool.set_mla_kv_buffer, sglang/srt/mem_cache/memory_pool.py
+    :5026-5047): the tokens cast to the pool's dtype by PyTorch with no
+    scale (:5014-5024, done here as those lines do it: the module imports
+    transformers), then the engine's Triton scatter set_mla_kv_buffer_triton
+    (sglang/kernels/ops/kvcache/mla_buffer.py:290-309) over the cache viewed
+    as SGLang's flat pool [NB * P, 1, D]; the contract's skipped slots (< 0)
+    are passed as its reserved_skip_index -1. fp8_ds_mla: below."""
+    kind = param(meta, "kv_cache_dtype", "bf16")
+    if kind == "fp8_ds_mla":
+        return _dsa_quantize_write(tensors, meta, opts)
+    dtype, store = {"bf16": (torch.bfloat16, torch.bfloat16), "fp16": (torch.float16, torch.float16),
+                    "fp8_e4m3": (torch.float8_e4m3fn, torch.uint8)}.get(kind, (None, None))
+    if dtype is None:
+        raise Unsupported(f"kv_cache_dtype {kind}: SGLang's MLA pool holds bf16, fp16, fp8_e4m3 or fp8_ds_mla")
+    if kind == "fp8_e4m3":
+        ks = tensors.get("k_scale")
+        if ks is None or ks.numel() != 1 or float(ks.reshape(-1)[0]) != 1.0:
+            raise Unsupported("SGLang's fp8 pool casts with no scale: only k_scale = 1 is its write")
+        if param(meta, "fp8_saturate", "true") != "true":
+            raise Unsupported("fp8_saturate = false: torch's float8_e4m3fn cast saturates (torch 2.15)")
+    kv_c = need(tensors, "kv_c")
+    k_pe = need(tensors, "k_pe")
+    slots = need(tensors, "slot_mapping").to(torch.int64)
+    before = need(tensors, "cache_before")
+    if before.dim() != 3:
+        raise BadInput(f"cache_before has shape {tuple(before.shape)}; want [NB, P, D]")
+    NB, P, D = before.shape
+    if kv_c.shape[1] + k_pe.shape[1] != D:
+        raise BadInput(f"kv_c [.., {kv_c.shape[1]}] and k_pe [.., {k_pe.shape[1]}] do not fill a {D}-wide entry")
+    T = slots.shape[0]
+    if (slots >= NB * P).any():
+        raise BadInput("slot_mapping has a slot outside the cache")
+    from sglang.kernels.ops.kvcache.mla_buffer import set_mla_kv_buffer_triton
+
+    pool = before.reshape(NB * P, 1, D).clone().view(store) if store == torch.uint8 else before.reshape(NB * P, 1, D).clone()
+    nope, rope = kv_c[:T].reshape(T, 1, -1), k_pe[:T].reshape(T, 1, -1)
+    if nope.dtype != dtype:
+        nope, rope = nope.to(dtype), rope.to(dtype)
+    if store != dtype:
+        nope, rope = nope.view(store), rope.view(store)
+    loc = torch.where(slots < 0, torch.full_like(slots, -1), slots)
+    set_mla_kv_buffer_triton(pool, loc, nope.contiguous(), rope.contiguous(), reserved_skip_index=-1)
+    m = provenance("sglang", "sglang", "MLATokenToKVPool.set_mla_kv_buffer's cast (memory_pool.py:5014-5024) and "
+                   "sglang.kernels.ops.kvcache.mla_buffer.set_mla_kv_buffer_triton")
+    return {"cache_after": pool.view(before.dtype).reshape(NB, P, D)}, m
+
+
+def _dsa_quantize_write(tensors, meta, opts):
     """The DSA (NSA) fp8_ds_mla cache quantizer,
     sglang.kernels.ops.quantization.dsa_quant_k_cache.quantize_k_cache(cache_k
     [num_tokens, 1, 1, 576] bf16) -> 656-byte entries [e4m3 x512 | f32 x4 |
@@ -42,9 +91,6 @@ def kv_cache_write(tensors, meta, opts):
     stores each token's entry at its slot (set_mla_kv_buffer); the worker
     does that byte copy itself (cache_after = cache_before with the written
     slots replaced), which is data movement."""
-    kind = param(meta, "kv_cache_dtype", "bf16")
-    if kind != "fp8_ds_mla":
-        raise Unsupported(f"kv_cache_dtype {kind}: the SGLang worker runs the fp8_ds_mla quantizer only")
     if meta.get("ds_mla_scale", "amax") != "amax":
         raise Unsupported(f"ds_mla_scale {meta.get('ds_mla_scale')}: SGLang's quantizer writes amax/448 scales")
     kv_c = need(tensors, "kv_c")
