@@ -609,7 +609,7 @@ func TestAdaptTable(t *testing.T) {
 			wantMeta: map[string]string{"kv_cache_dtype": "fp8_ds_mla", "invalid_index": "minus_one"},
 		},
 		{
-			// FlashMLA picks the layout by d_qk (sparse_decode.h:284-292)
+			// FlashMLA picks the layout by d_qk (sparse_decode.h:288-298)
 			name: "flashmla fp8 flag, 584-byte entries: DeepSeek-V4", engine: "flashmla",
 			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "is_fp8_kvcache": "True"},
 			tensors:  map[string]*tensor.Tensor{"k_cache": tensor.New(tensor.U8, 3, 64, 1, 584), "indices": tensor.New(tensor.I32, 1, 1, 8)},

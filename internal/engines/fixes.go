@@ -118,7 +118,7 @@ var flashMLAFP8 = Fix{Doc: "is_fp8_kvcache -> kv_cache_dtype", Apply: func(v *Vi
 // dsMLAKindOf names a DeepSeek sparse FP8 cache by its entry width, as
 // FlashMLA does: it takes no layout argument and picks the layout from
 // d_qk, 576 -> 656-byte V3.2 entries, 512 -> 584-byte MODEL1 entries
-// (FlashMLA@9241ae3 csrc/api/sparse_decode.h:284-292, :316-323), and vLLM
+// (FlashMLA@9241ae3 csrc/api/sparse_decode.h:288-298, :316-323), and vLLM
 // passes the cache through unlabelled ("FlashMLA infers which of these the
 // cache holds from its bytes-per-token", vllm 0.33.0
 // vllm/v1/attention/backends/mla/flashmla_sparse.py:123-125).

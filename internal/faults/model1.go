@@ -13,7 +13,7 @@ import (
 // a kernel or a port carried over from DeepSeek-V3.2 makes. A V3.2 kernel's
 // entry is 656 bytes token by token with V = the 512 latent values; V4's is
 // 584 bytes, block-split, with V = the whole 512-dim row (FlashMLA@9241ae3
-// csrc/api/sparse_decode.h:284-292, tests/quant.py:53-58, tests/ref.py:91).
+// csrc/api/sparse_decode.h:288-298, tests/quant.py:55-62, tests/ref.py:90).
 
 // v4SparseCase is a quick DeepSeek-V4 sparse decode: 64 heads (FlashMLA's
 // sparse decode takes 64 or 128), pages of 16, two requests.
@@ -51,7 +51,7 @@ func init() {
 		Needs:    "a DeepSeek-V4 decode (kv_cache_dtype = fp8_ds_mla_model1 or fp8_ds_mla_v41, V = the whole 512-dim row)",
 		BugClass: "DeepSeek-V4's value taken as the latent part only (V3.2's V = the first L dims): the 64 rope dims of each row left out of the PV product",
 		Doc: "The kernel accumulates P·V over the 448 NoPE columns, as a V3.2 kernel does over its 512 latent ones, and " +
-			"leaves out[..., 448:512] at zero: V4's one 512-dim row is key and value both (FlashMLA tests/ref.py:91, " +
+			"leaves out[..., 448:512] at zero: V4's one 512-dim row is key and value both (FlashMLA tests/ref.py:90, " +
 			"gathered_kv[..., :d_v] with d_v = d_qk = 512).",
 		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
 			o, ok := out["out"]

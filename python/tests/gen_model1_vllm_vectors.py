@@ -11,7 +11,7 @@ vLLM's module cannot be imported here: its import chain (vllm.platforms,
 vllm.config) needs packages the venv does not hold. So each @triton.jit
 function is read out of the installed file whose path is given, written to a
 temporary module and launched as vLLM's wrappers launch it (vllm 0.33.0
-vllm/models/deepseek_v4/common/ops/cache_utils.py:168-236;
+vllm/models/deepseek_v4/common/ops/cache_utils.py:168-231;
 vllm/models/deepseek_v41/common/ops/cache_utils.py:243-290 and 666-760).
 Nothing of vLLM's is copied into this repository. The interpreter's float ->
 fp8 cast is wrong (python/findings/triton_interpreter_fp8_cast.py), so
@@ -87,7 +87,7 @@ def main():
     nb, p, d = src["num_blocks"], src["page_size"], src["dim"]
     n = nb * p
     k = torch.frombuffer(bytearray.fromhex(src["input_bf16"]), dtype=torch.bfloat16).view(n, d).contiguous()
-    stride = (p * 584 + 575) // 576 * 576  # FlashMLA's padded block (tests/quant.py:54)
+    stride = (p * 584 + 575) // 576 * 576  # FlashMLA's padded block (tests/quant.py:57)
     cache = torch.full((nb, stride), 0xAB, dtype=torch.uint8)
     kernel[(n,)](k, torch.arange(n, dtype=torch.int64), cache, n,
                  input_dim=512, fp8_dim=448, bf16_dim=64, scale_dim=8, quant_block=64, cache_block_size=p,

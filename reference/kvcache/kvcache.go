@@ -3,7 +3,7 @@
 // stored in each kv_cache_dtype (reference/CONTRACTS.md §3.4), how a writer fills it and how a
 // reader dequantizes it (reference/CONTRACTS.md §3.5).
 //
-// Five layouts, as the engines store them:
+// Six layouts, as the engines store them:
 //
 //	bf16        BF16 [NB, P, D], each row [kv_c (L) | k_pe (R)]
 //	fp16        F16 [NB, P, D], rows as bf16 (an fp16 model's cache: FlashMLA's
@@ -47,8 +47,8 @@ const (
 	FP8E4M3  Kind = "fp8_e4m3"
 	FP8DSMLA Kind = "fp8_ds_mla"
 	// FP8DSMLAModel1 is DeepSeek-V4's sparse cache, which FlashMLA calls
-	// MODEL1 (deepseek-ai/FlashMLA@9241ae3 tests/quant.py:8-15,
-	// FP8KVCacheLayout.MODEL1_FP8Sparse; csrc/api/sparse_decode.h:316-323,
+	// MODEL1 (deepseek-ai/FlashMLA@9241ae3 tests/quant.py:6-15,
+	// FP8KVCacheLayout.MODEL1_FP8Sparse; csrc/api/sparse_decode.h:318-325,
 	// ModelType::MODEL1) and vLLM spells fp8_ds_mla as it does the 656-byte
 	// one, telling them apart by the model (vllm 0.33.0
 	// vllm/models/deepseek_v4/attention.py:94-123): the entry width is

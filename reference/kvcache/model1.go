@@ -6,19 +6,19 @@ import "github.com/kcheck-dev/kcheck/reference/tensor"
 // (deepseek-ai/FlashMLA@9241ae3, the source every number below is read
 // from):
 //
-//   - csrc/api/sparse_decode.h:290-292: bytes_per_token = 448 + 64*2 +
+//   - csrc/api/sparse_decode.h:293-295: bytes_per_token = 448 + 64*2 +
 //     (448/64)*1 + 1 = 584 for d_qk = 512 (the V3.2 entry is 656 for 576),
-//     and :291/:326-329 the layout is chosen by d_qk alone.
+//     and :318-325 the layout is chosen by d_qk alone.
 //   - tests/quant.py:14 get_meta: (d, d_nope, d_rope, tile_size, num_tiles)
 //     = (512, 448, 64, 64, 7).
-//   - tests/quant.py:53-58, quantize_k_cache: a block is allocated as
+//   - tests/quant.py:55-62, quantize_k_cache: a block is allocated as
 //     ceil(P*584 / 576)*576 bytes, and holds [P x (448 E4M3 | 64 BF16)]
 //     from byte 0 and [P x 8] from byte P*(448+128), the eighth byte of each
 //     8 never written (`[:, :, :7]`); the tensor handed to the kernel is
 //     that block viewed as [NB, P, 1, 584] with the padded block stride.
-//   - tests/quant.py:60-68: scale = 2^ceil(log2(max(amax/448, 1e-4))),
+//   - tests/quant.py:17-18, 65-72: scale = 2^ceil(log2(max(amax/448, 1e-4))),
 //     stored as float8_e8m0fnu; codes = fp8_e4m3fn(x / scale).
-//   - tests/quant.py:100-110, dequantize_k_cache: e4m3.to(bf16) *
+//   - tests/quant.py:106-117, dequantize_k_cache: e4m3.to(bf16) *
 //     e8m0.to(bf16), a product a bf16 holds exactly unless it leaves bf16's
 //     range, so every dequantization precision reads the same values.
 //   - the SM90 kernel reads it the same way: csrc/sm90/decode/sparse_fp8/
@@ -36,7 +36,7 @@ import "github.com/kcheck-dev/kcheck/reference/tensor"
 // ... 128 bytes ... 8 bytes", "a page holds all its data rows first and
 // all its scale rows after ... rounded up to the decode kernel's 576 B TMA
 // stride") and writes it the same way but for the amax floor
-// (ScalePow2AmaxFloor; cache_utils.py:64-70 the block layout, :161 the
+// (ScalePow2AmaxFloor; cache_utils.py:64-70 the block layout, :154-155 the
 // pad byte stored as 0).
 //
 // A cache tensor of this layout is U8 (or F8_E4M3) [NB, P, 584] whose
@@ -107,7 +107,7 @@ func (k Kind) V4() bool { return k == FP8DSMLAModel1 || k == FP8DSMLAV41 }
 func (k Kind) BlockSplit() bool { return k == FP8DSMLAModel1 }
 
 // BlockStride is the bytes FlashMLA allocates a block of P tokens:
-// ceil(P*584/576)*576 (tests/quant.py:54). kcheck's tensors leave the
+// ceil(P*584/576)*576 (tests/quant.py:57). kcheck's tensors leave the
 // padding out (P*584 bytes a block); this says how much an engine's
 // allocation adds, for a cache read from the engine's raw storage.
 func BlockStride(pageSize int) int {

@@ -154,7 +154,7 @@ func TestModel1ReaderMatchesFlashMLA(t *testing.T) {
 
 // TestModel1Addressing: Offset and Entry are inverse over every byte of a
 // two-block cache of odd page size, and place a block's data rows before
-// its scale rows; BlockStride is FlashMLA's padded block (quant.py:54:
+// its scale rows; BlockStride is FlashMLA's padded block (quant.py:57:
 // (P*584 + 575) // 576 * 576).
 func TestModel1Addressing(t *testing.T) {
 	for _, p := range []int{1, 3, 64} {

@@ -198,7 +198,7 @@ func (o *Overlay) EntryInto(k int, exact bool, dst []byte) {
 				dst[j] = o.quantize(o.value(t, j), s, exact)
 			}
 		}
-		dst[m1PadCol] = 0 // as vLLM's writer (cache_utils.py:161); FlashMLA's leaves it unwritten
+		dst[m1PadCol] = 0 // as vLLM's writer (cache_utils.py:154-155); FlashMLA's leaves it unwritten
 		for j := 0; j < M1Rope; j++ {
 			binary.LittleEndian.PutUint16(dst[m1RopeOff+2*j:], o.floatBits(t, M1Nope+j, tensor.BF16))
 		}

@@ -89,8 +89,8 @@ type Config struct {
 	// value (0: L, the latent part, as DeepSeek-V3's absorbed MLA, where the
 	// rope part is key only). DeepSeek-V4 attends one 512-dim vector that is
 	// both key and value, rope dims included: FlashMLA's sparse decode takes
-	// d_v = 512 (csrc/api/sparse_decode.h:241) and its reference multiplies
-	// by gathered_kv[..., :d_v] (tests/ref.py:91), with d_qk = 512 for the
+	// d_v = 512 (csrc/api/sparse_decode.h:236) and its reference multiplies
+	// by gathered_kv[..., :d_v] (tests/ref.py:90), with d_qk = 512 for the
 	// MODEL1 cache, so V = D there (deepseek-ai/FlashMLA@9241ae3).
 	ValueDims int
 }

@@ -128,8 +128,8 @@ func init() {
 // "Head_dim of v. Must be 512"): the leading columns of each cache row that
 // are its value. DeepSeek-V3.2 attends 576-dim keys with 512-dim values
 // (the latent part); DeepSeek-V4's 512-dim entry is key and value both,
-// rope dims included (deepseek-ai/FlashMLA@9241ae3 csrc/api/sparse_decode.h:241
-// d_v == 512 with :291 d_qk == 512 for MODEL1, tests/ref.py:91
+// rope dims included (deepseek-ai/FlashMLA@9241ae3 csrc/api/sparse_decode.h:236
+// d_v == 512 with :293 d_qk == 512 for MODEL1, tests/ref.py:90
 // gathered_kv[..., :d_v]), so the default is D for fp8_ds_mla_model1 and L
 // otherwise (and for fp8_ds_mla_v41, V4.1's cache of the same rows).
 var headDimVParam = ParamSpec{Name: "head_dim_v", Kind: ParamInt,

@@ -76,7 +76,7 @@ func v4Inputs(t *testing.T, rng *rand.Rand, kind kvcache.Kind, nb, p, topk int) 
 
 // TestMLADecodeSparseModel1: over a DeepSeek-V4 cache the sparse decode's
 // out is [B, s_q, H, 512], the whole entry (head_dim_v's default there, as
-// FlashMLA's tests/ref.py:91 with d_v = d_qk = 512), and its exact answer is
+// FlashMLA's tests/ref.py:90 with d_v = d_qk = 512), and its exact answer is
 // the plain float64 softmax attention over the dequantized rows, written
 // here with none of the engine's blocking (the reader itself is held to
 // FlashMLA's bytes in reference/kvcache). The rope columns 448..511 carry

@@ -126,7 +126,7 @@ func CacheLayout(p Params, prec Precision, name string, cache *tensor.Tensor, l,
 // RefuseV4 is the error of a reader that does not take DeepSeek-V4's
 // caches (fp8_ds_mla_model1, fp8_ds_mla_v41): of the attention kernels only
 // FlashMLA's sparse decode reads them (deepseek-ai/FlashMLA@9241ae3
-// csrc/api/sparse_decode.h:284-292; its dense decode takes no FP8 cache,
+// csrc/api/sparse_decode.h:288-298; its dense decode takes no FP8 cache,
 // csrc/api/dense_decode.h:35), and vLLM's V4 gather
 // (dequantize_and_gather_k_cache, vllm 0.33.0
 // vllm/models/deepseek_v4/common/ops/cache_utils.py:499,
