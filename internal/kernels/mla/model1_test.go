@@ -2,6 +2,7 @@ package mla
 
 import (
 	"context"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -264,4 +265,85 @@ func hasCoord(cs []Coord, want Coord) bool {
 		}
 	}
 	return false
+}
+
+// TestSparseExtraScope: FlashMLA's extra KV scope through the contract, as
+// DeepSeek-V4 passes it (a second cache, its own page size): the answer is
+// the decode over both scopes' slots in one softmax, which is the decode of
+// one cache holding the same rows, here built by writing the extra scope's
+// tokens into spare slots of the first cache and indexing them there. The
+// inputs FlashMLA refuses are refused, by name.
+func TestSparseExtraScope(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 34))
+	const nb, p, xnb, xp, topk, xtopk = 4, 4, 3, 2, 6, 4
+	in, tok := v4Inputs(t, rng, kvcache.FP8DSMLAModel1, nb, p, topk)
+	// the extra cache: copies of tokens 0..5 of the first, at slots 5..0
+	lay, _ := kvcache.NewLayout(kvcache.FP8DSMLAModel1, kvcache.M1Nope, kvcache.M1Rope, xp)
+	n := xnb * xp
+	nope, rope := make([]float64, 0, n*kvcache.M1Nope), make([]float64, 0, n*kvcache.M1Rope)
+	sm := make([]int64, n)
+	for s := 0; s < n; s++ {
+		row := tok[s*512 : (s+1)*512]
+		nope, rope = append(nope, row[:kvcache.M1Nope]...), append(rope, row[kvcache.M1Nope:]...)
+		sm[s] = int64(n - 1 - s)
+	}
+	w, err := kvcache.Write(tensor.New(tensor.U8, xnb, xp, kvcache.M1EntryBytes),
+		tensor.FromFloat64s(tensor.BF16, []int{n, kvcache.M1Nope}, nope), tensor.FromFloat64s(tensor.BF16, []int{n, kvcache.M1Rope}, rope), sm, lay, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xidx := []int64{5, -1, 0, 3} // extra slot s holds the first cache's slot n-1-s
+	in.Tensors["extra_k_cache"] = w.After
+	in.Tensors["extra_indices_in_kvcache"] = tensor.FromInt64s(tensor.I32, []int{1, 1, xtopk}, xidx)
+	in.Tensors["extra_topk_length"] = tensor.FromInt64s(tensor.I32, []int{1}, []int64{3}) // slot 3 not attended
+	k, _ := Lookup("mla_decode_sparse")
+	got, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the same rows through one cache: the first cache's own slots, then
+	// slots n-1-5 = 0 and n-1-0 = 5 (the extra's 5 and 0, -1 skipped, 3 cut)
+	one := Inputs{Tensors: map[string]*tensor.Tensor{"q": in.Tensors["q"], "kv_cache": in.Tensors["kv_cache"]}, Params: in.Params}
+	idx := append(in.Tensors["indices"].Float64s()[:0:0], in.Tensors["indices"].Float64s()...)
+	var all []int64
+	for _, v := range idx {
+		all = append(all, int64(v))
+	}
+	all = append(all, int64(n-1-5), int64(n-1-0))
+	one.Tensors["indices"] = tensor.FromInt64s(tensor.I32, []int{1, 1, len(all)}, all)
+	want, err := Evaluate(context.Background(), k, one, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"out", "lse"} {
+		g, w := outputNamed(t, got, name), outputNamed(t, want, name)
+		for i := 0; i < w.Exact.Len(); i++ {
+			if g.Exact.At(i) != w.Exact.At(i) || g.Expected.At(i) != w.Expected.At(i) {
+				t.Fatalf("%s[%d]: with the extra scope %v/%v, through one cache %v/%v", name, i, g.Exact.At(i), g.Expected.At(i), w.Exact.At(i), w.Expected.At(i))
+			}
+		}
+	}
+	if c := outputNamed(t, got, "out").Coords.Name([]int{0, 0, 0, 0}); !hasCoord(c, Coord{Kind: KindContextLen, Value: len(all) - 3}) {
+		t.Errorf("coordinates %v: context_len should count both scopes' attended slots (%d)", c, len(all)-3)
+	}
+	for _, c := range []struct {
+		drop, set string
+		t         *tensor.Tensor
+		want      string
+	}{
+		{drop: "extra_k_cache", want: "extra_k_cache is not"},
+		{drop: "extra_indices_in_kvcache", want: "extra_indices_in_kvcache is not"},
+		{set: "extra_indices_in_kvcache", t: tensor.FromInt64s(tensor.I32, []int{1, 1, 2}, []int64{0, 6}), want: "extra_indices_in_kvcache[0,0,1] = 6 is outside extra_k_cache (6 slots)"},
+		{set: "extra_topk_length", t: tensor.FromInt64s(tensor.I32, []int{1}, []int64{5}), want: "extra_topk_length[0] = 5 is outside [0, extra topk = 4]"},
+	} {
+		bad := Inputs{Tensors: maps.Clone(in.Tensors), Params: in.Params}
+		if c.drop != "" {
+			delete(bad.Tensors, c.drop)
+		} else {
+			bad.Tensors[c.set] = c.t
+		}
+		if _, err := Evaluate(context.Background(), k, bad, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s%s: error %v, want one containing %q", c.drop, c.set, err, c.want)
+		}
+	}
 }
