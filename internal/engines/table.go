@@ -112,7 +112,7 @@ func vllmKernels() map[string]Kernel {
 			// DeepSeek-V4 passes its compressed cache as FlashMLA's
 			// extra_k_cache, [NB, P, 1, 584] like k_cache
 			// (vllm/models/deepseek_v4/nvidia/flashmla.py:248-263).
-			Fixes:    []Fix{squeezeHeads("kv_cache", "extra_k_cache"), flashMLAFP8, vllmFP8Alias("kv_cache")},
+			Fixes:    []Fix{squeezeHeads("kv_cache", "extra_k_cache"), flashMLAFP8, vllmFP8Alias("kv_cache"), flashMLAScaleRead},
 			Identify: []string{"indices", "k_cache"},
 		},
 		// merge_attn_states(output, prefix_output, prefix_lse, suffix_output,
@@ -299,7 +299,7 @@ func init() {
 				Tensors: map[string]string{"k_cache": "kv_cache", "softmax_lse": "lse"},
 				// only -1 is masked (FlashMLA@9241ae3 csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh:632, tests/ref.py:71)
 				Defaults: map[string]string{"invalid_index": "minus_one"},
-				Fixes:    []Fix{squeezeHeads("kv_cache", "extra_k_cache"), flashMLAFP8},
+				Fixes:    []Fix{squeezeHeads("kv_cache", "extra_k_cache"), flashMLAFP8, flashMLAScaleRead},
 				Identify: []string{"k_cache", "indices"},
 			},
 		},
