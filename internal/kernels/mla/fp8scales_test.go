@@ -241,3 +241,50 @@ func TestMLADecodeFP8ScaleErrors(t *testing.T) {
 		t.Fatalf("NaN tile scales on free pages: %v", err)
 	}
 }
+
+// TestMLADecodeSliceKeepsTiles: slicing a capture by request compacts
+// k_scale_tiles with kv_cache, so the kept request's outputs are the ones
+// it had in the whole batch, bit for bit. Dropping the tiles' compaction
+// (withTiles) fails it: the tiles keep the whole cache's NB.
+func TestMLADecodeSliceKeepsTiles(t *testing.T) {
+	in := fp8ScaledInputs(t)
+	in.Tensors["k_scale_tiles"], in.Tensors["k_scale_rope"] = tilesOf(in), F32Scalar(0.5)
+	k, _ := Lookup("mla_decode")
+	whole, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := map[string]string{}
+	for n, v := range in.Params {
+		meta[n] = v
+	}
+	axes, ok := k.(Slicer).Axes(in.Tensors, meta)
+	if !ok || len(axes) == 0 || axes[0].Name != "requests" {
+		t.Fatalf("axes %v, %v: want the requests axis first", axes, ok)
+	}
+	repl, err := axes[0].Slice([]int{2}) // the request of 30 tokens
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := map[string]*tensor.Tensor{} // a slice returns the tensors it replaces
+	for n, v := range in.Tensors {
+		ts[n] = v
+	}
+	for n, v := range repl {
+		ts[n] = v
+	}
+	if got, want := ts["k_scale_tiles"].Shape[0], ts["kv_cache"].Shape[0]; got != want {
+		t.Fatalf("k_scale_tiles has %d blocks, kv_cache %d", got, want)
+	}
+	part, err := Evaluate(context.Background(), k, Inputs{Tensors: ts, Params: in.Params}, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, p := Float64s(outputNamed(t, whole, "out").Expected), Float64s(outputNamed(t, part, "out").Expected)
+	n := len(p) // request 2 is the last B-slice of out [B, s_q, H, L]
+	for i := range p {
+		if math.Float64bits(p[i]) != math.Float64bits(w[len(w)-n+i]) {
+			t.Fatalf("sliced out[%d] = %v, the whole batch's %v", i, p[i], w[len(w)-n+i])
+		}
+	}
+}
