@@ -40,8 +40,9 @@
 //   - FlashMLA's fp8_ds_mla readers do not multiply by the stored F32 tile
 //     scale: SM90 rounds it to bf16 (csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh:550),
 //     SM100 to E8M0 toward zero (csrc/sm100/decode/head64/kernel.cuh:708-709),
-//     so kcheck's reader model bf16(fp32(e4m3)·s) is exact only for pow2
-//     scales (F15; reference/CONTRACTS.md §8.2).
+//     so a capture of either declares mla_decode_sparse's ds_mla_scale_read
+//     (bf16, e8m0_rz; the default f32 is exact only for pow2 scales) (F15;
+//     reference/CONTRACTS.md §3.7, §8.2).
 //   - vLLM's fp8_ds_mla writer moved from amax to pow2 tile scales (vLLM PR
 //     #49435): --from vllm reads the convention from the written scales
 //     (dsMLAScaleFromData) instead of assuming one (V5).

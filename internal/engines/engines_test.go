@@ -563,6 +563,24 @@ func TestAdaptTable(t *testing.T) {
 			wantMeta: map[string]string{"scale_layout": "swizzled_128x4"},
 		},
 		{
+			name: "flashmla sparse on an sm90 GPU reads the tile scales as bf16", engine: "flashmla",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "is_fp8_kvcache": "true", "kcheck.capture.device_capability": "9.0"},
+			tensors:  map[string]*tensor.Tensor{"k_cache": tensor.New(tensor.U8, 3, 64, 1, 656), "indices": tensor.New(tensor.I32, 1, 1, 8)},
+			wantMeta: map[string]string{"ds_mla_scale_read": "bf16"},
+		},
+		{
+			name: "vllm FLASHMLA_SPARSE on an sm100 GPU reads them as E8M0 toward zero", engine: "vllm",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "kv_cache_dtype": "fp8_ds_mla", "kcheck.capture.device_capability": "10.0"},
+			tensors:  map[string]*tensor.Tensor{"kv_c_and_k_pe_cache": tensor.New(tensor.U8, 3, 64, 656), "indices": tensor.New(tensor.I32, 1, 1, 8)},
+			wantMeta: map[string]string{"ds_mla_scale_read": "e8m0_rz"},
+		},
+		{
+			name: "a declared scale reading wins over the device", engine: "flashmla",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "is_fp8_kvcache": "true", "kcheck.capture.device_capability": "10.0", "ds_mla_scale_read": "f32"},
+			tensors:  map[string]*tensor.Tensor{"k_cache": tensor.New(tensor.U8, 3, 64, 1, 656), "indices": tensor.New(tensor.I32, 1, 1, 8)},
+			wantMeta: map[string]string{"ds_mla_scale_read": "f32"},
+		},
+		{
 			name: "vllm nvfp4_ds_mla refused with what it is", engine: "vllm",
 			meta:    map[string]string{"kcheck.kernel": "mla_decode_sparse", "kv_cache_dtype": "nvfp4_ds_mla"},
 			wantErr: `352-byte NVFP4 DeepSeek MLA entry`,

@@ -1093,3 +1093,35 @@ var tritonMLAPrecision = Fix{Doc: "TRITON_MLA's declared precision: K (and V, it
 	}
 	return notes, nil
 }}
+
+// flashMLAScaleRead declares how FlashMLA's sparse decode read an
+// fp8_ds_mla cache's F32 tile scales (ds_mla_scale_read), from the GPU the
+// capture records (kcheck.capture.device_capability, which the capture hook
+// writes), when the file does not declare it. FlashMLA@9241ae3 picks its
+// sparse decode by architecture (csrc/api/sparse_decode.h:363-380): on sm90
+// (Decode_Sm90_Impl) each scale is rounded to bf16 before a bf16 multiply
+// (csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh:550, components/dequant.h:
+// 22-27); on sm100 (the head64 kernel, run twice for 128 heads at d_qk 576:
+// sparse_decode.h:126-148) it is converted to E8M0 rounding toward zero
+// (csrc/sm100/decode/head64/kernel.cuh:708-709). Any other architecture has
+// no FlashMLA sparse decode, and a capture without the capability keeps
+// the stored-F32 reading, each said in a note (audit F15).
+var flashMLAScaleRead = Fix{Doc: "ds_mla_scale_read from the capture's device capability (sm90 bf16, sm100 e8m0_rz)", Apply: func(v *View) ([]string, error) {
+	if kind, _ := v.Param("kv_cache_dtype"); kind != string(kvcache.FP8DSMLA) {
+		return nil, nil
+	}
+	if _, set := v.Param("ds_mla_scale_read"); set {
+		return nil, nil
+	}
+	cc, ok := v.Meta["kcheck.capture.device_capability"]
+	if !ok {
+		return []string{"ds_mla_scale_read not declared and the capture records no device capability: the tile scales are read as the stored F32, which FlashMLA does on no GPU (sm90 rounds them to bf16, sm100 to E8M0 toward zero): declare ds_mla_scale_read = bf16 or e8m0_rz"}, nil
+	}
+	major, _, _ := strings.Cut(strings.TrimSpace(cc), ".")
+	read := map[string]string{"9": string(kvcache.ScaleReadBF16), "10": string(kvcache.ScaleReadE8M0RZ)}[major]
+	if read == "" {
+		return []string{fmt.Sprintf("ds_mla_scale_read not declared; device capability %s has no FlashMLA sparse decode (sm90 and sm100 only: sparse_decode.h:363-380), so the tile scales are read as the stored F32", cc)}, nil
+	}
+	v.SetParam("ds_mla_scale_read", read)
+	return []string{fmt.Sprintf("ds_mla_scale_read = %s: FlashMLA's sparse decode on device capability %s reads the tile scales so", read, cc)}, nil
+}}

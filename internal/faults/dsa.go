@@ -88,6 +88,13 @@ func causalIgnoredOutputs(ctx context.Context, in kernel.Inputs, out map[string]
 		return fmt.Errorf("tensors block_table and seq_lens missing or misshapen")
 	}
 	lens, table, mb := ints(sl), ints(bt), bt.Shape[1]
+	if len(sl.Shape) == 2 { // per-row lengths: the request's context is its longest row's
+		req := make([]int64, sl.Shape[0])
+		for i, v := range lens {
+			req[i/n] = max(req[i/n], v)
+		}
+		lens = req
+	}
 	var rowLens, rowTable []int64
 	for r := 0; r < len(lens)*n; r++ {
 		b := r / n

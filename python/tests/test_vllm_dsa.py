@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 CASE = "dsa_indexer/glm-5/p64/ctx-P+1"
 # next_n = 2 over the fp8 indexer cache, top-k as global slots
@@ -92,6 +93,23 @@ def test_mtp_step_global_slots_judged(worker_env, kcheck_bin, mtp_capture, tmp_p
         top = f.get_tensor("topk_indices")
     assert "triton_convert_req_index_to_global_index" in meta["kcheck.worker.call"]
     assert top.shape == (4, 2048) and int(top.max()) >= 64  # slots, not positions < seq_len = 65 alone
+
+
+def _per_row_lens(t, m):
+    # row 0 of each request sees two tokens fewer than its request, row 1 all
+    sl = t["seq_lens"].to(torch.int32)
+    t["seq_lens"] = torch.stack([sl - 2, sl], dim=1).contiguous()
+
+
+def test_mtp_step_per_row_lens_judged(worker_env, kcheck_bin, mtp_capture, tmp_path):
+    """seq_lens [B, next_n], vLLM's per-row lengths (CTX_PER_ROW): the kernel
+    and the top-k read them as they are, and so does kcheck."""
+    src, out = str(tmp_path / "in.safetensors"), str(tmp_path / "out.safetensors")
+    _tamper(mtp_capture, src, _per_row_lens)
+    p = _worker(worker_env, src, out, "past_seq_len=-inf")
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = _check(kcheck_bin, out)
+    assert r["verdict"] == "pass", r
 
 
 def test_mtp_step_future_tokens_fail(worker_env, kcheck_bin, mtp_capture, tmp_path):

@@ -54,6 +54,10 @@ type Input struct {
 	// NextN is the query rows a request has (0 or 1: one); rows are
 	// request-major, row b·NextN + n the request's n-th query.
 	NextN int
+	// RowLens, when set, are the tokens each query row sees ([B·NextN],
+	// vLLM's per-row context lengths, CTX_PER_ROW), each at most its
+	// request's seq_len; else row n sees Visible(seq_len, NextN, n).
+	RowLens []int
 	// ScaleFmt is the writer convention the fp8 cache's scales declare
 	// (ScaleAny, ScaleAmax or ScaleUE8M0). The scores read each stored
 	// F32 scale as it is whatever it says; a declared convention is
@@ -179,7 +183,7 @@ type Scores struct {
 	Bound []float64
 
 	kthK   int
-	kthTok []int // per request, the token of the k-th largest exact score (k = kthK), -1 when seq_len <= k
+	kthTok []int // per query row, the token of the k-th largest exact score (k = kthK), -1 when seq_len <= k
 }
 
 // Compute returns the scores of in over MaxSeq = maxSeq columns (every
@@ -245,8 +249,18 @@ func Compute(ctx context.Context, in Input, maxSeq int) (*Scores, error) {
 		maxSeq = longest
 	}
 	vis := make([]int, b)
+	if in.RowLens != nil && len(in.RowLens) != b {
+		return nil, fmt.Errorf("%d per-row seq_lens for %d query rows", len(in.RowLens), b)
+	}
 	for r := range vis {
-		vis[r] = Visible(p.SeqLens[r/nextN], nextN, r%nextN)
+		n := p.SeqLens[r/nextN]
+		vis[r] = Visible(n, nextN, r%nextN)
+		if in.RowLens != nil {
+			if v := in.RowLens[r]; v < 0 || v > n {
+				return nil, fmt.Errorf("tensor seq_lens[%d, %d] = %d is outside [0, %d], its request's pages", r/nextN, r%nextN, v, n)
+			}
+			vis[r] = in.RowLens[r]
+		}
 	}
 	s := &Scores{B: b, MaxSeq: maxSeq, SeqLens: vis, NextN: nextN,
 		Exact: make([]float64, b*maxSeq), Expected: make([]float64, b*maxSeq), Bound: make([]float64, b*maxSeq)}
@@ -318,9 +332,9 @@ func (s *Scores) score(kc *kvcache.Cache, fc *fp8Cache, p *kvcache.Pages, r, t i
 	s.Exact[i], s.Expected[i], s.Bound[i] = exact, float64(acc32), gamma*mag
 }
 
-// TopK returns the top k tokens of every request ([B, k] row-major, -1
+// TopK returns the top k tokens of every query row ([B, k] row-major, -1
 // padded) by the exact scores and by the expected ones, and remembers the
-// k-th exact score of each request for TopKAccepts.
+// k-th exact score of each row for TopKAccepts (a row is a request when next_n is 1).
 func (s *Scores) TopK(k int) (exact, expected []int32) {
 	exact = make([]int32, 0, s.B*k)
 	expected = make([]int32, 0, s.B*k)
@@ -359,7 +373,7 @@ func TopK(row []float64, seqLen, k int) []int32 {
 	return out
 }
 
-// TopKAccepts reports whether actual is a correct entry of request b's top-k
+// TopKAccepts reports whether actual is a correct entry of query row b's top-k
 // (k entries), in any position: -1 when seq_len < k (there must be padding),
 // or a token t < seq_len whose exact score is not below the k-th largest by
 // more than the two scores' fp32 error bounds (a tie within the noise is not
@@ -417,7 +431,7 @@ func AllVisible(in Input) (Input, error) {
 	if err != nil {
 		return in, err
 	}
-	in.Pages, in.NextN = pages, 1
+	in.Pages, in.NextN, in.RowLens = pages, 1, nil
 	return in, nil
 }
 

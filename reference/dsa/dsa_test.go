@@ -283,6 +283,16 @@ func TestNextNByHand(t *testing.T) {
 	if s.TopKAccepts(0, 2, 2) || !s.TopKAccepts(0, 2, 0) || !s.TopKAccepts(1, 2, 2) {
 		t.Errorf("row 0 accepts its future token 2, or refuses token 0; or row 1 refuses token 2")
 	}
+	// per-row lengths override the derived ones, within the request's
+	in.RowLens = []int{1, 3}
+	if s, err := Compute(context.Background(), in, 4); err != nil || s.SeqLens[0] != 1 || s.Exact[1] != inf || s.Exact[0] != 1 {
+		t.Errorf("RowLens [1 3]: %v, %v", s, err)
+	}
+	in.RowLens = []int{1, 4}
+	if _, err := Compute(context.Background(), in, 4); err == nil || !strings.Contains(err.Error(), "tensor seq_lens[0, 1] = 4 is outside [0, 3]") {
+		t.Errorf("RowLens past the request: %v", err)
+	}
+	in.RowLens = nil
 	in.NextN = 3
 	if _, err := Compute(context.Background(), in, 4); err == nil || !strings.Contains(err.Error(), "tensor q has 2 rows but seq_lens has 1 requests of next_n = 3 queries (3 rows)") {
 		t.Errorf("next_n 3 over 2 rows: %v", err)

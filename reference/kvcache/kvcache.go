@@ -62,7 +62,7 @@ func (k Kind) IsFloat() bool { return k == BF16 || k == FP16 }
 
 // ScaleConvention is how an fp8_ds_mla writer derives a tile scale from the
 // tile's amax (the ds_mla_scale parameter). Readers multiply by the stored F32
-// either way; only the writer's bytes differ.
+// either way (unless their ScaleRead rounds it); only the writer's bytes differ.
 type ScaleConvention string
 
 const (
@@ -87,6 +87,70 @@ var ScaleConventions = []string{string(ScaleAmax), string(ScalePow2), string(Sca
 // Pow2 reports whether the convention stores powers of two only (an E8M0
 // scale can hold nothing else).
 func (c ScaleConvention) Pow2() bool { return c == ScalePow2 || c == ScalePow2AmaxFloor }
+
+// ScaleRead is how an fp8_ds_mla reader turns a stored F32 tile scale into
+// the factor it multiplies the tile's codes by (the ds_mla_scale_read
+// parameter): a property of the reader, as ScaleConvention is of the
+// writer. FlashMLA reads it two ways, neither the stored F32
+// (deepseek-ai/FlashMLA@9241ae3):
+//   - bf16, sm90: csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh:550
+//     `scales[i] = (bf16)scales_float[i]`, then a bf16 multiply of the
+//     code by it (components/dequant.h:22-27: the code widened to bf16,
+//     times scale_bf162);
+//   - e8m0_rz, sm100: csrc/sm100/decode/head64/kernel.cuh:708-709
+//     `__nv_cvt_float2_to_e8m0x2(..., __NV_NOSAT, cudaRoundZero)`, the
+//     power of two at or below the scale, widened to bf16 (:788-789).
+//
+// With a power-of-two (pow2) writer all three read the same factor; with
+// an amax writer bf16 moves it by up to 2^-9 relative and e8m0_rz by up to
+// a factor 2.
+type ScaleRead string
+
+const (
+	ScaleReadF32    ScaleRead = "f32"
+	ScaleReadBF16   ScaleRead = "bf16"
+	ScaleReadE8M0RZ ScaleRead = "e8m0_rz"
+)
+
+// ScaleReads lists the ds_mla_scale_read values.
+var ScaleReads = []string{string(ScaleReadF32), string(ScaleReadBF16), string(ScaleReadE8M0RZ)}
+
+// Factor is the factor a reader of convention r multiplies by for the
+// stored scale s. E8M0 holds 2^-127 .. 2^127 and no zero: rounding toward
+// zero takes a positive s to the power of two at or below it, clamped at
+// 2^-127 (below it nothing is nearer zero); a non-finite or non-positive
+// scale reads as NaN (E8M0's only special code, 0xFF).
+func (r ScaleRead) Factor(s float32) float32 {
+	switch r {
+	case ScaleReadBF16:
+		return formats.BF16Decode(formats.BF16Encode(s))
+	case ScaleReadE8M0RZ:
+		if !(s > 0) || math.IsInf(float64(s), 0) {
+			return float32(math.NaN())
+		}
+		_, exp := math.Frexp(float64(s)) // s = frac · 2^exp, frac in [0.5, 1)
+		return float32(math.Ldexp(1, max(exp-1, -127)))
+	}
+	return s
+}
+
+// SetScaleRead makes the cache's fp8_ds_mla reads use r's factor for each
+// tile scale (f32 by default).
+func (c *Cache) SetScaleRead(r ScaleRead) error {
+	switch r {
+	case ScaleReadF32, ScaleReadBF16, ScaleReadE8M0RZ:
+	default:
+		return fmt.Errorf("parameter ds_mla_scale_read = %q: want f32, bf16 or e8m0_rz", r)
+	}
+	if r != ScaleReadF32 && c.Layout.Kind == FP8DSMLAModel1 {
+		return fmt.Errorf("parameter ds_mla_scale_read = %s rounds fp8_ds_mla's F32 tile scales; kv_cache_dtype = fp8_ds_mla_model1 stores E8M0 scales, which every reader reads exactly", r)
+	}
+	if r != ScaleReadF32 && c.Layout.Kind != FP8DSMLA {
+		return fmt.Errorf("parameter ds_mla_scale_read = %s reads fp8_ds_mla tile scales, but kv_cache_dtype = %s has none", r, c.Layout.Kind)
+	}
+	c.scaleRead = r
+	return nil
+}
 
 // The fixed fp8_ds_mla entry: 656 bytes a token.
 const (
@@ -264,6 +328,8 @@ type Cache struct {
 	NB     int // number of blocks
 	KScale float64
 	data   []byte
+	// scaleRead is how fp8_ds_mla tile scales are read ("": f32).
+	scaleRead ScaleRead
 	// lut[q][code] is the dequantized value of an fp8_e4m3 code at
 	// precision q (see deqIndex); for fp8_ds_mla only lut[exact] is used, as
 	// the plain E4M3 decode table.
@@ -379,7 +445,7 @@ func (c *Cache) RowSlot(slot int, dst []float64, deq tensor.DType) {
 		q := deqIndex(deq)
 		b := c.data[DSEntryBytes*slot : DSEntryBytes*(slot+1)]
 		for tile := 0; tile < DSTiles; tile++ {
-			s := math.Float32frombits(binary.LittleEndian.Uint32(b[DSScaleOff+4*tile:]))
+			s := c.scaleRead.Factor(math.Float32frombits(binary.LittleEndian.Uint32(b[DSScaleOff+4*tile:])))
 			c.deqTile(dst[tile*DSTile:(tile+1)*DSTile], b[tile*DSTile:(tile+1)*DSTile], s, q)
 		}
 		widenBF16(dst[DSLatent:DSLatent+DSRope], b[DSRopeOff:DSRopeOff+2*DSRope])

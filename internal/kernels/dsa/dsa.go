@@ -46,7 +46,7 @@ func init() {
 				Doc: "bf16: k_cache BF16 [NB, P, Dk]; fp16: F16 [NB, P, Dk] (an fp16 model's); auto: the k_cache tensor's own 16-bit dtype; fp8_e4m3: vLLM's indexer cache, U8 [NB, P, Dk+4] holding per block the P tokens' Dk e4m3 codes then their P F32 scales (the q scale of an fp8 q is folded into weights, as vLLM does)"},
 			{Name: "max_seq", Kind: ParamInt, Doc: "the scores' width (default: the captured scores', else the longest request)"},
 			{Name: "topk", Kind: ParamInt, Doc: "indices a request keeps (default: the captured topk_indices' width; one of the two is needed)"},
-			{Name: "next_n", Kind: ParamInt, Default: "1", Doc: "query rows a request has (MTP: next_n > 1 verifies next_n - 1 draft tokens): q, weights, scores and topk_indices have B·next_n rows, request-major, and row n sees the tokens t < seq_len - next_n + n + 1 (t < context_len and t <= its own position, vLLM's causal next_n)"},
+			{Name: "next_n", Kind: ParamInt, Default: "1", Doc: "query rows a request has (MTP: next_n > 1 verifies next_n - 1 draft tokens): q, weights, scores and topk_indices have B·next_n rows, request-major, and row n sees the tokens t < seq_len - next_n + n + 1 (t < context_len and t <= its own position, vLLM's causal next_n), or with seq_lens [B, next_n] its own seq_lens[b, n] (vLLM's per-row lengths)"},
 			{Name: "k_scale_fmt", Kind: ParamEnum, Default: dsa.ScaleAny, Allowed: []string{dsa.ScaleAny, dsa.ScaleAmax, dsa.ScaleUE8M0},
 				Doc: "the writer convention of the fp8_e4m3 cache's per-token scales (vLLM's scale_fmt): any (default: not declared), amax (max(amax, 1e-4)/448) or ue8m0 (that rounded up to a power of two, vLLM 0.33's DeepSeek-V3.2 indexer); the scores read each stored scale as it is, and a declared convention is checked on every attended token"},
 			{Name: "topk_index", Kind: ParamEnum, Default: "request", Allowed: topkIndexKinds,
@@ -59,6 +59,9 @@ func init() {
 // fp8 layout a token's codes and its scale are in two places of its block
 // (vllm 0.33.0 vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:462-479).
 func indexerRows(in Inputs) (func(int) bool, error) {
+	if sl := in.Tensors["seq_lens"]; sl != nil && len(sl.Shape) == 2 {
+		in = withRequestLens(in, sl)
+	}
 	if in.Params.String("k_cache_dtype", "bf16") != "fp8_e4m3" {
 		return paged.AttendedRows("k_cache")(in)
 	}
@@ -80,6 +83,23 @@ func indexerRows(in Inputs) (func(int) bool, error) {
 		}
 		return blk*p+off < len(read) && read[blk*p+off]
 	}, nil
+}
+
+// withRequestLens is in with per-row seq_lens [B, next_n] replaced by each
+// request's longest row, the tokens its pages hold.
+func withRequestLens(in Inputs, sl *tensor.Tensor) Inputs {
+	b, n := sl.Shape[0], sl.Shape[1]
+	lens := make([]int64, b)
+	for i := 0; i < b*n; i++ {
+		lens[i/max(n, 1)] = max(lens[i/max(n, 1)], sl.Int64At(i))
+	}
+	ts := make(map[string]*tensor.Tensor, len(in.Tensors))
+	for k, v := range in.Tensors {
+		ts[k] = v
+	}
+	ts["seq_lens"] = tensor.FromInt64s(sl.DType, []int{b}, lens)
+	in.Tensors = ts
+	return in
 }
 
 // outWidth is an output's second dimension: the parameter when given, else
@@ -111,6 +131,27 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTy
 	if ps != kc.Shape[1] {
 		return nil, fmt.Errorf("parameter page_size = %d but tensor k_cache holds %d tokens a block (shape %v)", ps, kc.Shape[1], kc.Shape)
 	}
+	nextN, err := in.Params.Int("next_n", 1)
+	if err != nil {
+		return nil, err
+	}
+	if nextN < 1 {
+		return nil, fmt.Errorf("parameter next_n = %d: want at least 1 query a request", nextN)
+	}
+	// seq_lens [B, next_n]: each row's own length (vLLM's native
+	// speculative decode, CTX_PER_ROW); the request's pages hold the
+	// longest
+	var rowLens []int
+	if sl != nil && len(sl.Shape) == 2 {
+		if sl.Shape[1] != nextN || !sl.DType.IsInt() {
+			return nil, fmt.Errorf("tensor seq_lens is %s %v: per-row lengths are an integer [B, next_n = %d]", sl.DType, sl.Shape, nextN)
+		}
+		rowLens = make([]int, sl.Len())
+		for i := range rowLens {
+			rowLens[i] = int(sl.Int64At(i))
+		}
+		sl = withRequestLens(in, sl).Tensors["seq_lens"]
+	}
 	pages, err := kvcache.NewPages(bt, sl, ps, kc.Shape[0])
 	if err != nil {
 		return nil, err
@@ -130,13 +171,6 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTy
 	if err != nil {
 		return nil, err
 	}
-	nextN, err := in.Params.Int("next_n", 1)
-	if err != nil {
-		return nil, err
-	}
-	if nextN < 1 {
-		return nil, fmt.Errorf("parameter next_n = %d: want at least 1 query a request", nextN)
-	}
 	global, err := in.Params.Enum("topk_index", "request", topkIndexKinds...)
 	if err != nil {
 		return nil, err
@@ -148,7 +182,7 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTy
 	if scaleFmt != dsa.ScaleAny && kd != "fp8_e4m3" {
 		return nil, fmt.Errorf("parameter k_scale_fmt = %s declares how an fp8 indexer cache's scales were written, but k_cache_dtype = %s has no scales", scaleFmt, kd)
 	}
-	din := dsa.Input{Q: q, KCache: kc, FP8: kd == "fp8_e4m3", Weights: w, Pages: pages, NextN: nextN, ScaleFmt: scaleFmt}
+	din := dsa.Input{Q: q, KCache: kc, FP8: kd == "fp8_e4m3", Weights: w, Pages: pages, NextN: nextN, RowLens: rowLens, ScaleFmt: scaleFmt}
 	s, err := dsa.Compute(ctx, din, maxSeq)
 	if err != nil {
 		return nil, err

@@ -321,3 +321,53 @@ func TestDSAIndexerScaleFmt(t *testing.T) {
 		t.Errorf("k_scale_fmt on a bf16 cache: %v", err)
 	}
 }
+
+// TestDSAIndexerPerRowLens: seq_lens [B, next_n], vLLM's per-row lengths
+// (CTX_PER_ROW, vllm 0.33.0 rocm_aiter_mla_sparse.py:577-578; the top-k's
+// row ends when seq_lens has a value per row, indexer_topk.py:288-289).
+// The causal lengths [3 4] give exactly the outputs of seq_lens [4] with
+// next_n 2; [2 4] shorten row 0 further (the request's pages hold its
+// longest row); a width other than next_n is refused.
+func TestDSAIndexerPerRowLens(t *testing.T) {
+	k, _ := Lookup("dsa_indexer")
+	base, err := Evaluate(context.Background(), k, nextNInputs("global_slot"), DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := nextNInputs("global_slot")
+	in.Tensors["seq_lens"] = tensor.FromInt64s(tensor.I32, []int{1, 2}, []int64{3, 4})
+	rows, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for o := range base {
+		for i := 0; i < base[o].Expected.Len(); i++ {
+			if a, b := rows[o].Expected.At(i), base[o].Expected.At(i); a != b {
+				t.Errorf("%s[%d]: per-row %v, derived %v", base[o].Name, i, a, b)
+			}
+		}
+	}
+	read, err := indexerRows(in)
+	if err != nil || !read(0) {
+		t.Errorf("Read with per-row seq_lens: %v", err)
+	}
+	in.Tensors["seq_lens"] = tensor.FromInt64s(tensor.I32, []int{1, 2}, []int64{2, 4})
+	outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf := math.Inf(-1)
+	for i, w := range []float64{1, 6, inf, inf, 1, 6, 4.5, 3} {
+		if outs[0].Expected.At(i) != w {
+			t.Errorf("seq_lens [[2 4]]: scores[%d,%d] = %v, want %v", i/4, i%4, outs[0].Expected.At(i), w)
+		}
+	}
+	// row 0 sees 2 tokens of a top-3: one -1 pad (t0 = slot 2, t1 = slot 3)
+	if got := []float64{outs[1].Expected.At(0), outs[1].Expected.At(1), outs[1].Expected.At(2)}; got[0] != 3 || got[1] != 2 || got[2] != -1 {
+		t.Errorf("seq_lens [[2 4]]: row 0 top-3 slots %v, want [3 2 -1]", got)
+	}
+	in.Tensors["seq_lens"] = tensor.FromInt64s(tensor.I32, []int{1, 3}, []int64{2, 3, 4})
+	if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "per-row lengths are an integer [B, next_n = 2]") {
+		t.Errorf("seq_lens [1 3] with next_n 2: %v", err)
+	}
+}

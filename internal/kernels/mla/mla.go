@@ -121,6 +121,8 @@ func init() {
 			{Name: "topk", Kind: ParamInt, Doc: "slots a query attends; when given it must equal the indices' last dimension, its default"},
 			{Name: "invalid_index", Kind: ParamEnum, Default: invalidOutside, Allowed: []string{invalidOutside, invalidMinusOne},
 				Doc: "which indices are not attended: outside (-1 or any slot outside the cache, reference/CONTRACTS.md §3.7) or minus_one (only -1, as FlashMLA: any other slot outside the cache is an input error, since FlashMLA would read it)"},
+			{Name: "ds_mla_scale_read", Kind: ParamEnum, Default: string(kvcache.ScaleReadF32), Allowed: kvcache.ScaleReads,
+				Doc: "how the reader turns each fp8_ds_mla tile scale into its factor: f32 (as stored), bf16 (rounded to nearest, FlashMLA sm90) or e8m0_rz (the power of two at or below it, FlashMLA sm100); both the exact and the expected reference read it so, and the result's notes give how far that moves the exact output from the f32 reading"},
 			headDimVParam,
 		},
 	}, Compute: mlaDecodeSparse}})
@@ -557,9 +559,36 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 			}
 		}
 	}
+	read, err := in.Params.Enum("ds_mla_scale_read", string(kvcache.ScaleReadF32), kvcache.ScaleReads...)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.cache.SetScaleRead(kvcache.ScaleRead(read)); err != nil {
+		return nil, err
+	}
 	ex, xp, err := mla.DecodeSparse(ctx, sp, c.cfg, c.prec)
 	if err != nil {
 		return nil, err
+	}
+	var notes map[string][]string
+	if read != string(kvcache.ScaleReadF32) {
+		// the same decode reading the stored F32 scales: what the declared
+		// reading costs, reported beside the verdict it does not change
+		if err := c.cache.SetScaleRead(kvcache.ScaleReadF32); err != nil {
+			return nil, err
+		}
+		f32, _, err := mla.DecodeSparse(ctx, sp, c.cfg, c.prec)
+		if err != nil {
+			return nil, err
+		}
+		// back to the declared reading, which the suspects below share
+		if err := c.cache.SetScaleRead(kvcache.ScaleRead(read)); err != nil {
+			return nil, err
+		}
+		notes = map[string][]string{
+			"out": {scaleReadLoss("out", read, ex.Out, f32.Out)},
+			"lse": {scaleReadLoss("lse", read, ex.LSE, f32.LSE)},
+		}
 	}
 	B, SQ, H, L := c.q.B, c.q.SQ, c.q.H, v
 	// attended slots per (request, query): the context of a sparse row
@@ -580,7 +609,7 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 	return []Output{
 		{
 			Name: "out", Shape: []int{B, SQ, H, L}, DType: c.prec.Out, Exact: Dense(ex.Out), Expected: Dense(xp.Out),
-			Mode: Numeric, Reduction: red, Suspects: outSus,
+			Mode: Numeric, Reduction: red, Suspects: outSus, Notes: notes["out"],
 			Coords: Coords{Axes: []CoordKind{KindRequest, KindQPos, KindHead, KindLatent}, Derived: func(idx []int) []Coord {
 				// part: whether the value column is a latent (quantized) or
 				// a rope one, for "V = the whole entry" bugs
@@ -590,10 +619,39 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 		},
 		{
 			Name: "lse", Shape: []int{B, H, SQ}, DType: c.prec.LSE, Exact: Dense(ex.LSE), Expected: Dense(xp.LSE),
-			Mode: Numeric, Reduction: red, Suspects: lseSus,
+			Mode: Numeric, Reduction: red, Suspects: lseSus, Notes: notes["lse"],
 			Coords: Coords{Axes: []CoordKind{KindRequest, KindHead, KindQPos}, Derived: func(idx []int) []Coord {
 				return rowCoords(idx[0], idx[2], idx[1])
 			}},
 		},
 	}, nil
+}
+
+// scaleReadLoss says how far reading the tile scales as read moves the
+// exact output from the stored-F32 reading's: max abs and rms of the
+// difference, and the rms relative to the F32 reading's rms, over the
+// elements finite in both.
+func scaleReadLoss(name, read string, got, f32 []float64) string {
+	var maxAbs, sd, sf float64
+	n := 0
+	for i, g := range got {
+		f := f32[i]
+		if math.IsNaN(g) || math.IsInf(g, 0) || math.IsNaN(f) || math.IsInf(f, 0) {
+			continue
+		}
+		d := math.Abs(g - f)
+		maxAbs = max(maxAbs, d)
+		sd += d * d
+		sf += f * f
+		n++
+	}
+	rel := 0.0
+	if sf > 0 {
+		rel = math.Sqrt(sd / sf)
+	}
+	rms := 0.0
+	if n > 0 {
+		rms = math.Sqrt(sd / float64(n))
+	}
+	return fmt.Sprintf("%s: ds_mla_scale_read = %s, the declared reading of the fp8_ds_mla tile scales, moves the exact %s from the stored-F32 reading's by max abs %.3g, rms %.3g (%.3g of its rms): precision the reader loses by its definition, reported, not tolerated", name, read, name, maxAbs, rms, rel)
 }

@@ -417,6 +417,16 @@ def dsa_indexer(tensors, meta, opts):
     if q.dim() != 3:
         raise BadInput(f"tensor q has shape {tuple(q.shape)}; want [B*next_n, Hi, Dk]")
     R, H, D = q.shape
+    # seq_lens [B, next_n] are per-row lengths (vLLM's native speculative
+    # decode): the kernel reads them as they are (CTX_PER_ROW, line 578),
+    # and so does the top-k (_row_ends, indexer_topk.py lines 288-289); a
+    # request's pages hold its longest row.
+    row_lens = None
+    if seq_lens.dim() == 2:
+        if seq_lens.shape[1] != next_n:
+            raise BadInput(f"tensor seq_lens has shape {tuple(seq_lens.shape)}; per-row lengths are [B, next_n = {next_n}]")
+        row_lens = seq_lens.contiguous()
+        seq_lens = row_lens.amax(dim=1) if row_lens.numel() else row_lens.reshape(-1)
     B = seq_lens.shape[0] if seq_lens.dim() == 1 else -1
     if B * next_n != R:
         raise BadInput(f"tensor q has {R} rows; seq_lens {tuple(seq_lens.shape)} with next_n = {next_n} wants {B * next_n if B >= 0 else 'a [B] tensor'}")
@@ -480,8 +490,9 @@ def dsa_indexer(tensors, meta, opts):
     max_model_len = max(max_seq, topk)
     (buf,) = ws.current_workspace_manager().get_simultaneous(((R, max_model_len), torch.float32))
     buf.fill_(float("nan") if past == "nan" else float("-inf"))
+    ctx = seq_lens if row_lens is None else row_lens
     logits = mod.rocm_fp8_paged_mqa_logits_triton(
-        q8.reshape(B, next_n, H, D), cache, w_folded.contiguous(), seq_lens, block_table, max_model_len,
+        q8.reshape(B, next_n, H, D), cache, w_folded.contiguous(), ctx, block_table, max_model_len,
     )
     if logits.data_ptr() != buf.data_ptr():
         raise RuntimeError("the wrapper's logits are not the workspace buffer the worker initialized")
@@ -490,7 +501,8 @@ def dsa_indexer(tensors, meta, opts):
     from vllm.model_executor.layers.indexer_topk import SparseIndexerTopk
 
     topk_indices = torch.full((R, topk), -2, dtype=torch.int32, device=q.device)
-    SparseIndexerTopk("torch").forward(logits, seq_lens.reshape(B, 1), next_n, topk_indices, topk, max_model_len)
+    SparseIndexerTopk("torch").forward(logits, seq_lens.reshape(B, 1) if row_lens is None else row_lens, next_n,
+                                       topk_indices, topk, max_model_len)
     call = ("vllm.v1.attention.ops.rocm_aiter_mla_sparse.rocm_fp8_paged_mqa_logits_triton, "
             "then vllm.model_executor.layers.indexer_topk.SparseIndexerTopk('torch')")
     if index_kind == "global_slot":
