@@ -9,6 +9,8 @@
 //	fp16        F16 [NB, P, D], rows as bf16 (an fp16 model's cache: FlashMLA's
 //	            dense decode, vLLM TRITON_MLA and vLLM --dtype half store it)
 //	fp8_e4m3    U8 or F8_E4M3 [NB, P, D], written e4m3_sat(x / k_scale), read e4m3 * k_scale
+//	            (or, with Scales, the latent and rope parts by scales of their
+//	            own and the latent part per 128-column tile: scales.go)
 //	fp8_ds_mla  U8 (or F8_E4M3) [NB, P, 656] (DeepSeek-V3.2, L = 512, R = 64):
 //	            [0,512) kv_c as E4M3, [512,528) four F32 tile scales (one per
 //	            128 latent values), [528,656) k_pe as 64 BF16, not quantized

@@ -48,7 +48,7 @@ type Scales struct {
 	// The rounded scale is the one both answers use: it is what the
 	// kernel is given to multiply by, as q is given in bf16, so a kernel
 	// that multiplies by the fp32 scale instead errs by as much as the
-	// rounding moved it (up to 2^-9 relative, the same way in every value).
+	// rounding moved it (up to 2^-8 relative, the same way in every value).
 	ScaleDType tensor.DType
 }
 
