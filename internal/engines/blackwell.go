@@ -437,6 +437,9 @@ var flashInferFP8MLA = Fix{Doc: "FP8 MLA: ckv_scale -> k_scale, kpe_scale -> k_s
 	if v.T("q_nope") == nil && ckv == nil && (kvc == nil || len(kvc.Shape) != 3) {
 		return nil, nil // not the wrapper's call
 	}
+	if b1, _ := v.Param("bmm1_scale"); ckv == nil && (!off(b1) || v.T("bmm1_scale") != nil || v.Declared("kv_lora_rank")) {
+		return nil, nil // trtllm_batch_decode_with_kv_cache_mla's (a 3-D kv_cache too): trtllmMLA reads or refuses it
+	}
 	isFP8 := func(t *tensor.Tensor) bool { return t != nil && (t.DType == tensor.F8E4M3 || t.DType == tensor.U8) }
 	fp8 := isFP8(ckv) || isFP8(kpe) || (ckv == nil && isFP8(kvc))
 	var named []string

@@ -294,6 +294,10 @@ func TestFlashInferFP8MLARefused(t *testing.T) {
 		{"fp16 query", map[string]string{"ckv_scale": "0.02", "kpe_scale": "0.01"}, nil, tensor.F16, "tensor q_nope is F16: FlashInfer's FP8 MLA takes a bf16 query only"},
 		{"cutlass backend", map[string]string{"ckv_scale": "0.02", "kpe_scale": "0.01", "backend": "cutlass"}, nil, tensor.BF16, `parameter backend = "cutlass" with an fp8 cache`},
 		{"scale not a number", map[string]string{"ckv_scale": "0.02", "kpe_scale": "tiny"}, nil, tensor.BF16, `parameter kpe_scale = "tiny" is not a number`},
+		// a trtllm call over a 3-D fp8 kv_cache is trtllmMLA's to refuse, in its own words
+		{"trtllm fp8 call", map[string]string{"bmm1_scale": "0.1", "kv_lora_rank": "512"},
+			map[string]*tensor.Tensor{"ckv_cache": nil, "kpe_cache": nil, "q_nope": nil, "q_pe": nil,
+				"query": tensor.New(tensor.F8E4M3, 2, 1, 2, 576), "kv_cache": tensor.New(tensor.F8E4M3, 2, 4, 576)}, tensor.BF16, "trtllm_batch_decode_with_kv_cache_mla over an fp8 cache"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			meta := map[string]string{"kcheck.format": "1", "kcheck.kernel": "mla_decode", "sm_scale": "0.1"}
@@ -305,7 +309,11 @@ func TestFlashInferFP8MLARefused(t *testing.T) {
 				ts[k] = v
 			}
 			for k, v := range tc.ts {
-				ts[k] = v
+				if v == nil {
+					delete(ts, k)
+				} else {
+					ts[k] = v
+				}
 			}
 			r := check.Run(evidence.Capture{Name: "fp8", Metadata: meta, Tensors: ts}, fromOpts(t, "flashinfer"))
 			if r.Verdict != check.Error || r.Error == nil || !strings.Contains(*r.Error, tc.error) {
