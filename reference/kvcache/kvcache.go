@@ -9,6 +9,8 @@
 //	fp16        F16 [NB, P, D], rows as bf16 (an fp16 model's cache: FlashMLA's
 //	            dense decode, vLLM TRITON_MLA and vLLM --dtype half store it)
 //	fp8_e4m3    U8 or F8_E4M3 [NB, P, D], written e4m3_sat(x / k_scale), read e4m3 * k_scale
+//	            (or, with Scales, the latent and rope parts by scales of their
+//	            own and the latent part per 128-column tile: scales.go)
 //	fp8_ds_mla  U8 (or F8_E4M3) [NB, P, 656] (DeepSeek-V3.2, L = 512, R = 64):
 //	            [0,512) kv_c as E4M3, [512,528) four F32 tile scales (one per
 //	            128 latent values), [528,656) k_pe as 64 BF16, not quantized
@@ -354,6 +356,13 @@ type Cache struct {
 	// precision q (see deqIndex); for fp8_ds_mla only lut[exact] is used, as
 	// the plain E4M3 decode table.
 	lut [4][256]float64
+	// With Scales (NewScaled, fp8_e4m3 only): scaled is set, lut holds the
+	// latent part's per-tensor scale, ropeLUT the rope part's, plain the
+	// unscaled E4M3 values and tiles the per-tile latent scales, if any.
+	scaled  bool
+	ropeLUT [4][256]float64
+	plain   [256]float64
+	tiles   []float32
 }
 
 // The dequantization precisions a reader may emulate, indexed as lut is.
@@ -445,8 +454,12 @@ func (c *Cache) RowSlot(slot int, dst []float64, deq tensor.DType) {
 	case FP16:
 		widenFP16(dst, c.data[2*d*slot:2*d*(slot+1)])
 	case FP8E4M3:
-		lut := &c.lut[deqIndex(deq)]
 		b := c.data[d*slot : d*(slot+1)]
+		if c.scaled {
+			c.rowScaled(slot, b, dst, deqIndex(deq))
+			return
+		}
+		lut := &c.lut[deqIndex(deq)]
 		for j := range dst {
 			dst[j] = lut[b[j]]
 		}
@@ -478,7 +491,11 @@ func (c *Cache) RowSlot(slot int, dst []float64, deq tensor.DType) {
 // precision q (deqIndex): the exact product, or the fp32 product rounded to
 // q's format.
 func (c *Cache) deqTile(out []float64, lat []byte, s float32, q int) {
-	dec := &c.lut[deqExact]
+	deqTileTable(&c.lut[deqExact], out, lat, s, q)
+}
+
+// deqTileTable is deqTile with dec the plain E4M3 decode table.
+func deqTileTable(dec *[256]float64, out []float64, lat []byte, s float32, q int) {
 	switch q {
 	case deqExact:
 		s64 := float64(s)

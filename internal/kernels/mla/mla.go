@@ -70,6 +70,8 @@ func init() {
 			{Name: "block_table", DTypes: paged.IndexDTypes},
 			{Name: "seq_lens", DTypes: paged.IndexDTypes},
 			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
+			// FlashInfer's FP8 MLA scales (reference/CONTRACTS.md §3.6): see paged.ScaledCache.
+			paged.KScaleRopeSpec, paged.KScaleTilesSpec,
 			{Name: "split_bounds", DTypes: paged.IndexDTypes, Optional: true},
 		},
 		Outputs: []TensorSpec{
@@ -79,7 +81,7 @@ func init() {
 			{Name: "partial_lse", DTypes: lseTypes, Optional: true, Rank: 4},
 		},
 		Params: []ParamSpec{
-			paged.CacheDTypeParam, paged.DSMLAScaleParam, paged.PageSizeParam,
+			paged.CacheDTypeParam, paged.DSMLAScaleParam, paged.PageSizeParam, paged.KScaleDTypeParam,
 			{Name: "softmax_scale", Kind: ParamFloat, Doc: "the scale of q·k (no default: the engines pass qk_head_dim^-0.5·mscale², 0.1352337788608801 for DeepSeek-V3)"},
 			{Name: "causal", Kind: ParamBool, Default: "false", Doc: "a query of s_q > 1 tokens attends causally (query i sees the context up to its own position)"},
 			{Name: "latent_dim", Kind: ParamInt, Doc: "L, for bf16 and fp8_e4m3 caches whose D is not L + 64 (default: D - 64 when D > 64, else D)"},
@@ -219,7 +221,10 @@ type mlaCommon struct {
 	qShape []int
 }
 
-func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes) (*mlaCommon, error) {
+// readMLACommon reads what both decodes share; scaled (mla_decode) reads
+// the fp8_e4m3 cache's k_scale_rope, k_scale_tiles and k_scale_dtype too
+// (paged.ScaledCache).
+func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes, scaled bool) (*mlaCommon, error) {
 	qt := in.Tensors["q"]
 	if err := CheckShape("q", qt, -1, -1, -1, -1); err != nil {
 		return nil, err
@@ -251,11 +256,21 @@ func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes) (*mlaCommon, 
 	if lay.D() != d {
 		return nil, fmt.Errorf("tensor q has D = %d but kv_cache_dtype %s rows hold D = L + R = %d + %d = %d", d, lay.Kind, lay.L, lay.R, lay.D())
 	}
-	ks, err := paged.KScale(in, lay)
-	if err != nil {
-		return nil, err
+	var cache *kvcache.Cache
+	if scaled {
+		var read []bool
+		if in.Tensors["k_scale_tiles"] != nil {
+			if read, err = paged.AttendedEntries(in, "kv_cache"); err != nil {
+				return nil, err
+			}
+		}
+		cache, err = paged.ScaledCache(in, ct, lay, read)
+	} else {
+		var ks float64
+		if ks, err = paged.KScale(in, lay); err == nil {
+			cache, err = kvcache.NewNamed("kv_cache", ct, lay, ks)
+		}
 	}
-	cache, err := kvcache.NewNamed("kv_cache", ct, lay, ks)
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +320,7 @@ func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes) (*mlaCommon, 
 }
 
 func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
-	c, err := readMLACommon(in, prec, outDTypes)
+	c, err := readMLACommon(in, prec, outDTypes, true)
 	if err != nil {
 		return nil, err
 	}
@@ -558,7 +573,7 @@ func splitSpec(in Inputs, seqLens []int) (int, []int, error) {
 }
 
 func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
-	c, err := readMLACommon(in, prec, outDTypes)
+	c, err := readMLACommon(in, prec, outDTypes, false)
 	if err != nil {
 		return nil, err
 	}
