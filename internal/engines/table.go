@@ -133,7 +133,10 @@ func vllmKernels() map[string]Kernel {
 			// -1 (vllm 0.33.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:1217-1220:
 			// "the fp8 kernel masks natively").
 			Defaults: map[string]string{"invalid_index": "minus_one"},
-			Fixes:    []Fix{squeezeHeads("kv_cache"), flashMLAFP8, vllmFP8Alias("kv_cache")},
+			// DeepSeek-V4 passes its compressed cache as FlashMLA's
+			// extra_k_cache, [NB, P, 1, 584] like k_cache
+			// (vllm/models/deepseek_v4/nvidia/flashmla.py:248-263).
+			Fixes:    []Fix{squeezeHeads("kv_cache", "extra_k_cache"), flashMLAFP8, vllmFP8Alias("kv_cache"), flashMLAScaleRead},
 			Identify: []string{"indices", "k_cache"},
 		},
 		// merge_attn_states(output, prefix_output, prefix_lse, suffix_output,
@@ -322,7 +325,7 @@ func init() {
 				Tensors: map[string]string{"k_cache": "kv_cache", "softmax_lse": "lse"},
 				// only -1 is masked (FlashMLA@9241ae3 csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh:632, tests/ref.py:71)
 				Defaults: map[string]string{"invalid_index": "minus_one"},
-				Fixes:    []Fix{squeezeHeads("kv_cache"), flashMLAFP8},
+				Fixes:    []Fix{squeezeHeads("kv_cache", "extra_k_cache"), flashMLAFP8, flashMLAScaleRead},
 				Identify: []string{"k_cache", "indices"},
 			},
 		},

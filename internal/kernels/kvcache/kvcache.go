@@ -130,7 +130,24 @@ func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes OutD
 		Reduction:  1,
 		Coords:     Coords{Axes: []CoordKind{KindBlock, KindPageOffset, KindColumn}, Derived: derived},
 		Before:     TensorValues{T: before},
+		Suspects:   writeSuspects(ov),
 	}}, nil
+}
+
+// writeSuspects is, for a DeepSeek-V4.1 write, the cache a writer of
+// FlashMLA's pre-2026.09.30 block-split V4.1 order leaves
+// (kvcache.Layout.OldV41Offset): the same bytes a token, so no shape check
+// catches it, and a reader of today's interleaved order misreads every
+// token but block offset 0's data. Pages of one token are the same bytes
+// in both orders.
+func writeSuspects(ov *kvcache.Overlay) []Suspect {
+	if ov.Layout.Kind != kvcache.FP8DSMLAV41 || ov.Layout.PageSize < 2 {
+		return nil
+	}
+	c := newCacheAfter(ov, false)
+	c.entryOf, c.runs = ov.Layout.OldV41Entry, false
+	return []Suspect{{Pattern: "v41_written_block_split", Values: c,
+		Detail: "a writer of the block-split V4.1 order FlashMLA used before its 2026.09.30 release (a page's data rows, then its scale rows)"}}
 }
 
 // cacheAfter is kv_cache_write's cache_after as Values: cache_before's
@@ -148,23 +165,32 @@ type cacheAfter struct {
 	// (-1: not written, read from cache_before); entry holds its bytes.
 	slot, k int
 	entry   *tensor.Tensor
+	// entryOf places element i in an entry: the layout's Entry, or another
+	// order for a suspect's cache; runs says whether entries are runs of
+	// e elements in that order (ReadBlock copies whole runs then).
+	entryOf func(i int) (slot, col int)
+	runs    bool
 }
 
 func newCacheAfter(ov *kvcache.Overlay, exact bool) *cacheAfter {
 	e := ov.Layout.EntrySize()
-	return &cacheAfter{ov: ov, exact: exact, e: e, slot: -1, k: -1,
+	return &cacheAfter{ov: ov, exact: exact, e: e, slot: -1, k: -1, entryOf: ov.Layout.Entry, runs: !ov.Layout.Kind.BlockSplit(),
 		entry: &tensor.Tensor{DType: ov.Before.DType, Shape: []int{e}, Data: make([]byte, ov.EntryBytes())}}
 }
 
 // Fork implements Forker.
-func (c *cacheAfter) Fork() Values { return newCacheAfter(c.ov, c.exact) }
+func (c *cacheAfter) Fork() Values {
+	f := newCacheAfter(c.ov, c.exact)
+	f.entryOf, f.runs = c.entryOf, c.runs
+	return f
+}
 
 // Len implements Values.
 func (c *cacheAfter) Len() int { return c.ov.Before.Len() }
 
 // At implements Values.
 func (c *cacheAfter) At(i int) float64 {
-	slot, col := c.ov.Layout.Entry(i)
+	slot, col := c.entryOf(i)
 	if slot != c.slot {
 		c.slot, c.k = slot, c.ov.Find(slot)
 		if c.k >= 0 {
@@ -185,7 +211,7 @@ func (c *cacheAfter) At(i int) float64 {
 // ReadBlock implements kernel.BlockReader: an entry at a time, copied (an
 // element at a time for a block-split cache, whose entries are not runs).
 func (c *cacheAfter) ReadBlock(lo int, dst []float64) {
-	if c.ov.Layout.Kind.BlockSplit() {
+	if !c.runs {
 		for j := range dst {
 			dst[j] = c.At(lo + j)
 		}
@@ -241,7 +267,7 @@ func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes Out
 	if err != nil {
 		return nil, err
 	}
-	if err := paged.RefuseBlockSplit("kv_cache_gather", lay); err != nil {
+	if err := paged.RefuseV4("kv_cache_gather", lay); err != nil {
 		return nil, err
 	}
 	ks, err := paged.KScale(in, lay)
