@@ -109,8 +109,9 @@ func vllmKernels() map[string]Kernel {
 		// context_lens, block_tables, max_model_len) and as ROCm's
 		// rocm_fp8_paged_mqa_logits does (v1/attention/ops/
 		// rocm_aiter_mla_sparse.py:756-764: q_fp8, kv_cache_fp8), its
-		// result logits (sparse_attn_indexer.py:880, :1382), the top-k's
-		// topk_indices (a slice of topk_indices_buffer, :923) and
+		// result logits (model_executor/layers/sparse_attn_indexer.py:880;
+		// rocm_aiter_mla_sparse.py:1382), the top-k's topk_indices (a slice
+		// of topk_indices_buffer, sparse_attn_indexer.py:923) and
 		// topk_tokens (:923), the layer's max_model_len as the scores'
 		// width, and its scale_fmt (the indexer cache writer's: "ue8m0" for
 		// DeepSeek-V3.2, model_executor/models/deepseek_v2.py:723; any other
