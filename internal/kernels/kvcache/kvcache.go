@@ -68,7 +68,9 @@ func init() {
 			// tokens seq_starts[b] .. seq_starts[b]+seq_lens[b]-1.
 			{Name: "seq_starts", DTypes: paged.IndexDTypes, Optional: true},
 		},
-		Outputs: []TensorSpec{{Name: "gathered", DTypes: gatheredDTypes}},
+		// A U8 gathered is a byte copy of the entries (vLLM's
+		// cp_gather_cache over an fp8 cache), judged bit for bit.
+		Outputs: []TensorSpec{{Name: "gathered", DTypes: append(append([]tensor.DType(nil), gatheredDTypes...), tensor.U8)}},
 		Params: []ParamSpec{
 			paged.CacheDTypeParam, paged.DSMLAScaleParam, paged.PageSizeParam,
 		},
@@ -270,6 +272,9 @@ func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes Out
 	if err := paged.RefuseV4("kv_cache_gather", lay); err != nil {
 		return nil, err
 	}
+	if outDTypes["gathered"] == tensor.U8 {
+		return gatherBytes(ct, bt, sl, lay)
+	}
 	ks, err := paged.KScale(in, lay)
 	if err != nil {
 		return nil, err
@@ -373,4 +378,66 @@ func (g *gathered) ReadBlock(lo int, dst []float64) {
 		n := copy(dst, g.buf[in:])
 		lo, dst = lo+n, dst[n:]
 	}
+}
+
+// gatherBytes is kv_cache_gather with a U8 gathered: each request's entries
+// copied as bytes, row CuSeqLens[b]+t holding the entry of request b's token
+// t, its bytes as the cache stores them (vLLM's cp_gather_cache, a
+// cp_gather_cache_page byte copy of any cache: vllm-project/vllm@00eb0c87
+// csrc/libtorch_stable/cache_kernels.cu, vllm 0.33.0 _custom_ops.py
+// cp_gather_cache). Nothing is dequantized, so no k_scale is read and the
+// check is bitwise; the layout only names the coordinates.
+func gatherBytes(ct, bt, sl *tensor.Tensor, lay kvcache.Layout) ([]Output, error) {
+	if ct.DType.Size() == 0 {
+		return nil, fmt.Errorf("tensor cache has dtype %s, which has no byte size", ct.DType)
+	}
+	pages, err := kvcache.NewPages(bt, sl, lay.PageSize, ct.Shape[0])
+	if err != nil {
+		return nil, err
+	}
+	if ct.Shape[1] != lay.PageSize {
+		return nil, fmt.Errorf("tensor cache has %d tokens a block; page_size is %d", ct.Shape[1], lay.PageSize)
+	}
+	es := ct.DType.Size()
+	entry := ct.Shape[2] * es
+	raw := &entryBytes{data: ct.Data, pages: pages, entry: entry, page: lay.PageSize}
+	derived := func(idx []int) []Coord {
+		b, t := pages.Request(idx[0])
+		blk, off := pages.Locate(b, t)
+		part, _ := lay.PartOf(idx[1] / es)
+		return []Coord{{Kind: KindRequest, Value: b}, {Kind: KindToken, Value: t}, {Kind: KindPage, Value: t / lay.PageSize}, {Kind: KindPageOffset, Value: off},
+			{Kind: "block", Value: blk}, {Kind: "part", Value: int(part)}}
+	}
+	return []Output{{
+		Name:      "gathered",
+		Shape:     []int{pages.Total(), entry},
+		DType:     tensor.U8,
+		Exact:     raw,
+		Expected:  raw,
+		Mode:      Bitwise,
+		Reduction: 1,
+		Coords:    Coords{Axes: []CoordKind{KindRow, KindDim}, Derived: derived},
+	}}, nil
+}
+
+// entryBytes is a byte-copy gather's answer as Values: byte j of row r is
+// byte j of the cache entry that row copies. It holds no state, so it is
+// its own fork.
+type entryBytes struct {
+	data        []byte
+	pages       *kvcache.Pages
+	entry, page int
+}
+
+// Fork implements Forker.
+func (e *entryBytes) Fork() Values { return e }
+
+// Len implements Values.
+func (e *entryBytes) Len() int { return e.pages.Total() * e.entry }
+
+// At implements Values.
+func (e *entryBytes) At(i int) float64 {
+	r, j := i/e.entry, i%e.entry
+	blk, off := e.pages.Locate(e.pages.Request(r))
+	return float64(e.data[(blk*e.page+off)*e.entry+j])
 }
