@@ -48,6 +48,11 @@ ifeq ($(NVCC),$(CUDA_TOOLCHAIN_NVCC))
 CUDA_TOOLCHAIN_DEP := $(CUDA_TOOLCHAIN)/.installed
 CUDA_CGO_ENV := CGO_CFLAGS="-O2 -g -I$(abspath $(CUDA_TOOLCHAIN))/nvidia/cuda_runtime/include" \
 	CGO_LDFLAGS="-O2 -g -L$(abspath $(CUDA_TOOLCHAIN))/stubs"
+# The wheel puts the CUDA runtime's link libraries (libcudart_static,
+# libcudadevrt) in nvidia/cu13/lib, where its nvcc.profile does not look
+# (it names targets/x86_64-linux/lib64, a toolkit's layout): a machine with
+# no system toolkit (CI) cannot link the host check without this.
+CUDA_HOST_LDFLAGS := -L$(abspath $(CUDA_TOOLCHAIN))/nvidia/cu13/lib
 endif
 
 CUDA_SRCS := $(wildcard cuda/*.cu)
@@ -135,7 +140,7 @@ kernels-sass: cuda/ptx/nvfp4.sm_120a.cubin cuda/ptx/nvfp4.sm_90a.cubin
 
 build/hostcheck: cuda/hostcheck/hostcheck.cu $(CUDA_HDRS) | $(CUDA_TOOLCHAIN_DEP)
 	@mkdir -p build
-	$(NVCC) -O2 -std=c++17 -arch=sm_80 -o $@ $<
+	$(NVCC) -O2 -std=c++17 -arch=sm_80 $(CUDA_HOST_LDFLAGS) -o $@ $<
 
 # cuda/ptxasreport/testdata/mla.ptx is an excerpt of the PTX nvcc makes of
 # cuda/mla_decode.cu (testdata/excerpt.sh says which part): regenerate it,
