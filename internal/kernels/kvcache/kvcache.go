@@ -207,6 +207,26 @@ func (c *cacheAfter) ReadBlock(lo int, dst []float64) {
 	}
 }
 
+// Settled implements kernel.Settler: a run of entries no token was written
+// to is cache_before's bytes, exactly and as expected alike (a write leaves
+// them as they were: Overlay), so the run is vouched for by those bytes,
+// not copied; a written entry is not (its bytes are computed from its
+// token, and its exact values are the token's own). Runs end at an entry's
+// end, where the next entry may be of the other kind.
+func (c *cacheAfter) Settled(lo, n int) (tensor.DType, []byte, int) {
+	slot := lo / c.e
+	unwritten := c.ov.Find(slot) < 0
+	m := min(n, (slot+1)*c.e-lo)
+	for lo+m < lo+n && (c.ov.Find((lo+m)/c.e) < 0) == unwritten {
+		m = min(n, m+c.e)
+	}
+	if !unwritten {
+		return "", nil, m
+	}
+	sz := c.ov.Before.DType.Size()
+	return c.ov.Before.DType, c.ov.Before.Data[lo*sz : (lo+m)*sz], m
+}
+
 func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
 	in, err := Chunked(in)
 	if err != nil {
@@ -254,6 +274,8 @@ func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes Out
 	// vLLM dequantizes to fp32 (e4m3 * scale) and stores in the output dtype.
 	exact := newGathered(c, pages, tensor.F64, tensor.F64)
 	expected := newGathered(c, pages, tensor.F32, out)
+	exact.settle(ct)
+	expected.settle(ct)
 	dd := lay.D()
 	derived := func(idx []int) []Coord {
 		b, t := pages.Request(idx[0])
@@ -290,6 +312,22 @@ type gathered struct {
 	out tensor.DType
 	row int // the row buf holds (-1: none)
 	buf []float64
+	// cache is the cache tensor when a row's values are its bytes' values
+	// unchanged (settle), else nil.
+	cache *tensor.Tensor
+}
+
+// settle makes g a kernel.Settler over the cache tensor t when every value
+// it holds is the value of the cache's own bytes: for the bf16 and fp16
+// layouts (one value of the cache's dtype a column, Cache.Row widens it
+// exactly at every precision) stored as the cache's dtype, as F32 (exact:
+// a 16-bit float widens to fp32 exactly) or F64 (the exact answer). A bf16
+// cache gathered to F16 or the reverse is rounded (At), and fp8 values are
+// products of a code and a scale: those are never settled.
+func (g *gathered) settle(t *tensor.Tensor) {
+	if k := g.c.Layout.Kind; k.IsFloat() && (g.out == t.DType || g.out == tensor.F32 || g.out == tensor.F64) {
+		g.cache = t
+	}
 }
 
 func newGathered(c *kvcache.Cache, pages *kvcache.Pages, deq, out tensor.DType) *gathered {
@@ -297,7 +335,37 @@ func newGathered(c *kvcache.Cache, pages *kvcache.Pages, deq, out tensor.DType) 
 }
 
 // Fork implements Forker.
-func (g *gathered) Fork() Values { return newGathered(g.c, g.pages, g.deq, g.out) }
+func (g *gathered) Fork() Values {
+	f := newGathered(g.c, g.pages, g.deq, g.out)
+	f.cache = g.cache
+	return f
+}
+
+// Settled implements kernel.Settler where settle found the rows to be
+// their bytes: a run of consecutive rows at consecutive slots (a request's
+// tokens within one block) is one run of the cache's bytes, [NB, P, D]
+// row-major (reference/kvcache's bf16 and fp16 layouts).
+func (g *gathered) Settled(lo, n int) (tensor.DType, []byte, int) {
+	d := len(g.buf)
+	r := lo / d
+	m := min(n, (r+1)*d-lo)
+	if g.cache == nil {
+		return "", nil, m
+	}
+	slot := g.slot(r)
+	for k := 1; m < n && g.slot(r+k) == slot+k; k++ {
+		m = min(n, m+d)
+	}
+	sz := g.cache.DType.Size()
+	at := slot*d + lo - r*d
+	return g.cache.DType, g.cache.Data[at*sz : (at+m)*sz], m
+}
+
+// slot is the cache slot (block*P + offset) row r is read from.
+func (g *gathered) slot(r int) int {
+	blk, off := g.pages.Locate(g.pages.Request(r))
+	return blk*g.c.Layout.PageSize + off
+}
 
 // Len implements Values.
 func (g *gathered) Len() int { return g.pages.Total() * len(g.buf) }
