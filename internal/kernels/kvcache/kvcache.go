@@ -120,8 +120,8 @@ func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes OutD
 		Name:       "cache_after",
 		Shape:      append([]int(nil), before.Shape...),
 		DType:      before.DType,
-		Exact:      newCacheAfter(ov, true),
-		Expected:   newCacheAfter(ov, false),
+		Exact:      newCacheAfter(ov, true).copying(kvc, kpe),
+		Expected:   newCacheAfter(ov, false).copying(kvc, kpe),
 		Mode:       Bitwise,
 		Equivalent: ov.Equivalent,
 		Reduction:  1,
@@ -145,6 +145,21 @@ type cacheAfter struct {
 	// (-1: not written, read from cache_before); entry holds its bytes.
 	slot, k int
 	entry   *tensor.Tensor
+	// kvc and kpe are the tokens when a written entry is a copy of them
+	// (copying), else nil.
+	kvc, kpe *tensor.Tensor
+}
+
+// copying makes c vouch for written entries too (kernel.Settler) where
+// they are the tokens' bytes: a bf16 or fp16 cache written from tokens of
+// its own dtype, which Overlay.floatBits copies bit for bit and whose
+// exact values (Overlay.ExactValue) are the tokens' values, decoded from
+// the same bits.
+func (c *cacheAfter) copying(kvc, kpe *tensor.Tensor) *cacheAfter {
+	if d := c.ov.Before.DType; c.ov.Layout.Kind.IsFloat() && kvc.DType == d && kpe.DType == d {
+		c.kvc, c.kpe = kvc, kpe
+	}
+	return c
 }
 
 func newCacheAfter(ov *kvcache.Overlay, exact bool) *cacheAfter {
@@ -154,7 +169,11 @@ func newCacheAfter(ov *kvcache.Overlay, exact bool) *cacheAfter {
 }
 
 // Fork implements Forker.
-func (c *cacheAfter) Fork() Values { return newCacheAfter(c.ov, c.exact) }
+func (c *cacheAfter) Fork() Values {
+	f := newCacheAfter(c.ov, c.exact)
+	f.kvc, f.kpe = c.kvc, c.kpe
+	return f
+}
 
 // Len implements Values.
 func (c *cacheAfter) Len() int { return c.ov.Before.Len() }
@@ -210,21 +229,37 @@ func (c *cacheAfter) ReadBlock(lo int, dst []float64) {
 // Settled implements kernel.Settler: a run of entries no token was written
 // to is cache_before's bytes, exactly and as expected alike (a write leaves
 // them as they were: Overlay), so the run is vouched for by those bytes,
-// not copied; a written entry is not (its bytes are computed from its
-// token, and its exact values are the token's own). Runs end at an entry's
-// end, where the next entry may be of the other kind.
+// not copied. A written entry is vouched for only where it is a copy of
+// its token (copying): its kv_c part by the token's kv_c row, its k_pe
+// part by its k_pe row; otherwise its bytes are computed (fp8 codes, or a
+// rounding to the cache's dtype) and it is not. Runs of unwritten entries
+// end at the next written one.
 func (c *cacheAfter) Settled(lo, n int) (tensor.DType, []byte, int) {
+	d := c.ov.Before.DType
+	sz := d.Size()
 	slot := lo / c.e
-	unwritten := c.ov.Find(slot) < 0
 	m := min(n, (slot+1)*c.e-lo)
-	for lo+m < lo+n && (c.ov.Find((lo+m)/c.e) < 0) == unwritten {
-		m = min(n, m+c.e)
+	if c.ov.Find(slot) < 0 {
+		for m < n && c.ov.Find((lo+m)/c.e) < 0 {
+			m = min(n, m+c.e)
+		}
+		return d, c.ov.Before.Data[lo*sz : (lo+m)*sz], m
 	}
-	if !unwritten {
+	if c.kvc == nil {
+		for m < n && c.ov.Find((lo+m)/c.e) >= 0 {
+			m = min(n, m+c.e)
+		}
 		return "", nil, m
 	}
-	sz := c.ov.Before.DType.Size()
-	return c.ov.Before.DType, c.ov.Before.Data[lo*sz : (lo+m)*sz], m
+	t, col, l := c.ov.TokenAt(slot), lo-slot*c.e, c.ov.Layout.L
+	if col < l {
+		m = min(n, l-col)
+		at := t*l + col
+		return d, c.kvc.Data[at*sz : (at+m)*sz], m
+	}
+	r := c.ov.Layout.R
+	at := t*r + col - l
+	return d, c.kpe.Data[at*sz : (at+m)*sz], m
 }
 
 func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {

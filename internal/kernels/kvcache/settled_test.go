@@ -17,8 +17,10 @@ import (
 // bit where finite, the same special value where not), over caches that
 // hold every 16-bit code (subnormals, -0, infinities, NaNs with payloads)
 // or every byte; runs are 1 to n values long; and they vouch exactly where
-// the references are the cache's bytes: every entry of cache_after no
-// token was written to, every row of a bf16 or fp16 gather (exact, and
+// the references are bytes of the capture: every entry of cache_after no
+// token was written to and, in a bf16 or fp16 cache, every entry written
+// from tokens of its dtype (not from f32 ones), every row of a bf16 or
+// fp16 gather (exact, and
 // expected when stored as the cache's dtype or F32), and nothing else.
 func TestSettledVouchesForItsValues(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 70))
@@ -65,7 +67,21 @@ func TestSettledVouchesForItsValues(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		vouched(t, kind+" cache_after", outs[0], (nb*p-written)*e, (nb*p-written)*e)
+		// Unwritten entries, and written ones where they are copies of
+		// tokens of the cache's dtype; an f32 token is rounded.
+		want := (nb*p - written) * e
+		if kind == "bf16" || kind == "fp16" {
+			want = nb * p * e
+		}
+		vouched(t, kind+" cache_after", outs[0], want, want)
+		if kind == "bf16" || kind == "fp16" {
+			in.Tensors["kv_c"] = tensor.FromFloat64s(tensor.F32, []int{len(slots), l}, kv)
+			f32, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			vouched(t, kind+" cache_after from f32 tokens", f32[0], (nb*p-written)*e, (nb*p-written)*e)
+		}
 
 		g, _ := Lookup("kv_cache_gather")
 		table := []int64{3, 0, 6, 1, 7, 2}
