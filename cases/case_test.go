@@ -57,6 +57,13 @@ func TestPresetScales(t *testing.T) {
 	if got := Presets["glm-5"].SoftmaxScale; got != 0.0625 {
 		t.Errorf("glm-5 softmax scale %g, want 1/16", got)
 	}
+	// DeepSeek-V4: head_dim^-0.5 (vllm 0.33.0
+	// vllm/models/deepseek_v4/attention.py:244), which CPython computes as
+	// 512**-0.5 = 0.04419417382415922 (python3 -c 'print(512**-0.5)'), L + R
+	// = head_dim 512
+	if p := Presets["deepseek-v4"]; p.SoftmaxScale != 0.04419417382415922 || p.Latent+p.Rope != 512 || p.Heads != 64 || p.TopK != 512 {
+		t.Errorf("deepseek-v4 preset %+v: want scale 512**-0.5 = 0.04419417382415922, L + R = 512, 64 heads, top-k 512", p)
+	}
 	for name, want := range map[string]int{"deepseek-v3": 16, "kimi-k2": 8} {
 		h, err := Presets[name].HeadsFor(8)
 		if err != nil || h != want {

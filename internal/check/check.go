@@ -262,14 +262,29 @@ func runSingle(c evidence.Capture, kname string, meta map[string]string, opts Op
 		return errorResult(c.Name, kname, fmt.Errorf("the file holds none of %s's outputs (%s): nothing to check", kname, specNames(k.Spec().Outputs)))
 	}
 	notes = append(notes, inputAnomalies(k, kernel.Inputs{Tensors: in, Params: p})...)
-	checks, _, err := compareOutputs(k, kernel.Inputs{Tensors: in, Params: p}, prec, outs, opts)
+	checks, refs, err := compareOutputs(k, kernel.Inputs{Tensors: in, Params: p}, prec, outs, opts)
 	if err != nil {
 		return errorResult(c.Name, kname, err)
 	}
+	notes = append(notes, outputNotes("", refs, outs)...)
 	return Result{
 		File: c.Name, Kernel: kname, Verdict: compare.FileVerdict(checks), Checks: checks,
 		Notes: notes, Precision: precisionInfo(prec), Policy: opts.policy().Name(),
 	}
+}
+
+// outputNotes are the notes of the references of the outputs a capture
+// stores (kernel.Output.Notes), each led by prefix.
+func outputNotes(prefix string, refs []kernel.Output, outs map[string]*tensor.Tensor) []string {
+	var notes []string
+	for _, r := range refs {
+		if _, ok := outs[r.Name]; ok {
+			for _, n := range r.Notes {
+				notes = append(notes, prefix+n)
+			}
+		}
+	}
+	return notes
 }
 
 // maxNotes bounds a result's notes, whatever makes them (a pipeline of

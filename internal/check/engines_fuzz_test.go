@@ -14,9 +14,12 @@ var engineNames = []string{"block_scale_a", "block_scale_b", "block_tables", "ca
 	"dst", "input", "input_global_scale", "k_cache", "kpe_cache", "kv_c_and_k_pe_cache", "kv_cache_after", "kv_cache_before",
 	"kv_cache_in", "kv_cache_out", "kv_indices", "kv_indptr", "kv_len_arr", "output", "output_lse", "output_scale",
 	"prefix_lse", "prefix_output", "q_nope", "q_pe", "qo_indptr", "s", "s_merged", "scale", "seq_starts", "sf", "softmax_lse",
-	"src_cache", "suffix_lse", "suffix_output", "tensor_fp4", "tensor_sf", "v", "v_merged", "x_q", "a", "b", "alpha"}
+	"src_cache", "suffix_lse", "suffix_output", "tensor_fp4", "tensor_sf", "v", "v_merged", "x_q", "a", "b", "alpha",
+	// the Blackwell MLA calls and vLLM's copy gathers
+	"query", "page_table", "kv_len", "workspace_starts", "attn_logits", "bmm1_scale", "ckv_scale_arr", "host_row_ids"}
 
-var engineParams = []string{"sm_scale", "is_fp8_kvcache", "kv_cache_dtype", "scale", "alpha"}
+var engineParams = []string{"sm_scale", "is_fp8_kvcache", "kv_cache_dtype", "scale", "alpha",
+	"bmm1_scale", "bmm2_scale", "kv_lora_rank", "backend", "return_lse_base", "batch_size", "num_kv_splits"}
 
 // FuzzEngines is FuzzKernel through an engine's conventions (`kcheck check
 // --from vllm|sglang|flashinfer|flashmla`): the adapters rename tensors and

@@ -246,6 +246,7 @@ func runPipeline(c evidence.Capture, meta map[string]string, opts Options) Resul
 		local, err := stageInputs(st, c.Tensors, c.Tensors)
 		if err == nil {
 			sr.Local, chainRefs, err = compareOutputs(st.k, kernel.Inputs{Tensors: local, Params: st.params}, st.prec, outs, opts.forStage(st.prefix, "local"))
+			res.Notes = append(res.Notes, outputNotes("stage "+st.prefix+": ", chainRefs, outs)...)
 		}
 		if err == nil && len(st.links) > 0 {
 			var prop map[string]*tensor.Tensor

@@ -40,8 +40,9 @@
 //   - FlashMLA's fp8_ds_mla readers do not multiply by the stored F32 tile
 //     scale: SM90 rounds it to bf16 (csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh:550),
 //     SM100 to E8M0 toward zero (csrc/sm100/decode/head64/kernel.cuh:708-709),
-//     so kcheck's reader model bf16(fp32(e4m3)·s) is exact only for pow2
-//     scales (F15; reference/CONTRACTS.md §8.2).
+//     so a capture of either declares mla_decode_sparse's ds_mla_scale_read
+//     (bf16, e8m0_rz; the default f32 is exact only for pow2 scales) (F15;
+//     reference/CONTRACTS.md §3.7, §8.2).
 //   - vLLM's fp8_ds_mla writer moved from amax to pow2 tile scales (vLLM PR
 //     #49435): --from vllm reads the convention from the written scales
 //     (dsMLAScaleFromData) instead of assuming one (V5).
@@ -122,6 +123,11 @@ type View struct {
 	Kernel  string
 	Meta    map[string]string
 	Tensors map[string]*tensor.Tensor
+	// filled holds the parameters step 3 filled in from the engine's
+	// defaults, so that a fix can tell a capture's own key (which always
+	// wins) from a default it may still have to decide (a base the call's
+	// arguments determine).
+	filled map[string]bool
 }
 
 // T returns the tensor name of this view, or nil.
@@ -154,6 +160,14 @@ func (v *View) Bool(name string) (val, set bool, err error) {
 		return false, true, nil
 	}
 	return false, true, fmt.Errorf("parameter %s = %q: want true or false", name, s)
+}
+
+// Declared says whether the capture itself set a parameter (under its
+// contract name or after step 1's renaming), as opposed to an engine
+// default filled in by step 3.
+func (v *View) Declared(name string) bool {
+	_, ok := v.Param(name)
+	return ok && !v.filled[name]
 }
 
 // SetParam sets a parameter of this view.
@@ -304,6 +318,10 @@ func (e *Engine) adaptView(v *View) ([]string, error) {
 		for _, key := range sortedKeys(d) {
 			if _, ok := v.Param(key); !ok {
 				v.SetParam(key, d[key])
+				if v.filled == nil {
+					v.filled = map[string]bool{}
+				}
+				v.filled[key] = true
 				filled = append(filled, key+" = "+d[key])
 			}
 		}

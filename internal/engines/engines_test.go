@@ -563,6 +563,24 @@ func TestAdaptTable(t *testing.T) {
 			wantMeta: map[string]string{"scale_layout": "swizzled_128x4"},
 		},
 		{
+			name: "flashmla sparse on an sm90 GPU reads the tile scales as bf16", engine: "flashmla",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "is_fp8_kvcache": "true", "kcheck.capture.device_capability": "9.0"},
+			tensors:  map[string]*tensor.Tensor{"k_cache": tensor.New(tensor.U8, 3, 64, 1, 656), "indices": tensor.New(tensor.I32, 1, 1, 8)},
+			wantMeta: map[string]string{"ds_mla_scale_read": "bf16"},
+		},
+		{
+			name: "vllm FLASHMLA_SPARSE on an sm100 GPU reads them as E8M0 toward zero", engine: "vllm",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "kv_cache_dtype": "fp8_ds_mla", "kcheck.capture.device_capability": "10.0"},
+			tensors:  map[string]*tensor.Tensor{"kv_c_and_k_pe_cache": tensor.New(tensor.U8, 3, 64, 656), "indices": tensor.New(tensor.I32, 1, 1, 8)},
+			wantMeta: map[string]string{"ds_mla_scale_read": "e8m0_rz"},
+		},
+		{
+			name: "a declared scale reading wins over the device", engine: "flashmla",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "is_fp8_kvcache": "true", "kcheck.capture.device_capability": "10.0", "ds_mla_scale_read": "f32"},
+			tensors:  map[string]*tensor.Tensor{"k_cache": tensor.New(tensor.U8, 3, 64, 1, 656), "indices": tensor.New(tensor.I32, 1, 1, 8)},
+			wantMeta: map[string]string{"ds_mla_scale_read": "f32"},
+		},
+		{
 			name: "vllm nvfp4_ds_mla refused with what it is", engine: "vllm",
 			meta:    map[string]string{"kcheck.kernel": "mla_decode_sparse", "kv_cache_dtype": "nvfp4_ds_mla"},
 			wantErr: `352-byte NVFP4 DeepSeek MLA entry`,
@@ -607,6 +625,39 @@ func TestAdaptTable(t *testing.T) {
 			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "kv_cache_dtype": "fp8"},
 			tensors:  map[string]*tensor.Tensor{"kv_c_and_k_pe_cache": tensor.New(tensor.U8, 3, 64, 656), "indices": tensor.New(tensor.I32, 1, 1, 8)},
 			wantMeta: map[string]string{"kv_cache_dtype": "fp8_ds_mla", "invalid_index": "minus_one"},
+		},
+		{
+			// FlashMLA picks the layout by d_qk (sparse_decode.h:284-292)
+			name: "flashmla fp8 flag, 584-byte entries: DeepSeek-V4", engine: "flashmla",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "is_fp8_kvcache": "True"},
+			tensors:  map[string]*tensor.Tensor{"k_cache": tensor.New(tensor.U8, 3, 64, 1, 584), "indices": tensor.New(tensor.I32, 1, 1, 8)},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp8_ds_mla_model1", "invalid_index": "minus_one"},
+			wantT:    map[string][]int{"kv_cache": {3, 64, 584}},
+		},
+		{
+			// vLLM spells the V4 cache fp8_ds_mla (deepseek_v4/attention.py:94-123)
+			name: "vllm fp8_ds_mla over 584-byte entries is fp8_ds_mla_model1", engine: "vllm",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "kv_cache_dtype": "fp8_ds_mla"},
+			tensors:  map[string]*tensor.Tensor{"kv_c_and_k_pe_cache": tensor.New(tensor.U8, 3, 64, 584), "indices": tensor.New(tensor.I32, 1, 1, 8)},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp8_ds_mla_model1"},
+		},
+		{
+			name: "vllm fp8 over 584-byte entries is fp8_ds_mla_model1", engine: "vllm",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "kv_cache_dtype": "fp8"},
+			tensors:  map[string]*tensor.Tensor{"kv_c_and_k_pe_cache": tensor.New(tensor.U8, 3, 64, 584), "indices": tensor.New(tensor.I32, 1, 1, 8)},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp8_ds_mla_model1"},
+		},
+		{
+			name: "vllm fp8_ds_mla over 656-byte entries stays fp8_ds_mla", engine: "vllm",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "kv_cache_dtype": "fp8_ds_mla"},
+			tensors:  map[string]*tensor.Tensor{"kv_c_and_k_pe_cache": tensor.New(tensor.U8, 3, 64, 656), "indices": tensor.New(tensor.I32, 1, 1, 8)},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp8_ds_mla"},
+		},
+		{
+			name: "vllm V4 write declares its amax floor", engine: "vllm",
+			meta:     map[string]string{"kcheck.kernel": "kv_cache_write", "kv_cache_dtype": "fp8_ds_mla"},
+			tensors:  map[string]*tensor.Tensor{"kv_cache": tensor.New(tensor.U8, 2, 4, 584), "slot_mapping": tensor.New(tensor.I64, 1), "kv_c": bf(1, 448), "k_pe": bf(1, 64)},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp8_ds_mla_model1", "ds_mla_scale": "pow2_amax_floor"},
 		},
 		{
 			name: "vllm fp8 over 576-byte entries is fp8_e4m3", engine: "vllm",

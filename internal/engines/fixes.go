@@ -106,13 +106,31 @@ var flashMLAFP8 = Fix{Doc: "is_fp8_kvcache -> kv_cache_dtype", Apply: func(v *Vi
 		v.SetParam("kv_cache_dtype", kind)
 		return []string{fmt.Sprintf("is_fp8_kvcache = false: kv_cache_dtype = %s (the cache tensor's dtype)", kind)}, nil
 	}
-	if c.Shape[2] != kvcache.DSEntryBytes {
-		return nil, fmt.Errorf("parameter is_fp8_kvcache = true with %d-byte kv_cache entries: FlashMLA's only FP8 cache is the %d-byte fp8_ds_mla entry of its sparse decode; its dense decode has no FP8 mode (FlashMLA@9241ae3 csrc/api/dense_decode.h:35), and vLLM's fork's flash_mla_with_kvcache_fp8 (fp8 q, descale_q, descale_k) has no kcheck mapping: set kv_cache_dtype in the metadata if this cache is another layout",
-			c.Shape[2], kvcache.DSEntryBytes)
+	kind, ok := dsMLAKindOf(c.Shape[2])
+	if !ok {
+		return nil, fmt.Errorf("parameter is_fp8_kvcache = true with %d-byte kv_cache entries: FlashMLA's FP8 caches are the %d-byte fp8_ds_mla (V3.2) and %d-byte fp8_ds_mla_model1 (V4) entries of its sparse decode; its dense decode has no FP8 mode (FlashMLA@9241ae3 csrc/api/dense_decode.h:35), and vLLM's fork's flash_mla_with_kvcache_fp8 (fp8 q, descale_q, descale_k) has no kcheck mapping: set kv_cache_dtype in the metadata if this cache is another layout",
+			c.Shape[2], kvcache.DSEntryBytes, kvcache.M1EntryBytes)
 	}
-	v.SetParam("kv_cache_dtype", "fp8_ds_mla")
-	return []string{fmt.Sprintf("is_fp8_kvcache = true with %d-byte entries: kv_cache_dtype = fp8_ds_mla", c.Shape[2])}, nil
+	v.SetParam("kv_cache_dtype", kind)
+	return []string{fmt.Sprintf("is_fp8_kvcache = true with %d-byte entries: kv_cache_dtype = %s", c.Shape[2], kind)}, nil
 }}
+
+// dsMLAKindOf names a DeepSeek sparse FP8 cache by its entry width, as
+// FlashMLA does: it takes no layout argument and picks the layout from
+// d_qk, 576 -> 656-byte V3.2 entries, 512 -> 584-byte MODEL1 entries
+// (FlashMLA@9241ae3 csrc/api/sparse_decode.h:284-292, :316-323), and vLLM
+// passes the cache through unlabelled ("FlashMLA infers which of these the
+// cache holds from its bytes-per-token", vllm 0.33.0
+// vllm/v1/attention/backends/mla/flashmla_sparse.py:123-125).
+func dsMLAKindOf(width int) (string, bool) {
+	switch width {
+	case kvcache.DSEntryBytes:
+		return string(kvcache.FP8DSMLA), true
+	case kvcache.M1EntryBytes:
+		return string(kvcache.FP8DSMLAModel1), true
+	}
+	return "", false
+}
 
 // cacheDTypeOf names the kv_cache_dtype of an unquantized cache from its
 // tensor's dtype: what an engine's "the model dtype" means for a capture.
@@ -126,22 +144,35 @@ func cacheDTypeOf(c *tensor.Tensor) (string, error) {
 	return "", fmt.Errorf("the cache tensor has dtype %s, not an unquantized cache's BF16 or F16", c.DType)
 }
 
-// vllmFP8Alias reads vLLM's kv_cache_dtype "fp8" by the cache's entry
-// width: FLASHMLA_SPARSE lists "fp8" as an alias for fp8_ds_mla
-// (vllm 0.33.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:150-154,
+// vllmFP8Alias reads vLLM's kv_cache_dtype "fp8" and "fp8_ds_mla" by the
+// cache's entry width: FLASHMLA_SPARSE lists "fp8" as an alias for
+// fp8_ds_mla (vllm 0.33.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:150-154,
 // `"fp8",  # alias for fp8_ds_mla`), so a 656-byte entry is fp8_ds_mla;
-// elsewhere "fp8" is per-tensor fp8_e4m3 (audit V2).
+// elsewhere "fp8" is per-tensor fp8_e4m3 (audit V2). vLLM spells
+// DeepSeek-V4's cache fp8_ds_mla too (vllm/models/deepseek_v4/attention.py:94-123,
+// "the canonical fp8_ds_mla string is written back onto cache_config"), and
+// its entry is 584 bytes (flashmla_sparse.py:89-97): kcheck's
+// fp8_ds_mla_model1.
 func vllmFP8Alias(cache string) Fix {
-	return Fix{Doc: `kv_cache_dtype "fp8" -> fp8_ds_mla (656-byte entries) or fp8_e4m3`, Apply: func(v *View) ([]string, error) {
-		if val, ok := v.Param("kv_cache_dtype"); !ok || val != "fp8" {
+	return Fix{Doc: `kv_cache_dtype "fp8" -> fp8_ds_mla (656-byte entries), fp8_ds_mla_model1 (584) or fp8_e4m3; "fp8_ds_mla" with 584-byte entries -> fp8_ds_mla_model1`, Apply: func(v *View) ([]string, error) {
+		val, ok := v.Param("kv_cache_dtype")
+		if !ok || val != "fp8" && val != "fp8_ds_mla" {
 			return nil, nil
 		}
-		kind := "fp8_e4m3"
-		if c := v.T(cache); c != nil && len(c.Shape) == 3 && c.Shape[2] == kvcache.DSEntryBytes {
-			kind = "fp8_ds_mla"
+		c := v.T(cache)
+		width := -1
+		if c != nil && len(c.Shape) == 3 {
+			width = c.Shape[2]
+		}
+		kind, ds := dsMLAKindOf(width)
+		switch {
+		case val == "fp8" && !ds:
+			kind = "fp8_e4m3"
+		case val == "fp8_ds_mla" && kind != string(kvcache.FP8DSMLAModel1):
+			return nil, nil // the 656-byte layout, or a misshapen cache the checker names
 		}
 		v.SetParam("kv_cache_dtype", kind)
-		return []string{fmt.Sprintf(`kv_cache_dtype = "fp8" read as %q (the %s entry width; FLASHMLA_SPARSE's "fp8" is fp8_ds_mla)`, kind, cache)}, nil
+		return []string{fmt.Sprintf(`kv_cache_dtype = %q read as %q (the %s entry width %d; vLLM spells both DeepSeek sparse caches fp8_ds_mla, and FLASHMLA_SPARSE's "fp8" is fp8_ds_mla)`, val, kind, cache, width)}, nil
 	}}
 }
 
@@ -157,12 +188,23 @@ func vllmFP8Alias(cache string) Fix {
 // a tile's amax is 448 times one. The convention is read from the written
 // slots' scales, and said in a note; a file that sets ds_mla_scale keeps it
 // (so a declared convention the kernel did not follow still fails).
-var dsMLAScaleFromData = Fix{Doc: "ds_mla_scale read from the written tile scales (amax or pow2)", Apply: func(v *View) ([]string, error) {
-	if kind, _ := v.Param("kv_cache_dtype"); kind != "fp8_ds_mla" {
+//
+// A DeepSeek-V4 write (fp8_ds_mla_model1) stores E8M0 scales, powers of two
+// either way; vLLM's V4 writer floors the amax, not the quotient, at 1e-4
+// (vllm 0.33.0 vllm/models/deepseek_v4/common/ops/cache_utils.py:122-133),
+// which the bytes show only for tiles of amax below 0.0448, so vLLM's
+// convention is declared rather than read: pow2_amax_floor.
+var dsMLAScaleFromData = Fix{Doc: "ds_mla_scale read from the written tile scales (amax or pow2); pow2_amax_floor for a DeepSeek-V4 cache", Apply: func(v *View) ([]string, error) {
+	kind, _ := v.Param("kv_cache_dtype")
+	if kind != "fp8_ds_mla" && kind != "fp8_ds_mla_model1" {
 		return nil, nil
 	}
 	if _, set := v.Param("ds_mla_scale"); set {
 		return nil, nil
+	}
+	if kind == "fp8_ds_mla_model1" {
+		v.SetParam("ds_mla_scale", string(kvcache.ScalePow2AmaxFloor))
+		return []string{"ds_mla_scale = pow2_amax_floor: vLLM's DeepSeek-V4 writer, 2^ceil(log2(max(amax, 1e-4)/448))"}, nil
 	}
 	after, slots := v.T("cache_after"), v.T("slot_mapping")
 	if after == nil || slots == nil || len(after.Shape) != 3 || after.Shape[2] != kvcache.DSEntryBytes || len(after.Data) != after.Len() {
@@ -988,3 +1030,98 @@ func shapeOf(t *tensor.Tensor) string {
 	}
 	return fmt.Sprint(t.Shape)
 }
+
+// tritonMLAPrecision declares the precision of vLLM's TRITON_MLA for a
+// capture of its decode_attention_fwd, recognised by its split-K scratch
+// attn_logits (vllm 0.33.0 vllm/v1/attention/ops/triton_decode_attention.py,
+// _fwd_grouped_kernel_stage1), unless the capture declares it:
+//   - an fp8 cache entry is `(k.to(tl.float32) * ks).to(q.dtype)` (lines
+//     391-392, the rope part likewise at 402-403): kv_dequant_dtype is q's
+//     dtype. With is_mla, V is that same block, `v = tl.trans(k)` (line
+//     431; v_buffer and v_scale are never read, and vLLM passes v_scale =
+//     layer._k_scale anyway, triton_mla.py:340-341), so P is rounded to
+//     q's dtype for an fp8 cache and to the cache's own for a 16-bit one,
+//     `tl.dot(p.to(v.dtype), v)` (line 437): p_dtype (audit V15: not V
+//     and P in fp32, which the audit read in an older commit);
+//   - the running max advances once per BLOCK = 32 tokens (line 505):
+//     softmax_block = 32.
+//
+// A cache stored F8_E4M3 with no kv_cache_dtype is the kernel's fp8 path
+// (the `k.dtype.is_fp8()` branch, with k_scale): fp8_e4m3. An F8_E5M2 one
+// has no kcheck contract and is refused.
+var tritonMLAPrecision = Fix{Doc: "TRITON_MLA's declared precision: K (and V, its transpose) dequantized to q's dtype, P in V's dtype, a running max per 32 tokens", Apply: func(v *View) ([]string, error) {
+	if v.T("attn_logits") == nil {
+		return nil, nil
+	}
+	q, c := v.T("q"), v.T("kv_cache")
+	if q == nil || c == nil {
+		return nil, nil // the checker names the missing tensor
+	}
+	var notes []string
+	if !v.Declared("kv_cache_dtype") {
+		switch c.DType {
+		case tensor.F8E4M3:
+			v.SetParam("kv_cache_dtype", "fp8_e4m3")
+			notes = append(notes, "kv_cache_dtype = fp8_e4m3 (an F8_E4M3 k_buffer: decode_attention_fwd's is_fp8 path, scaled by k_scale)")
+		case tensor.F8E5M2:
+			return nil, fmt.Errorf("tensor %skv_cache is F8_E5M2: an e5m2 cache has no kcheck contract", v.Prefix)
+		}
+	}
+	if v.T("v_scale") != nil {
+		v.Del("v_scale")
+		notes = append(notes, "v_scale not read: with is_mla V is K's transpose, dequantized with k_scale (triton_decode_attention.py line 431)")
+	}
+	name := map[tensor.DType]string{tensor.BF16: "bf16", tensor.F16: "f16", tensor.F32: "f32"}
+	qd, ok := name[q.DType]
+	if !ok {
+		return notes, nil // the checker refuses q's dtype
+	}
+	kind, _ := v.Param("kv_cache_dtype")
+	pd := qd
+	if cd, ok := name[c.DType]; ok && kind != "fp8_e4m3" {
+		pd = cd
+	}
+	var set []string
+	for _, d := range []struct{ key, val string }{{"kv_dequant_dtype", qd}, {"p_dtype", pd}, {"softmax_block", "32"}} {
+		if !v.Declared(d.key) {
+			v.SetParam(d.key, d.val)
+			set = append(set, d.key+" = "+d.val)
+		}
+	}
+	if len(set) > 0 {
+		notes = append(notes, "TRITON_MLA's precision (triton_decode_attention.py lines 391-437, 505): "+strings.Join(set, ", "))
+	}
+	return notes, nil
+}}
+
+// flashMLAScaleRead declares how FlashMLA's sparse decode read an
+// fp8_ds_mla cache's F32 tile scales (ds_mla_scale_read), from the GPU the
+// capture records (kcheck.capture.device_capability, which the capture hook
+// writes), when the file does not declare it. FlashMLA@9241ae3 picks its
+// sparse decode by architecture (csrc/api/sparse_decode.h:363-380): on sm90
+// (Decode_Sm90_Impl) each scale is rounded to bf16 before a bf16 multiply
+// (csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh:550, components/dequant.h:
+// 22-27); on sm100 (the head64 kernel, run twice for 128 heads at d_qk 576:
+// sparse_decode.h:126-148) it is converted to E8M0 rounding toward zero
+// (csrc/sm100/decode/head64/kernel.cuh:708-709). Any other architecture has
+// no FlashMLA sparse decode, and a capture without the capability keeps
+// the stored-F32 reading, each said in a note (audit F15).
+var flashMLAScaleRead = Fix{Doc: "ds_mla_scale_read from the capture's device capability (sm90 bf16, sm100 e8m0_rz)", Apply: func(v *View) ([]string, error) {
+	if kind, _ := v.Param("kv_cache_dtype"); kind != string(kvcache.FP8DSMLA) {
+		return nil, nil
+	}
+	if _, set := v.Param("ds_mla_scale_read"); set {
+		return nil, nil
+	}
+	cc, ok := v.Meta["kcheck.capture.device_capability"]
+	if !ok {
+		return []string{"ds_mla_scale_read not declared and the capture records no device capability: the tile scales are read as the stored F32, which FlashMLA does on no GPU (sm90 rounds them to bf16, sm100 to E8M0 toward zero): declare ds_mla_scale_read = bf16 or e8m0_rz"}, nil
+	}
+	major, _, _ := strings.Cut(strings.TrimSpace(cc), ".")
+	read := map[string]string{"9": string(kvcache.ScaleReadBF16), "10": string(kvcache.ScaleReadE8M0RZ)}[major]
+	if read == "" {
+		return []string{fmt.Sprintf("ds_mla_scale_read not declared; device capability %s has no FlashMLA sparse decode (sm90 and sm100 only: sparse_decode.h:363-380), so the tile scales are read as the stored F32", cc)}, nil
+	}
+	v.SetParam("ds_mla_scale_read", read)
+	return []string{fmt.Sprintf("ds_mla_scale_read = %s: FlashMLA's sparse decode on device capability %s reads the tile scales so", read, cc)}, nil
+}}

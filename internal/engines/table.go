@@ -95,8 +95,10 @@ func vllmKernels() map[string]Kernel {
 		},
 		// gather_and_maybe_dequant_cache(src_cache, dst, block_table, cu_seq_lens, batch_size, kv_cache_dtype, scale, seq_starts)
 		"kv_cache_gather": {
-			Tensors:  map[string]string{"src_cache": "cache", "dst": "gathered", "scale": "k_scale"},
-			Fixes:    []Fix{squeezeHeads("cache"), cumulativeSeqLens, vllmFP8Alias("cache")},
+			Tensors: map[string]string{"src_cache": "cache", "dst": "gathered", "scale": "k_scale"},
+			// and cp_gather_and_upconvert_fp8_kv_cache, cp_gather_cache
+			// (vllmCopyGathers, gather.go)
+			Fixes:    []Fix{squeezeHeads("cache"), vllmCopyGathers, cumulativeSeqLens, vllmFP8Alias("cache")},
 			Identify: []string{"src_cache", "dst"},
 		},
 		"mla_decode": mla,
@@ -107,7 +109,7 @@ func vllmKernels() map[string]Kernel {
 			// -1 (vllm 0.33.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:1217-1220:
 			// "the fp8 kernel masks natively").
 			Defaults: map[string]string{"invalid_index": "minus_one"},
-			Fixes:    []Fix{squeezeHeads("kv_cache"), flashMLAFP8, vllmFP8Alias("kv_cache")},
+			Fixes:    []Fix{squeezeHeads("kv_cache"), flashMLAFP8, vllmFP8Alias("kv_cache"), flashMLAScaleRead},
 			Identify: []string{"indices", "k_cache"},
 		},
 		// merge_attn_states(output, prefix_output, prefix_lse, suffix_output,
@@ -145,7 +147,7 @@ func vllmKernels() map[string]Kernel {
 // triton_decode_attention.py line 772).
 func withTritonMLA(k Kernel) Kernel {
 	out := Kernel{Tensors: map[string]string{}, Params: map[string]string{}, Defaults: k.Defaults,
-		Fixes: append(append([]Fix(nil), k.Fixes...), tritonAttnLogits), Identify: k.Identify}
+		Fixes: append(append([]Fix(nil), k.Fixes...), tritonMLAPrecision, tritonAttnLogits), Identify: k.Identify}
 	for a, b := range k.Tensors {
 		out.Tensors[a] = b
 	}
@@ -185,7 +187,7 @@ func withSGLangTritonDecode(k Kernel) Kernel {
 
 func init() {
 	vllm := vllmKernels()
-	vllm["mla_decode"] = withTritonMLA(vllm["mla_decode"])
+	vllm["mla_decode"] = withCutlassMLA(withTritonMLA(vllm["mla_decode"]))
 	register(&Engine{
 		Name:    "vllm",
 		Summary: "vLLM custom ops: natural-log lse, -inf for empty rows, ds_mla scales read from the data (amax before PR #49435, pow2 after), swizzled NVFP4 scales, quant-direction global scales",
@@ -248,10 +250,19 @@ func init() {
 			// BatchMLAPagedAttentionWrapper: plan(qo_indptr, kv_indptr,
 			// kv_indices, kv_len_arr, ..., sm_scale, ...), run(q_nope, q_pe,
 			// ckv_cache, kpe_cache) -> (out, lse).
+			// trtllm_batch_decode_with_kv_cache_mla(query, kv_cache,
+			// workspace_buffer, qk_nope_head_dim, kv_lora_rank,
+			// qk_rope_head_dim, block_tables, seq_lens, max_seq_len, ...,
+			// bmm1_scale, bmm2_scale, ..., return_lse, ...) -> out or (out,
+			// lse) (flashinfer-python 0.7.2.post1 flashinfer/mla/_core.py
+			// :4859-4893): vLLM's FLASHINFER_MLA and SGLang's trtllm_mla
+			// (trtllmMLA, blackwell.go).
 			"mla_decode": {
-				Tensors:  map[string]string{"output": "out"},
+				// and run(..., kv_len, page_table) of the wrapper's cutlass
+				// backend (flashInferCutlassMLA, blackwell.go).
+				Tensors:  map[string]string{"output": "out", "query": "q", "block_tables": "block_table", "kv_len": "seq_lens", "page_table": "block_table"},
 				Params:   map[string]string{"sm_scale": "softmax_scale"},
-				Fixes:    []Fix{flashInferMLA},
+				Fixes:    []Fix{flashInferFP8MLA, trtllmMLA, flashInferMLA, flashInferCutlassMLA},
 				Identify: []string{"q_nope", "q_pe", "ckv_cache", "kpe_cache"},
 			},
 			// merge_states(v, s) -> (V, S)
@@ -285,7 +296,7 @@ func init() {
 				Tensors: map[string]string{"k_cache": "kv_cache", "softmax_lse": "lse"},
 				// only -1 is masked (FlashMLA@9241ae3 csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh:632, tests/ref.py:71)
 				Defaults: map[string]string{"invalid_index": "minus_one"},
-				Fixes:    []Fix{squeezeHeads("kv_cache"), flashMLAFP8},
+				Fixes:    []Fix{squeezeHeads("kv_cache"), flashMLAFP8, flashMLAScaleRead},
 				Identify: []string{"k_cache", "indices"},
 			},
 		},

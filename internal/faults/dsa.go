@@ -1,7 +1,9 @@
 package faults
 
 import (
+	"context"
 	"encoding/binary"
+	"fmt"
 
 	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
@@ -60,4 +62,73 @@ func init() {
 			SeqLens: []int{40, 70}, PageSize: 16, TopK: 16, Seed: 106, Params: map[string]string{"k_cache_dtype": "fp8_e4m3"}}},
 		NotSimulated: "the simulated decoder attends densely and runs no indexer; the trigger shows this fault",
 	})
+	Register(&Fault{
+		Name: "indexer_causal_ignored", Stage: kernel.StageAttn, Kernels: []string{"dsa_indexer"},
+		Needs:    "next_n > 1 (an MTP step's query rows) and a request with tokens after its first query's position",
+		BugClass: "the lightning indexer's next_n causal limit dropped: in an MTP (speculative) decode step each query row sees the whole context, the draft tokens after its own position included, so top-k picks tokens the query must not see",
+		Doc: "Every query row n of a request scores all seq_len tokens instead of the t < seq_len - next_n + n + 1 it may see " +
+			"(vLLM's mask k < context_len and k <= q_offset), as a kernel handed one context length a request and no per-row limit would.",
+		Outputs: causalIgnoredOutputs,
+		Trigger: &Trigger{Case: cases.Case{Name: "trigger/dsa_indexer/next_n", Kernel: "dsa_indexer", Preset: "glm-5", Heads: 8,
+			SeqLens: []int{40, 70}, PageSize: 16, TopK: 16, Seed: 107, Params: map[string]string{"next_n": "3"}}},
+		NotSimulated: "the simulated decoder attends densely and runs no indexer; the trigger shows this fault",
+	})
+}
+
+// causalIgnoredOutputs recomputes an MTP step's indexer with every query
+// row a request of its own that sees its request's whole context: the
+// block-table row and the seq_len of its request, next_n = 1.
+func causalIgnoredOutputs(ctx context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
+	n, err := in.Params.Int("next_n", 1)
+	if err != nil || n <= 1 {
+		return err
+	}
+	bt, sl := in.Tensors["block_table"], in.Tensors["seq_lens"]
+	if bt == nil || sl == nil || len(bt.Shape) != 2 {
+		return fmt.Errorf("tensors block_table and seq_lens missing or misshapen")
+	}
+	lens, table, mb := ints(sl), ints(bt), bt.Shape[1]
+	if len(sl.Shape) == 2 { // per-row lengths: the request's context is its longest row's
+		req := make([]int64, sl.Shape[0])
+		for i, v := range lens {
+			req[i/n] = max(req[i/n], v)
+		}
+		lens = req
+	}
+	var rowLens, rowTable []int64
+	for r := 0; r < len(lens)*n; r++ {
+		b := r / n
+		rowLens = append(rowLens, lens[b])
+		rowTable = append(rowTable, table[b*mb:(b+1)*mb]...)
+	}
+	ts := map[string]*tensor.Tensor{}
+	for name, t := range in.Tensors {
+		ts[name] = t
+	}
+	ts["seq_lens"] = tensor.FromInt64s(sl.DType, []int{len(rowLens)}, rowLens)
+	ts["block_table"] = tensor.FromInt64s(bt.DType, []int{len(rowLens), mb}, rowTable)
+	params := clone(in.Params)
+	params["next_n"] = "1"
+	k, err := kernel.Lookup("dsa_indexer")
+	if err != nil {
+		return err
+	}
+	prec, err := kernel.PrecisionFrom(in.Params)
+	if err != nil {
+		return err
+	}
+	dtypes := map[string]tensor.DType{}
+	for name, t := range out {
+		dtypes[name] = t.DType
+	}
+	res, err := kernel.Produce(ctx, k, kernel.Inputs{Tensors: ts, Params: params}, prec, dtypes)
+	if err != nil {
+		return err
+	}
+	for name := range out {
+		if r, ok := res[name]; ok {
+			out[name] = r
+		}
+	}
+	return nil
 }

@@ -241,6 +241,10 @@ type Output struct {
 	// (internal/signature), where no position could tell a block-table
 	// shift from a page-size mismatch.
 	Suspects []Suspect
+	// Notes are facts about the output that do not change its verdict,
+	// for the result's notes: what a declared reading costs against the
+	// exact one (an fp8_ds_mla tile scale read as E8M0), as a number.
+	Notes []string
 }
 
 // Suspect is one bug an output's failures may be explained by.
@@ -253,6 +257,10 @@ type Suspect struct {
 	Detail string
 	// Values are the output as that bug leaves it, read in order once.
 	Values Values
+	// Within, when set, is how far an element may lie from Values and
+	// still hold it: a numeric suspect computed in one summation order
+	// meets a kernel that sums in another (nil: bit for bit).
+	Within Values
 }
 
 // Coords names an output element's position the way the kernel thinks of

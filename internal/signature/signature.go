@@ -103,10 +103,16 @@ const (
 	PageSizeMismatch = "page_size_mismatch"
 	LayoutMismatch   = "layout_mismatch"
 	PartialTransfer  = "partial_transfer"
+	// The suspect of a DeepSeek-V4 sparse decode (mla_decode_sparse over
+	// fp8_ds_mla_model1): the block-split cache read token by token.
+	BlockSplitReadInterleaved = "block_split_read_interleaved"
+	// The suspect of a DSA indexer's multi-token (next_n) step: a query
+	// row that sees its own future tokens.
+	FutureTokensVisible = "future_tokens_visible"
 )
 
 // SuspectPatterns are the patterns a kernel's suspects may name.
-var SuspectPatterns = []string{BlockTableShift, PageSizeMismatch, LayoutMismatch, PartialTransfer}
+var SuspectPatterns = []string{BlockTableShift, PageSizeMismatch, LayoutMismatch, PartialTransfer, BlockSplitReadInterleaved, FutureTokensVisible}
 
 // Signature is the named pattern of a check's errors.
 type Signature struct {
@@ -326,6 +332,14 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 		}
 		return sig, prof
 	}
+	// A suspect the kernel computed is a value no rounding error hits, so
+	// one failing element that holds it is evidence (an MTP step's one
+	// future token a request); the generic hypotheses need a few.
+	if failing >= 1 && opt.Actual != nil && !opt.Systematic {
+		if sig := suspectHypothesis(o, N, failingSeq, failing, opt.Actual); sig != nil {
+			return early(sig)
+		}
+	}
 	if failing >= 4 && opt.Actual != nil && !opt.Systematic {
 		if sig := valueHypotheses(o, shape, N, failingSeq, failing, opt.Actual); sig != nil {
 			return early(sig)
@@ -481,6 +495,35 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 	return &Signature{Pattern: Uniform, Detail: what + " spread over every coordinate: no coordinate value holds a disproportionate share"}, prof
 }
 
+// suspectHypothesis names the failure after the first of the kernel's
+// suspects whose values at least 90% of the failing elements hold. It
+// comes before any generic hypothesis: it says more (a partial transfer's
+// unsent page also still holds what was there before).
+func suspectHypothesis(o kernel.Output, N int, failingSeq iter.Seq[int], failing int, actual func(int) float64) *Signature {
+	same := func(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
+	for _, sus := range o.Suspects {
+		if sus.Values == nil || sus.Values.Len() != N {
+			continue
+		}
+		within := sus.Within
+		if within != nil && within.Len() != N {
+			within = nil
+		}
+		hits := 0
+		for i := range failingSeq {
+			a, v := actual(i), sus.Values.At(i)
+			if same(a, v) || within != nil && math.Abs(a-v) <= within.At(i) {
+				hits++
+			}
+		}
+		if float64(hits) >= 0.9*float64(failing) {
+			return &Signature{Pattern: sus.Pattern,
+				Detail: fmt.Sprintf("%d of %d failing elements hold what %s leaves", hits, failing, sus.Detail)}
+		}
+	}
+	return nil
+}
+
 // valueHypotheses tests explanations of the failing elements' values: at
 // least 90% of them must hold exactly the value a swap predicts, or lie
 // within 1% of the expected value times their median ratio to it (a factor
@@ -534,24 +577,6 @@ func valueHypotheses(o kernel.Output, shape []int, N int, failingSeq iter.Seq[in
 			if same(a, float64(b<<4|b>>4)) {
 				nibbleHits++
 			}
-		}
-	}
-	// A suspect the kernel computed comes first: it says more than any
-	// generic hypothesis (a partial transfer's unsent page also still
-	// holds what was there before).
-	for _, sus := range o.Suspects {
-		if sus.Values == nil || sus.Values.Len() != N {
-			continue
-		}
-		hits := 0
-		for i := range failingSeq {
-			if same(actual(i), sus.Values.At(i)) {
-				hits++
-			}
-		}
-		if float64(hits) >= 0.9*float64(failing) {
-			return &Signature{Pattern: sus.Pattern,
-				Detail: fmt.Sprintf("%d of %d failing elements hold what %s leaves", hits, failing, sus.Detail)}
 		}
 	}
 	axis := "dim" + fmt.Sprint(last)

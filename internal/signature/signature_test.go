@@ -603,3 +603,64 @@ func TestTooFewToBeSignificantIsIsolated(t *testing.T) {
 		t.Errorf("8 of 16 failing: %s (%s), want isolated", sig.Pattern, sig.Detail)
 	}
 }
+
+// TestSuspectNamesFewFailures: a suspect's values are no rounding error's,
+// so one or two failing elements holding them are named after it (an MTP
+// step fails on one future token a request), while the same elements
+// holding anything else stay isolated; fewer than 90% hits name nothing.
+func TestSuspectNamesFewFailures(t *testing.T) {
+	const n = 64
+	expected, bug := make([]float64, n), make([]float64, n)
+	for i := range expected {
+		expected[i] = float64(i)
+		bug[i] = float64(i)
+	}
+	bug[10], bug[40] = 1000, 2000
+	o := kernel.Output{Name: "scores", Shape: []int{2, n / 2}, Expected: kernel.Dense(expected),
+		Coords:   kernel.Coords{Axes: []kernel.CoordKind{kernel.KindRow, kernel.KindToken}},
+		Suspects: []kernel.Suspect{{Pattern: FutureTokensVisible, Detail: "the bug", Values: kernel.Dense(bug)}}}
+	for _, c := range []struct {
+		name   string
+		actual map[int]float64
+		want   string
+	}{
+		{"one", map[int]float64{10: 1000}, FutureTokensVisible},
+		{"two", map[int]float64{10: 1000, 40: 2000}, FutureTokensVisible},
+		{"one of two", map[int]float64{10: 1000, 40: 7}, Isolated},
+		{"other values", map[int]float64{10: 999}, Isolated},
+	} {
+		excess := make([]float64, n)
+		for i := range c.actual {
+			excess[i] = 100
+		}
+		act := func(i int) float64 {
+			if v, ok := c.actual[i]; ok {
+				return v
+			}
+			return expected[i]
+		}
+		if sig := Analyze(o, kernel.Dense(excess), Options{Actual: act}); sig.Pattern != c.want {
+			t.Errorf("%s: %s (%s), want %s", c.name, sig.Pattern, sig.Detail, c.want)
+		}
+	}
+	// Within: a value off the suspect's by no more than it allows holds it
+	within := make([]float64, n)
+	within[10] = 0.5
+	o.Suspects[0].Within = kernel.Dense(within)
+	for _, c := range []struct {
+		actual float64
+		want   string
+	}{{1000.5, FutureTokensVisible}, {999.5, FutureTokensVisible}, {1000.75, Isolated}} {
+		excess := make([]float64, n)
+		excess[10] = 100
+		act := func(i int) float64 {
+			if i == 10 {
+				return c.actual
+			}
+			return expected[i]
+		}
+		if sig := Analyze(o, kernel.Dense(excess), Options{Actual: act}); sig.Pattern != c.want {
+			t.Errorf("within 0.5 of 1000, actual %v: %s (%s), want %s", c.actual, sig.Pattern, sig.Detail, c.want)
+		}
+	}
+}

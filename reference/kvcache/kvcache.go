@@ -3,7 +3,7 @@
 // stored in each kv_cache_dtype (reference/CONTRACTS.md §3.4), how a writer fills it and how a
 // reader dequantizes it (reference/CONTRACTS.md §3.5).
 //
-// Four layouts, as the engines store them:
+// Five layouts, as the engines store them:
 //
 //	bf16        BF16 [NB, P, D], each row [kv_c (L) | k_pe (R)]
 //	fp16        F16 [NB, P, D], rows as bf16 (an fp16 model's cache: FlashMLA's
@@ -12,6 +12,13 @@
 //	fp8_ds_mla  U8 (or F8_E4M3) [NB, P, 656] (DeepSeek-V3.2, L = 512, R = 64):
 //	            [0,512) kv_c as E4M3, [512,528) four F32 tile scales (one per
 //	            128 latent values), [528,656) k_pe as 64 BF16, not quantized
+//	fp8_ds_mla_model1
+//	            U8 (or F8_E4M3) [NB, P, 584] (DeepSeek-V4, FlashMLA's MODEL1,
+//	            L = 448, R = 64): a token's 584 bytes are [0,448) the NoPE part
+//	            as E4M3, [448,576) k_pe as 64 BF16, [576,583) seven E8M0 scales
+//	            (one per 64 NoPE values), 583 a pad byte; but a block is not
+//	            stored token by token: it holds its P data rows of 576 bytes
+//	            first and its P scale rows of 8 bytes after (model1.go)
 //
 // The row accessor (Cache.Row) is the inner loop of attention over long
 // contexts, so it decodes through tables built once and allocates nothing.
@@ -35,10 +42,18 @@ const (
 	FP16     Kind = "fp16"
 	FP8E4M3  Kind = "fp8_e4m3"
 	FP8DSMLA Kind = "fp8_ds_mla"
+	// FP8DSMLAModel1 is DeepSeek-V4's sparse cache, which FlashMLA calls
+	// MODEL1 (deepseek-ai/FlashMLA@9241ae3 tests/quant.py:8-15,
+	// FP8KVCacheLayout.MODEL1_FP8Sparse; csrc/api/sparse_decode.h:316-323,
+	// ModelType::MODEL1) and vLLM spells fp8_ds_mla as it does the 656-byte
+	// one, telling them apart by the model (vllm 0.33.0
+	// vllm/models/deepseek_v4/attention.py:94-123): the entry width is
+	// what internal/engines reads.
+	FP8DSMLAModel1 Kind = "fp8_ds_mla_model1"
 )
 
 // Kinds lists the kv_cache_dtype values, for parameter validation.
-var Kinds = []string{string(BF16), string(FP16), string(FP8E4M3), string(FP8DSMLA)}
+var Kinds = []string{string(BF16), string(FP16), string(FP8E4M3), string(FP8DSMLA), string(FP8DSMLAModel1)}
 
 // IsFloat reports whether the layout stores each value as a float of the
 // cache's own dtype (bf16, fp16): a write rounds the token's value to it, a
@@ -47,7 +62,7 @@ func (k Kind) IsFloat() bool { return k == BF16 || k == FP16 }
 
 // ScaleConvention is how an fp8_ds_mla writer derives a tile scale from the
 // tile's amax (the ds_mla_scale parameter). Readers multiply by the stored F32
-// either way; only the writer's bytes differ.
+// either way (unless their ScaleRead rounds it); only the writer's bytes differ.
 type ScaleConvention string
 
 const (
@@ -57,10 +72,85 @@ const (
 	// ScalePow2 is FlashMLA's tests/quant.py: the fp32 quotient amax / 448,
 	// clamped below at 1e-4, then 2^ceil(log2 s).
 	ScalePow2 ScaleConvention = "pow2"
+	// ScalePow2AmaxFloor is vLLM's DeepSeek-V4 writer, which clamps the
+	// amax, not the quotient: 2^ceil(log2(max(amax, 1e-4) / 448)) (vllm
+	// 0.33.0 vllm/models/deepseek_v4/common/ops/cache_utils.py:122-133,
+	// "Match CUDA: fmaxf(amax, 1e-4)"). It differs from pow2 only for a
+	// tile whose amax is below 448e-4 (pow2's floor is 2^-13, this one's
+	// 2^-22).
+	ScalePow2AmaxFloor ScaleConvention = "pow2_amax_floor"
 )
 
 // ScaleConventions lists the ds_mla_scale values.
-var ScaleConventions = []string{string(ScaleAmax), string(ScalePow2)}
+var ScaleConventions = []string{string(ScaleAmax), string(ScalePow2), string(ScalePow2AmaxFloor)}
+
+// Pow2 reports whether the convention stores powers of two only (an E8M0
+// scale can hold nothing else).
+func (c ScaleConvention) Pow2() bool { return c == ScalePow2 || c == ScalePow2AmaxFloor }
+
+// ScaleRead is how an fp8_ds_mla reader turns a stored F32 tile scale into
+// the factor it multiplies the tile's codes by (the ds_mla_scale_read
+// parameter): a property of the reader, as ScaleConvention is of the
+// writer. FlashMLA reads it two ways, neither the stored F32
+// (deepseek-ai/FlashMLA@9241ae3):
+//   - bf16, sm90: csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh:550
+//     `scales[i] = (bf16)scales_float[i]`, then a bf16 multiply of the
+//     code by it (components/dequant.h:22-27: the code widened to bf16,
+//     times scale_bf162);
+//   - e8m0_rz, sm100: csrc/sm100/decode/head64/kernel.cuh:708-709
+//     `__nv_cvt_float2_to_e8m0x2(..., __NV_NOSAT, cudaRoundZero)`, the
+//     power of two at or below the scale, widened to bf16 (:788-789).
+//
+// With a power-of-two (pow2) writer all three read the same factor; with
+// an amax writer bf16 moves it by up to 2^-9 relative and e8m0_rz by up to
+// a factor 2.
+type ScaleRead string
+
+const (
+	ScaleReadF32    ScaleRead = "f32"
+	ScaleReadBF16   ScaleRead = "bf16"
+	ScaleReadE8M0RZ ScaleRead = "e8m0_rz"
+)
+
+// ScaleReads lists the ds_mla_scale_read values.
+var ScaleReads = []string{string(ScaleReadF32), string(ScaleReadBF16), string(ScaleReadE8M0RZ)}
+
+// Factor is the factor a reader of convention r multiplies by for the
+// stored scale s. E8M0 holds 2^-127 .. 2^127 and no zero: rounding toward
+// zero takes a positive s to the power of two at or below it, clamped at
+// 2^-127 (below it nothing is nearer zero); a non-finite or non-positive
+// scale reads as NaN (E8M0's only special code, 0xFF).
+func (r ScaleRead) Factor(s float32) float32 {
+	switch r {
+	case ScaleReadBF16:
+		return formats.BF16Decode(formats.BF16Encode(s))
+	case ScaleReadE8M0RZ:
+		if !(s > 0) || math.IsInf(float64(s), 0) {
+			return float32(math.NaN())
+		}
+		_, exp := math.Frexp(float64(s)) // s = frac · 2^exp, frac in [0.5, 1)
+		return float32(math.Ldexp(1, max(exp-1, -127)))
+	}
+	return s
+}
+
+// SetScaleRead makes the cache's fp8_ds_mla reads use r's factor for each
+// tile scale (f32 by default).
+func (c *Cache) SetScaleRead(r ScaleRead) error {
+	switch r {
+	case ScaleReadF32, ScaleReadBF16, ScaleReadE8M0RZ:
+	default:
+		return fmt.Errorf("parameter ds_mla_scale_read = %q: want f32, bf16 or e8m0_rz", r)
+	}
+	if r != ScaleReadF32 && c.Layout.Kind == FP8DSMLAModel1 {
+		return fmt.Errorf("parameter ds_mla_scale_read = %s rounds fp8_ds_mla's F32 tile scales; kv_cache_dtype = fp8_ds_mla_model1 stores E8M0 scales, which every reader reads exactly", r)
+	}
+	if r != ScaleReadF32 && c.Layout.Kind != FP8DSMLA {
+		return fmt.Errorf("parameter ds_mla_scale_read = %s reads fp8_ds_mla tile scales, but kv_cache_dtype = %s has none", r, c.Layout.Kind)
+	}
+	c.scaleRead = r
+	return nil
+}
 
 // The fixed fp8_ds_mla entry: 656 bytes a token.
 const (
@@ -91,10 +181,22 @@ type Layout struct {
 }
 
 // NewLayout returns a validated layout with saturating fp8 writes and the
-// amax tile-scale convention; callers set DSScale and Saturate after.
+// layout's default tile-scale convention (DefaultScale); callers set
+// DSScale and Saturate after.
 func NewLayout(kind Kind, l, r, pageSize int) (Layout, error) {
-	lay := Layout{Kind: kind, L: l, R: r, PageSize: pageSize, DSScale: ScaleAmax, Saturate: true}
+	lay := Layout{Kind: kind, L: l, R: r, PageSize: pageSize, DSScale: DefaultScale(kind), Saturate: true}
 	return lay, lay.Validate()
+}
+
+// DefaultScale is the ds_mla_scale a layout's writer uses unless told:
+// amax for fp8_ds_mla (vLLM's original writer), pow2 for
+// fp8_ds_mla_model1, whose E8M0 scales hold powers of two only (FlashMLA's
+// tests/quant.py writer, the one both engines' readers are tested against).
+func DefaultScale(kind Kind) ScaleConvention {
+	if kind == FP8DSMLAModel1 {
+		return ScalePow2
+	}
+	return ScaleAmax
 }
 
 // Validate reports a layout that no engine stores.
@@ -105,11 +207,18 @@ func (l Layout) Validate() error {
 		if l.L != DSLatent || l.R != DSRope {
 			return fmt.Errorf("kv_cache_dtype fp8_ds_mla stores L = %d and R = %d only; got L = %d, R = %d", DSLatent, DSRope, l.L, l.R)
 		}
-		if l.DSScale != ScaleAmax && l.DSScale != ScalePow2 {
-			return fmt.Errorf("parameter ds_mla_scale = %q: want amax or pow2", l.DSScale)
+		if l.DSScale != ScaleAmax && !l.DSScale.Pow2() {
+			return fmt.Errorf("parameter ds_mla_scale = %q: want amax, pow2 or pow2_amax_floor", l.DSScale)
+		}
+	case FP8DSMLAModel1:
+		if l.L != M1Nope || l.R != M1Rope {
+			return fmt.Errorf("kv_cache_dtype fp8_ds_mla_model1 stores L = %d and R = %d only; got L = %d, R = %d", M1Nope, M1Rope, l.L, l.R)
+		}
+		if !l.DSScale.Pow2() {
+			return fmt.Errorf("parameter ds_mla_scale = %q: kv_cache_dtype fp8_ds_mla_model1 stores E8M0 scales, powers of two only: want pow2 or pow2_amax_floor", l.DSScale)
 		}
 	default:
-		return fmt.Errorf("parameter kv_cache_dtype = %q: want bf16, fp16, fp8_e4m3 or fp8_ds_mla", l.Kind)
+		return fmt.Errorf("parameter kv_cache_dtype = %q: want bf16, fp16, fp8_e4m3, fp8_ds_mla or fp8_ds_mla_model1", l.Kind)
 	}
 	if l.L < 0 || l.R < 0 || l.L+l.R == 0 {
 		return fmt.Errorf("latent dim %d and rope dim %d: want L, R >= 0 and L+R > 0", l.L, l.R)
@@ -123,11 +232,14 @@ func (l Layout) Validate() error {
 // D is the number of values a token holds (L + R).
 func (l Layout) D() int { return l.L + l.R }
 
-// EntrySize is the cache tensor's last dimension: D elements, or 656 bytes
-// for fp8_ds_mla.
+// EntrySize is the cache tensor's last dimension: D elements, 656 bytes
+// for fp8_ds_mla, 584 for fp8_ds_mla_model1.
 func (l Layout) EntrySize() int {
-	if l.Kind == FP8DSMLA {
+	switch l.Kind {
+	case FP8DSMLA:
 		return DSEntryBytes
+	case FP8DSMLAModel1:
+		return M1EntryBytes
 	}
 	return l.D()
 }
@@ -159,9 +271,14 @@ const (
 )
 
 // PartOf returns the region of entry column col (an element index along the
-// cache's last dimension; a byte index for fp8_ds_mla) and, for fp8_ds_mla's
-// latent and scale columns, the 128-value tile it belongs to (-1 otherwise).
+// cache's last dimension; a byte index for fp8_ds_mla; for
+// fp8_ds_mla_model1 a column of the token's 584-byte entry, Entry) and,
+// for the scaled layouts' latent and scale columns, the scale tile it
+// belongs to (-1 otherwise, and for model1's pad byte).
 func (l Layout) PartOf(col int) (Part, int) {
+	if l.Kind == FP8DSMLAModel1 {
+		return m1PartOf(col)
+	}
 	if l.Kind == FP8DSMLA {
 		switch {
 		case col < DSScaleOff:
@@ -211,6 +328,8 @@ type Cache struct {
 	NB     int // number of blocks
 	KScale float64
 	data   []byte
+	// scaleRead is how fp8_ds_mla tile scales are read ("": f32).
+	scaleRead ScaleRead
 	// lut[q][code] is the dequantized value of an fp8_e4m3 code at
 	// precision q (see deqIndex); for fp8_ds_mla only lut[exact] is used, as
 	// the plain E4M3 decode table.
@@ -314,34 +433,43 @@ func (c *Cache) RowSlot(slot int, dst []float64, deq tensor.DType) {
 	case FP8DSMLA:
 		q := deqIndex(deq)
 		b := c.data[DSEntryBytes*slot : DSEntryBytes*(slot+1)]
-		dec := &c.lut[deqExact]
 		for tile := 0; tile < DSTiles; tile++ {
-			s := math.Float32frombits(binary.LittleEndian.Uint32(b[DSScaleOff+4*tile:]))
-			lat := b[tile*DSTile : (tile+1)*DSTile]
-			out := dst[tile*DSTile : (tile+1)*DSTile]
-			switch q {
-			case deqExact:
-				s64 := float64(s)
-				for j, code := range lat {
-					out[j] = dec[code] * s64
-				}
-			case deqF32:
-				for j, code := range lat {
-					out[j] = float64(float32(dec[code]) * s)
-				}
-			case deqBF16:
-				for j, code := range lat {
-					out[j] = float64(formats.BF16Decode(formats.BF16Encode(float32(dec[code]) * s)))
-				}
-			default:
-				for j, code := range lat {
-					out[j] = float64(formats.FP16Decode(formats.FP16Encode(float32(dec[code]) * s)))
-				}
-			}
+			s := c.scaleRead.Factor(math.Float32frombits(binary.LittleEndian.Uint32(b[DSScaleOff+4*tile:])))
+			c.deqTile(dst[tile*DSTile:(tile+1)*DSTile], b[tile*DSTile:(tile+1)*DSTile], s, q)
 		}
-		rope := b[DSRopeOff:]
-		for j := 0; j < DSRope; j++ {
-			dst[DSLatent+j] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(rope[2*j:])) << 16))
+		widenBF16(dst[DSLatent:DSLatent+DSRope], b[DSRopeOff:DSRopeOff+2*DSRope])
+	case FP8DSMLAModel1:
+		q := deqIndex(deq)
+		data, scales := l.m1Rows(c.data, slot)
+		for tile := 0; tile < M1Tiles; tile++ {
+			c.deqTile(dst[tile*M1Tile:(tile+1)*M1Tile], data[tile*M1Tile:(tile+1)*M1Tile], float32(formats.E8M0.Decode(scales[tile])), q)
+		}
+		widenBF16(dst[M1Nope:M1Nope+M1Rope], data[M1Nope:M1DataBytes])
+	}
+}
+
+// deqTile dequantizes one scale tile of E4M3 codes times its scale s at
+// precision q (deqIndex): the exact product, or the fp32 product rounded to
+// q's format.
+func (c *Cache) deqTile(out []float64, lat []byte, s float32, q int) {
+	dec := &c.lut[deqExact]
+	switch q {
+	case deqExact:
+		s64 := float64(s)
+		for j, code := range lat {
+			out[j] = dec[code] * s64
+		}
+	case deqF32:
+		for j, code := range lat {
+			out[j] = float64(float32(dec[code]) * s)
+		}
+	case deqBF16:
+		for j, code := range lat {
+			out[j] = float64(formats.BF16Decode(formats.BF16Encode(float32(dec[code]) * s)))
+		}
+	default:
+		for j, code := range lat {
+			out[j] = float64(formats.FP16Decode(formats.FP16Encode(float32(dec[code]) * s)))
 		}
 	}
 }

@@ -41,9 +41,9 @@ type Overlay struct {
 	Before *tensor.Tensor
 	// written lists the written entries by ascending slot.
 	written []writtenEntry
-	// amax[k*DSTiles+tile] is the largest magnitude in that tile of the
-	// latent values of written[k]'s token (fp8_ds_mla only): the tile scales
-	// a correct writer may store follow from it (TileScales).
+	// amax[k*tiles+tile] is the largest magnitude in that tile of the
+	// latent values of written[k]'s token (the scaled layouts only): the
+	// tile scales a correct writer may store follow from it (TileScales).
 	amax     []float64
 	kvc, kpe *tensor.Tensor
 	kScale   float64
@@ -105,21 +105,33 @@ func NewOverlay(before, kvc, kpe *tensor.Tensor, slots []int64, l Layout, kScale
 	}
 	// CheckSlots has made the slots distinct, so the order is total.
 	slices.SortFunc(o.written, func(a, b writtenEntry) int { return cmp.Compare(a.slot, b.slot) })
-	if l.Kind == FP8DSMLA {
-		o.amax = make([]float64, len(o.written)*DSTiles)
+	if tiles, size := l.scaleTiles(); tiles > 0 {
+		o.amax = make([]float64, len(o.written)*tiles)
 		for k, w := range o.written {
-			for tile := 0; tile < DSTiles; tile++ {
+			for tile := 0; tile < tiles; tile++ {
 				amax := 0.0
-				for j := tile * DSTile; j < (tile+1)*DSTile; j++ {
+				for j := tile * size; j < (tile+1)*size; j++ {
 					if a := math.Abs(o.value(int(w.token), j)); a > amax { // NaN is skipped, as fmaxf does
 						amax = a
 					}
 				}
-				o.amax[k*DSTiles+tile] = amax
+				o.amax[k*tiles+tile] = amax
 			}
 		}
 	}
 	return o, nil
+}
+
+// scaleTiles is the number of scale tiles of a token's latent part and the
+// values in each (0, 0 for the layouts without tile scales).
+func (l Layout) scaleTiles() (tiles, size int) {
+	switch l.Kind {
+	case FP8DSMLA:
+		return DSTiles, DSTile
+	case FP8DSMLAModel1:
+		return M1Tiles, M1Tile
+	}
+	return 0, 0
 }
 
 // Written is the number of entries the write changes.
@@ -147,7 +159,8 @@ func (o *Overlay) TokenAt(slot int) int {
 func (o *Overlay) EntryBytes() int { return o.Layout.EntrySize() * o.Before.DType.Size() }
 
 // EntryInto writes the bytes of written entry k (as Find numbers them) into
-// dst[:EntryBytes()]: as a correct engine kernel writes them, or exactly.
+// dst[:EntryBytes()], in entry-column order (Layout.Offset places them in
+// the cache): as a correct engine kernel writes them, or exactly.
 func (o *Overlay) EntryInto(k int, exact bool, dst []byte) {
 	l := &o.Layout
 	t := int(o.written[k].token)
@@ -175,6 +188,18 @@ func (o *Overlay) EntryInto(k int, exact bool, dst []byte) {
 		for j := 0; j < DSRope; j++ {
 			binary.LittleEndian.PutUint16(dst[DSRopeOff+2*j:], o.floatBits(t, DSLatent+j, tensor.BF16))
 		}
+	case FP8DSMLAModel1:
+		for tile := 0; tile < M1Tiles; tile++ {
+			s := TileScale(o.amax[k*M1Tiles+tile], l.DSScale)
+			dst[m1ScaleOff+tile] = formats.E8M0.Encode(float64(s)) // a power of two: exact
+			for j := tile * M1Tile; j < (tile+1)*M1Tile; j++ {
+				dst[j] = o.quantize(o.value(t, j), s, exact)
+			}
+		}
+		dst[m1PadCol] = 0 // as vLLM's writer (cache_utils.py:161); FlashMLA's leaves it unwritten
+		for j := 0; j < M1Rope; j++ {
+			binary.LittleEndian.PutUint16(dst[m1RopeOff+2*j:], o.floatBits(t, M1Nope+j, tensor.BF16))
+		}
 	}
 }
 
@@ -194,13 +219,14 @@ func (o *Overlay) quantize(x float64, s float32, exact bool) uint8 {
 // sequential readers should keep the entry (EntryInto) instead.
 func (o *Overlay) Value(i int, exact bool) float64 {
 	e := o.Layout.EntrySize()
-	k := o.Find(i / e)
+	slot, col := o.Layout.Entry(i)
+	k := o.Find(slot)
 	if k < 0 {
 		return o.Before.Float64At(i)
 	}
 	entry := &tensor.Tensor{DType: o.Before.DType, Shape: []int{e}, Data: make([]byte, o.EntryBytes())}
 	o.EntryInto(k, exact, entry.Data)
-	return entry.Float64At(i % e)
+	return entry.Float64At(col)
 }
 
 // Cache returns the whole cache after the write, as a new tensor: the
@@ -208,6 +234,15 @@ func (o *Overlay) Value(i int, exact bool) float64 {
 func (o *Overlay) Cache(exact bool) *tensor.Tensor {
 	c := o.Before.Clone()
 	eb := o.EntryBytes()
+	if o.Layout.Kind.BlockSplit() { // a byte entry in two runs: data row, scale row
+		buf := make([]byte, eb)
+		for k, w := range o.written {
+			o.EntryInto(k, exact, buf)
+			copy(c.Data[o.Layout.Offset(int(w.slot), 0):], buf[:M1DataBytes])
+			copy(c.Data[o.Layout.Offset(int(w.slot), m1ScaleOff):], buf[m1ScaleOff:])
+		}
+		return c
+	}
 	for k, w := range o.written {
 		s := int(w.slot)
 		o.EntryInto(k, exact, c.Data[s*eb:(s+1)*eb])
@@ -290,7 +325,12 @@ func (o *Overlay) ExactValue(k, col int) (v float64, ok bool) {
 //   - pow2 (FlashMLA tests/quant.py, _cast_scale_inv_to_ue8m0): the fp32
 //     quotient amax.float() / 448.0, clamp_min(1e-4), then
 //     pow(2, ceil(log2(s))), computed here exactly from the fp32 quotient.
+//   - pow2_amax_floor (vLLM's DeepSeek-V4 writer): max(amax, 1e-4) / 448
+//     in fp32, then 2^ceil(log2 s).
 func TileScale(amax float64, conv ScaleConvention) float32 {
+	if conv == ScalePow2AmaxFloor {
+		return ceilPow2(max(float32(amax), float32(1e-4)) / e4m3Max)
+	}
 	s := float32(amax) / e4m3Max
 	if conv == ScalePow2 {
 		if s < float32(1e-4) {
@@ -333,6 +373,9 @@ func TileScales(amax float64, conv ScaleConvention) []float32 {
 		return out
 	}
 	q := math.Max(amax/e4m3Max, 1e-4)
+	if conv == ScalePow2AmaxFloor {
+		q = math.Max(amax, float64(float32(1e-4))) / e4m3Max
+	}
 	if half := float64(s) / 2; q <= half*(1+TieRelTol) {
 		out = append(out, float32(half))
 	}
@@ -352,7 +395,6 @@ func TileScales(amax float64, conv ScaleConvention) []float32 {
 // element's value as tensor.Float64At reads it (the byte for U8 caches).
 func (o *Overlay) Equivalent(i int, actual float64) bool {
 	l := &o.Layout
-	e := l.EntrySize()
 	if i < 0 || i >= o.Before.Len() {
 		return false
 	}
@@ -360,12 +402,12 @@ func (o *Overlay) Equivalent(i int, actual float64) bool {
 	if (d == tensor.BF16 || d == tensor.F16 || d == tensor.F8E4M3) && math.IsNaN(actual) && math.IsNaN(o.Value(i, false)) {
 		return true // NaN compares by position, never by payload
 	}
-	k := o.Find(i / e)
+	slot, col := l.Entry(i)
+	k := o.Find(slot)
 	if k < 0 {
 		return false
 	}
 	t := int(o.written[k].token)
-	col := i % e
 	switch l.Kind {
 	case FP8E4M3:
 		code, ok := o.codeOf(actual)
@@ -391,6 +433,21 @@ func (o *Overlay) Equivalent(i int, actual float64) bool {
 				if uint8(math.Float32bits(s)>>(8*b)) == code {
 					return true
 				}
+			}
+		}
+	case FP8DSMLAModel1:
+		part, tile := l.PartOf(col)
+		code, ok := o.codeOf(actual)
+		if !ok || part == PartRope {
+			return false // k_pe is copied, never rounded
+		}
+		if tile < 0 {
+			return true // the pad byte: no reader reads it, and FlashMLA's writer leaves it as it was
+		}
+		for _, s := range TileScales(o.amax[k*M1Tiles+tile], l.DSScale) {
+			if part == PartScale && formats.E8M0.Encode(float64(s)) == code ||
+				part == PartLatent && o.fp8Accept(code, o.value(t, col), float64(s)) {
+				return true
 			}
 		}
 	}

@@ -3,9 +3,10 @@
 // `mla_decode_sparse`), FlashMLA's layout: every query head attends the same
 // cache rows k_j = [c_kv (L) | k_pe (R)] (D = L + R), with the latent query
 // q = [q_nope·W_UK (L) | q_pe (R)] already absorbed, and the values are the
-// first L columns of the same rows:
+// first V columns of the same rows (V = L unless Config.ValueDims says
+// otherwise: DeepSeek-V4's values are the whole entry, V = D):
 //
-//	score_j = softmax_scale · q·k_j,  p = softmax(score),  out = Σ_j p_j·k_j[:L],  lse = log Σ_j exp(score_j)
+//	score_j = softmax_scale · q·k_j,  p = softmax(score),  out = Σ_j p_j·k_j[:V],  lse = log Σ_j exp(score_j)
 //
 // Two answers are computed in one pass over the cache. Exact is float64
 // throughout (q and the cache as stored, fp8 entries dequantized exactly,
@@ -84,6 +85,22 @@ type Config struct {
 	LSE splitk.Convention
 	// Workers bounds the goroutines (0: GOMAXPROCS). It never changes results.
 	Workers int
+	// ValueDims is V, the leading columns of each cache row that are its
+	// value (0: L, the latent part, as DeepSeek-V3's absorbed MLA, where the
+	// rope part is key only). DeepSeek-V4 attends one 512-dim vector that is
+	// both key and value, rope dims included: FlashMLA's sparse decode takes
+	// d_v = 512 (csrc/api/sparse_decode.h:241) and its reference multiplies
+	// by gathered_kv[..., :d_v] (tests/ref.py:91), with d_qk = 512 for the
+	// MODEL1 cache, so V = D there (deepseek-ai/FlashMLA@9241ae3).
+	ValueDims int
+}
+
+// V is the value width over a cache of latent width l.
+func (c *Config) V(l int) int {
+	if c.ValueDims == 0 {
+		return l
+	}
+	return c.ValueDims
 }
 
 // Precision is the declared precision the Expected answer emulates, and the
@@ -266,6 +283,9 @@ func (q *Query) check(c *kvcache.Cache, cfg *Config, prec *Precision) error {
 	if c.Layout.L < 1 {
 		return fmt.Errorf("latent dim L = %d: the output needs at least one latent column", c.Layout.L)
 	}
+	if cfg.ValueDims < 0 || cfg.ValueDims > c.D() {
+		return fmt.Errorf("head_dim_v = %d: the value is a prefix of the cache row, want 1 to D = %d (0 for L = %d)", cfg.ValueDims, c.D(), c.Layout.L)
+	}
 	if prec.SoftmaxBlock < 0 || prec.SoftmaxBlock > MaxSoftmaxBlock {
 		return fmt.Errorf("softmax_block = %d: want 1 to %d tokens (0 for FlashMLA's %d)", prec.SoftmaxBlock, MaxSoftmaxBlock, Block)
 	}
@@ -315,7 +335,7 @@ func Decode(ctx context.Context, p *Dense, cfg Config, prec Precision) (exact, e
 		return nil, nil, err
 	}
 	e := newEngine(ctx, p.Cache, q, cfg, prec, cfg.LSE.Empty, prec.Out, prec.LSE, q.B*q.SQ*q.H)
-	L := p.Cache.Layout.L
+	L := e.v
 	g := headGroup(q.H, q.B, e.workers)
 	for b := 0; b < q.B; b++ {
 		n := p.Pages.SeqLens[b]
@@ -360,7 +380,7 @@ func DecodePartials(ctx context.Context, p *Dense, cfg Config, prec Precision, s
 		return nil, nil, err
 	}
 	e := newEngine(ctx, p.Cache, q, cfg, prec, math.Inf(-1), prec.PartialOut, prec.PartialLSE, q.B*q.SQ*q.H*s)
-	L := p.Cache.Layout.L
+	L := e.v
 	g := headGroup(q.H, q.B*s, e.workers)
 	for b := 0; b < q.B; b++ {
 		n := p.Pages.SeqLens[b]
@@ -421,7 +441,7 @@ func DecodeSparse(ctx context.Context, p *Sparse, cfg Config, prec Precision) (e
 		return nil, nil, fmt.Errorf("tensor attn_sink has %d entries; H = %d heads need one each", len(p.AttnSink), q.H)
 	}
 	e := newEngine(ctx, p.Cache, q, cfg, prec, cfg.LSE.Empty, prec.Out, prec.LSE, q.B*q.SQ*q.H)
-	L, P := p.Cache.Layout.L, p.Cache.Layout.PageSize
+	L, P := e.v, p.Cache.Layout.PageSize
 	g := headGroup(q.H, q.B*q.SQ, e.workers)
 	for b := 0; b < q.B; b++ {
 		for i := 0; i < q.SQ; i++ {
@@ -506,6 +526,7 @@ type engine struct {
 	outDT, lseDT  tensor.DType
 	ex, xp        sink
 	units         []unit
+	v             int // the value columns of a row (Config.V)
 	workers       int
 	block         int // tokens of one online-softmax step
 	// fp32 constants of the Expected softmax
@@ -515,7 +536,7 @@ type engine struct {
 func newEngine(ctx context.Context, c *kvcache.Cache, q *Query, cfg Config, prec Precision, empty float64, outDT, lseDT tensor.DType, rows int) *engine {
 	acc, _ := modeOf("", prec.Acc)
 	pm, _ := modeOf("", prec.P)
-	L := c.Layout.L
+	L := cfg.V(c.Layout.L)
 	block := prec.SoftmaxBlock
 	if block == 0 {
 		block = Block
@@ -532,6 +553,7 @@ func newEngine(ctx context.Context, c *kvcache.Cache, q *Query, cfg Config, prec
 		empty:         empty, outDT: outDT, lseDT: lseDT,
 		ex:      sink{make([]float64, rows*L), make([]float64, rows)},
 		xp:      sink{make([]float64, rows*L), make([]float64, rows)},
+		v:       L,
 		workers: w,
 		block:   block,
 		scale32: float64(float32(cfg.SoftmaxScale)),
@@ -599,7 +621,7 @@ type worker struct {
 
 func (w *worker) do(u *unit) {
 	e := w.e
-	D, L := e.q.D, e.cache.Layout.L
+	D, L := e.q.D, e.v
 	n := len(u.rows)
 	if w.kx == nil {
 		w.kx = make([]float64, w.e.block*D)
@@ -691,7 +713,7 @@ func (w *worker) do(u *unit) {
 // are bf16 or fp16 values) and returns the smallest nonzero finite magnitude among
 // them (+Inf when there is none).
 func (w *worker) values32(nj int) float64 {
-	D, L := w.e.q.D, w.e.cache.Layout.L
+	D, L := w.e.q.D, w.e.v
 	if len(w.v32) < w.e.block*L {
 		w.v32 = make([]float32, w.e.block*L)
 	}
@@ -810,7 +832,7 @@ func (w *worker) softmaxExpected(r, nj int) {
 // finish normalizes a row and stores both answers.
 func (w *worker) finish(rs rowSpec, ex, xp *state) {
 	e := w.e
-	L := e.cache.Layout.L
+	L := e.v
 	exOut, xpOut := e.ex.out[rs.out:rs.out+L], e.xp.out[rs.out:rs.out+L]
 	if rs.limit <= 0 {
 		clear(exOut)

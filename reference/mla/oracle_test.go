@@ -49,7 +49,7 @@ type oracleOut struct {
 // oracleRow decodes one output row: query q over the cache tokens toks (in
 // order), with empty the lse of a row that sees nothing.
 func oracleRow(c *kvcache.Cache, q []float64, toks [][2]int, cfg Config, prec Precision, empty float64, outDT, lseDT tensor.DType) oracleOut {
-	D, L := c.D(), c.Layout.L
+	D, L := c.D(), cfg.V(c.Layout.L)
 	acc, _ := modeOf("", prec.Acc)
 	pm, _ := modeOf("", prec.P)
 	scaleLog2 := float64(float32(cfg.SoftmaxScale * math.Log2E))
@@ -193,6 +193,9 @@ func oracleCases() []oracleCase {
 		{"fp8_e4m3/deq-f32", kvcache.FP8E4M3, deq32, splitk.Base2},
 		{"fp8_ds_mla/default", kvcache.FP8DSMLA, def, splitk.BaseE},
 		{"fp8_ds_mla/f64", kvcache.FP8DSMLA, f64, splitk.BaseE},
+		// DeepSeek-V4: values are the whole 512-dim entry (Config.ValueDims)
+		{"fp8_ds_mla_model1/default", kvcache.FP8DSMLAModel1, def, splitk.BaseE},
+		{"fp8_ds_mla_model1/deq-f32", kvcache.FP8DSMLAModel1, deq32, splitk.Base2},
 	}
 }
 
@@ -255,6 +258,22 @@ func oracleCache(t *testing.T, rng *rand.Rand, kind kvcache.Kind, nb, p, l, r in
 			}
 			bf(ent[kvcache.DSRopeOff:])
 		}
+	case kvcache.FP8DSMLAModel1:
+		for slot := 0; slot < nb*p; slot++ {
+			for col := 0; col < kvcache.M1EntryBytes; col++ {
+				i := lay.Offset(slot, col)
+				switch part, tile := lay.PartOf(col); {
+				case part == kvcache.PartLatent:
+					ct.Data[i] = code()
+				case part == kvcache.PartScale && tile >= 0:
+					ct.Data[i] = uint8(127 - rng.IntN(12)) // E8M0 2^0 .. 2^-11
+				case part == kvcache.PartScale:
+					ct.Data[i] = 0xFF // the pad byte, never read: NaN if it were
+				}
+			}
+			off := lay.Offset(slot, kvcache.M1Nope)
+			bf(ct.Data[off : off+2*kvcache.M1Rope])
+		}
 	}
 	c, err := kvcache.New(ct, lay, 0.0625)
 	if err != nil {
@@ -275,6 +294,9 @@ func TestEngineMatchesRowOracle(t *testing.T) {
 			l, r := 37, 6
 			if oc.kind == kvcache.FP8DSMLA {
 				l, r = kvcache.DSLatent, kvcache.DSRope
+			}
+			if oc.kind == kvcache.FP8DSMLAModel1 {
+				l, r = kvcache.M1Nope, kvcache.M1Rope
 			}
 			if oc.kind == kvcache.FP8E4M3 {
 				l, r = 40, 8
@@ -302,7 +324,10 @@ func TestEngineMatchesRowOracle(t *testing.T) {
 			q.Data = randomBF16(rng, q.B*q.SQ*q.H*q.D, 1)
 			q.Data[5] = 0
 			cfg := Config{SoftmaxScale: 0.7, Causal: true, LSE: splitk.Convention{Base: oc.base, Empty: math.Inf(1)}}
-			D, L := q.D, l
+			if oc.kind == kvcache.FP8DSMLAModel1 {
+				cfg.ValueDims = l + r
+			}
+			D, L := q.D, cfg.V(l)
 			qv := func(b, i, h int) []float64 { o := ((b*q.SQ+i)*q.H + h) * D; return q.Data[o : o+D] }
 
 			ex, xp, err := Decode(context.Background(), &Dense{Q: q, Cache: c, Pages: pg}, cfg, oc.prec)

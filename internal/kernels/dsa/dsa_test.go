@@ -5,8 +5,11 @@ import (
 	"encoding/binary"
 	. "github.com/kcheck-dev/kcheck/internal/kernel"
 	"math"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kcheck-dev/kcheck/internal/signature"
 
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -190,5 +193,181 @@ func TestDSAIndexerFP16(t *testing.T) {
 		if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("a %s k_cache as %s: %v, want an error containing %q", c.cache.DType, c.kind, err, c.want)
 		}
+	}
+}
+
+// nextNInputs is the hand example as an MTP step of next_n = 2 whose two
+// query rows repeat q and w: row 0 is the query at position 2 and sees
+// t0..t2 (scores 1, 6, 4.5), row 1 at position 3 sees all four (t3 = 3).
+func nextNInputs(topkIndex string) Inputs {
+	in := dsaInputs()
+	in.Tensors["q"] = tensor.FromFloat64s(tensor.BF16, []int{2, 2, 2}, []float64{2, -1, -1, 3, 2, -1, -1, 3})
+	in.Tensors["weights"] = tensor.FromFloat64s(tensor.F32, []int{2, 2}, []float64{0.5, 2, 0.5, 2})
+	in.Params = Params{"topk": "3", "max_seq": "4", "next_n": "2", "topk_index": topkIndex}
+	return in
+}
+
+// TestDSAIndexerNextN: row 0 of an MTP step scores only the tokens up to
+// its own position and keeps t0 where row 1 keeps t3; as global slots
+// (block_table [1 0], P = 2: t0 = 2, t1 = 3, t2 = 0, t3 = 1) a slot is
+// judged as the token it holds, and the suspect an indexer without the
+// causal limit leaves is offered to the signature.
+func TestDSAIndexerNextN(t *testing.T) {
+	k, _ := Lookup("dsa_indexer")
+	inf := math.Inf(-1)
+	for _, c := range []struct {
+		index string
+		top   []float64
+		// (row, value, accepted)
+		judge [][3]float64
+	}{
+		{"request", []float64{1, 2, 0, 1, 2, 3}, [][3]float64{{0, 3, 0}, {0, 0, 1}, {1, 3, 1}, {1, 0, 0}, {0, -1, 0}}},
+		{"global_slot", []float64{3, 0, 2, 3, 0, 1}, [][3]float64{{0, 1, 0}, {0, 2, 1}, {1, 1, 1}, {1, 2, 0}, {0, 5, 0}, {1, -1, 0}}},
+	} {
+		outs, err := Evaluate(context.Background(), k, nextNInputs(c.index), DefaultPrecision(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc, top := outs[0], outs[1]
+		for i, w := range []float64{1, 6, 4.5, inf, 1, 6, 4.5, 3} {
+			if sc.Expected.At(i) != w || sc.Exact.At(i) != w {
+				t.Errorf("%s: scores[%d,%d] = %v / %v, want %v", c.index, i/4, i%4, sc.Expected.At(i), sc.Exact.At(i), w)
+			}
+		}
+		for i, w := range c.top {
+			if top.Expected.At(i) != w || top.Exact.At(i) != w {
+				t.Errorf("%s: topk[%d,%d] = %v / %v, want %v", c.index, i/3, i%3, top.Expected.At(i), top.Exact.At(i), w)
+			}
+		}
+		for _, j := range c.judge {
+			if got := top.Equivalent(int(j[0])*3, j[1]); got != (j[2] == 1) {
+				t.Errorf("%s: row %v entry %v: accepted %v, want %v", c.index, j[0], j[1], got, j[2] == 1)
+			}
+		}
+		// the suspect: row 0 sees t3 (3 < 4.5, so its top-3 becomes 1 2 3)
+		if len(sc.Suspects) != 1 || sc.Suspects[0].Values.At(3) != 3 || len(top.Suspects) != 1 {
+			t.Fatalf("%s: suspects %v / %v, want one each", c.index, sc.Suspects, top.Suspects)
+		}
+		if sus, want := top.Suspects[0].Values.At(2), c.top[5]; sus != want {
+			t.Errorf("%s: the suspect's topk[0,2] = %v, want %v (row 0 picks its future t3)", c.index, sus, want)
+		}
+		if cs := sc.Coords.Name([]int{1, 3}); cs[len(cs)-1] != (Coord{Kind: KindQPos, Value: 1}) {
+			t.Errorf("%s: coords of row 1: %v, want q_pos 1 last", c.index, cs)
+		}
+	}
+	// next_n = 1 has no suspect (there is no future to see)
+	outs, err := Evaluate(context.Background(), k, dsaInputs(), DefaultPrecision(), nil)
+	if err != nil || len(outs[0].Suspects)+len(outs[1].Suspects) != 0 {
+		t.Errorf("next_n 1: suspects %v (%v)", outs, err)
+	}
+	for _, c := range []struct {
+		name, param, value, want string
+	}{
+		{"next_n 0", "next_n", "0", "parameter next_n = 0: want at least 1"},
+		{"next_n 3", "next_n", "3", "tensor q has 2 rows but seq_lens has 1 requests of next_n = 3 queries (3 rows)"},
+		{"next_n 1", "next_n", "1", "tensor seq_lens has 1 entries but q has 2 rows (next_n = 1"},
+		{"next_n text", "next_n", "two", "next_n"},
+		{"topk_index", "topk_index", "slots", "topk_index"},
+	} {
+		in := nextNInputs("request")
+		in.Params[c.param] = c.value
+		if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestSuspectPatternIsDeclared: the suspect's pattern is one the signature
+// package names (dsa.go cannot import it: its tests register every family).
+func TestSuspectPatternIsDeclared(t *testing.T) {
+	if !slices.Contains(signature.SuspectPatterns, futureTokensVisible) {
+		t.Errorf("%q is not in signature.SuspectPatterns %v", futureTokensVisible, signature.SuspectPatterns)
+	}
+}
+
+// TestDSAIndexerScaleFmt: the generator writes the fp8 cache in the
+// declared convention (amax when none is declared) and the reader judges
+// it under each: a cache is accepted under its own writer and under any,
+// refused by name under the other; k_scale_fmt on a 16-bit cache is
+// refused.
+func TestDSAIndexerScaleFmt(t *testing.T) {
+	k, _ := Lookup("dsa_indexer")
+	gen := k.(Generator)
+	for _, writer := range []string{"any", "amax", "ue8m0"} {
+		c := Case{Name: "t", Kernel: "dsa_indexer", Seed: 3, Heads: 4,
+			Geometry: Geometry{PageSize: 16, TopK: 8, SeqLens: Contexts{List: []int64{20, 33}}},
+			Params:   Params{"k_cache_dtype": "fp8_e4m3", "k_scale_fmt": writer, "topk": "8"}}
+		ts, err := gen.Generate(context.Background(), c, NewRNG(c.Seed, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		written := map[string]string{"any": "amax"}[writer]
+		if written == "" {
+			written = writer
+		}
+		for _, read := range []string{"any", "amax", "ue8m0"} {
+			in := Inputs{Tensors: ts, Params: Params{"k_cache_dtype": "fp8_e4m3", "k_scale_fmt": read, "topk": "8"}}
+			_, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
+			if ok := read == "any" || read == written; ok != (err == nil) {
+				t.Errorf("written %s (%s), read as %s: error %v", writer, written, read, err)
+			} else if err != nil && !strings.Contains(err.Error(), "tensor k_cache: request 0 token 0") {
+				t.Errorf("written %s, read as %s: %v does not name the first token", writer, read, err)
+			}
+		}
+	}
+	in := dsaInputs()
+	in.Params["k_scale_fmt"] = "ue8m0"
+	if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "k_cache_dtype = bf16 has no scales") {
+		t.Errorf("k_scale_fmt on a bf16 cache: %v", err)
+	}
+}
+
+// TestDSAIndexerPerRowLens: seq_lens [B, next_n], vLLM's per-row lengths
+// (CTX_PER_ROW, vllm 0.33.0 rocm_aiter_mla_sparse.py:577-578; the top-k's
+// row ends when seq_lens has a value per row, indexer_topk.py:288-289).
+// The causal lengths [3 4] give exactly the outputs of seq_lens [4] with
+// next_n 2; [2 4] shorten row 0 further (the request's pages hold its
+// longest row); a width other than next_n is refused.
+func TestDSAIndexerPerRowLens(t *testing.T) {
+	k, _ := Lookup("dsa_indexer")
+	base, err := Evaluate(context.Background(), k, nextNInputs("global_slot"), DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := nextNInputs("global_slot")
+	in.Tensors["seq_lens"] = tensor.FromInt64s(tensor.I32, []int{1, 2}, []int64{3, 4})
+	rows, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for o := range base {
+		for i := 0; i < base[o].Expected.Len(); i++ {
+			if a, b := rows[o].Expected.At(i), base[o].Expected.At(i); a != b {
+				t.Errorf("%s[%d]: per-row %v, derived %v", base[o].Name, i, a, b)
+			}
+		}
+	}
+	read, err := indexerRows(in)
+	if err != nil || !read(0) {
+		t.Errorf("Read with per-row seq_lens: %v", err)
+	}
+	in.Tensors["seq_lens"] = tensor.FromInt64s(tensor.I32, []int{1, 2}, []int64{2, 4})
+	outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf := math.Inf(-1)
+	for i, w := range []float64{1, 6, inf, inf, 1, 6, 4.5, 3} {
+		if outs[0].Expected.At(i) != w {
+			t.Errorf("seq_lens [[2 4]]: scores[%d,%d] = %v, want %v", i/4, i%4, outs[0].Expected.At(i), w)
+		}
+	}
+	// row 0 sees 2 tokens of a top-3: one -1 pad (t0 = slot 2, t1 = slot 3)
+	if got := []float64{outs[1].Expected.At(0), outs[1].Expected.At(1), outs[1].Expected.At(2)}; got[0] != 3 || got[1] != 2 || got[2] != -1 {
+		t.Errorf("seq_lens [[2 4]]: row 0 top-3 slots %v, want [3 2 -1]", got)
+	}
+	in.Tensors["seq_lens"] = tensor.FromInt64s(tensor.I32, []int{1, 3}, []int64{2, 3, 4})
+	if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), "per-row lengths are an integer [B, next_n = 2]") {
+		t.Errorf("seq_lens [1 3] with next_n 2: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	. "github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/kernels/paged"
+	"github.com/kcheck-dev/kcheck/reference/dsa"
 	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -34,29 +35,31 @@ func (*indexer) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tenso
 	}
 	pg := paged.NewPaging(r, seqLens, g.PageSize)
 	fp8 := c.Params.String("k_cache_dtype", "bf16") == "fp8_e4m3"
+	// an MTP step's next_n query rows a request (q and weights rows)
+	rows := len(seqLens) * int(max(IntParam(c.Params, "next_n", 1), 1))
 	k := tensor.New(tensor.BF16, pg.NB, g.PageSize, indexerDim)
 	for i := 0; i < k.Len(); i++ {
 		k.SetFloat64(i, r.Normal())
 	}
-	q := make([]float64, len(seqLens)*heads*indexerDim)
+	q := make([]float64, rows*heads*indexerDim)
 	for i := range q {
 		q[i] = formats.RoundBF16(r.Normal())
 	}
-	qt := BF16([]int{len(seqLens), heads, indexerDim}, q)
+	qt := BF16([]int{rows, heads, indexerDim}, q)
 	if fp8 {
-		k = fp8IndexerCache(k, g.PageSize)
+		k = fp8IndexerCache(k, g.PageSize, c.Params.String("k_scale_fmt", dsa.ScaleAny) == dsa.ScaleUE8M0)
 		// an fp8 q is e4m3(q / q_scale) with q_scale folded into the
 		// weights: the codes of a unit-scale q stand for any of them
 		qt = tensor.FromFloat64s(tensor.F8E4M3, qt.Shape, q)
 	}
-	w := make([]float64, len(seqLens)*heads)
+	w := make([]float64, rows*heads)
 	for i := range w {
 		w[i] = r.Normal() * 0.1
 	}
 	ts := paged.Tables(seqLens, pg)
 	ts["q"] = qt
 	ts["k_cache"] = k
-	ts["weights"] = tensor.FromFloat64s(tensor.F32, []int{len(seqLens), heads}, w)
+	ts["weights"] = tensor.FromFloat64s(tensor.F32, []int{rows, heads}, w)
 	return ts, nil
 }
 
@@ -66,7 +69,7 @@ func (*indexer) PlanCost(c Case, cost *Cost) Shapes {
 	s, blocks, _ := paged.PlanCost(c, cost)
 	g := c.Geometry
 	heads := max(int64(g.Heads), indexerHeads)
-	s.Dims["q"] = []int64{g.SeqLens.Count(), heads, indexerDim}
+	s.Dims["q"] = []int64{g.SeqLens.Count() * max(IntParam(c.Params, "next_n", 1), 1), heads, indexerDim}
 	if c.Params.String("k_cache_dtype", "bf16") == "fp8_e4m3" {
 		s.Dims["k_cache"] = []int64{blocks, int64(g.PageSize), indexerDim + 4}
 		cost.Input("k_cache", []int64{blocks, int64(g.PageSize), indexerDim + 4}, 1)
@@ -79,12 +82,16 @@ func (*indexer) PlanCost(c Case, cost *Cost) Shapes {
 }
 
 // fp8IndexerCache writes a BF16 [NB, P, Dk] key cache as vLLM's fp8 indexer
-// cache writes it: per token scale = max(amax, 1e-4) / 448 and codes
-// e4m3(k / scale), stored per block as P·Dk codes then P F32 scales (vllm
-// 0.33.0 vllm/_custom_ops.py:3191 indexer_k_quant_and_cache; its Triton twin
+// cache writes it: per token scale = max(amax, 1e-4) / 448, with ue8m0
+// rounded up to a power of two, and codes e4m3(k / scale), stored per block
+// as P·Dk codes then P F32 scales (vllm 0.33.0 vllm/_custom_ops.py:3191
+// indexer_k_quant_and_cache; its Triton twin
 // vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:150-174: `scale =
-// tl.maximum(1e-4, amax) / 448.0`, the codes then the scale region).
-func fp8IndexerCache(k *tensor.Tensor, p int) *tensor.Tensor {
+// tl.maximum(1e-4, amax) / 448.0`, `if USE_UE8M0: scale =
+// tl.exp2(tl.ceil(tl.log2(scale)))`, the codes then the scale region).
+// Without a declared convention the writer is amax, as it was before
+// k_scale_fmt existed.
+func fp8IndexerCache(k *tensor.Tensor, p int, ue8m0 bool) *tensor.Tensor {
 	nb, dk := k.Shape[0], k.Shape[2]
 	out := tensor.New(tensor.U8, nb, p, dk+4)
 	block := p * (dk + 4)
@@ -97,6 +104,9 @@ func fp8IndexerCache(k *tensor.Tensor, p int) *tensor.Tensor {
 				amax = math.Max(amax, math.Abs(v))
 			}
 			scale := float32(math.Max(amax, 1e-4)) / 448
+			if ue8m0 {
+				scale = float32(dsa.CeilPow2(float64(scale)))
+			}
 			base := blk * block
 			for j, v := range row {
 				out.Data[base+off*dk+j], _ = formats.E4M3FN.Encode(float64(float32(v)/scale), formats.Saturate)

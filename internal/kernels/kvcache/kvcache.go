@@ -39,7 +39,7 @@ func init() {
 	Register(&write{Adapter{Contract: Spec{
 		Name:    "kv_cache_write",
 		Stage:   StageCache,
-		Summary: "paged MLA latent cache write (vLLM concat_and_cache_mla, DeepSeek-V3.2 fp8_ds_mla)",
+		Summary: "paged MLA latent cache write (vLLM concat_and_cache_mla, DeepSeek-V3.2 fp8_ds_mla, DeepSeek-V4 fp8_ds_mla_model1)",
 		Inputs: []TensorSpec{
 			// An fp16 model's tokens are F16, and an engine may write bf16
 			// tokens into an fp16 cache (reference/CONTRACTS.md §3.4).
@@ -109,8 +109,11 @@ func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes OutD
 		return nil, err
 	}
 	derived := func(idx []int) []Coord {
-		part, tile := lay.PartOf(idx[2])
-		c := []Coord{{Kind: KindPart, Value: int(part)}, {Kind: KindToken, Value: ov.TokenAt(idx[0]*lay.PageSize + idx[1])}}
+		// the entry an element belongs to: its own row, except in a
+		// block-split cache, whose [block, offset] rows are not entries
+		slot, col := lay.Entry((idx[0]*lay.PageSize+idx[1])*lay.EntrySize() + idx[2])
+		part, tile := lay.PartOf(col)
+		c := []Coord{{Kind: KindPart, Value: int(part)}, {Kind: KindToken, Value: ov.TokenAt(slot)}}
 		if lay.Kind == kvcache.FP8DSMLA {
 			c = append(c, Coord{Kind: KindTile128, Value: tile})
 		}
@@ -180,7 +183,8 @@ func (c *cacheAfter) Len() int { return c.ov.Before.Len() }
 
 // At implements Values.
 func (c *cacheAfter) At(i int) float64 {
-	if slot := i / c.e; slot != c.slot {
+	slot, col := c.ov.Layout.Entry(i)
+	if slot != c.slot {
 		c.slot, c.k = slot, c.ov.Find(slot)
 		if c.k >= 0 {
 			c.ov.EntryInto(c.k, c.exact, c.entry.Data)
@@ -190,15 +194,22 @@ func (c *cacheAfter) At(i int) float64 {
 		return c.ov.Before.Float64At(i)
 	}
 	if c.exact {
-		if v, ok := c.ov.ExactValue(c.k, i-c.slot*c.e); ok {
+		if v, ok := c.ov.ExactValue(c.k, col); ok {
 			return v
 		}
 	}
-	return c.entry.Float64At(i - c.slot*c.e)
+	return c.entry.Float64At(col)
 }
 
-// ReadBlock implements kernel.BlockReader: an entry at a time, copied.
+// ReadBlock implements kernel.BlockReader: an entry at a time, copied (an
+// element at a time for a block-split cache, whose entries are not runs).
 func (c *cacheAfter) ReadBlock(lo int, dst []float64) {
+	if c.ov.Layout.Kind.BlockSplit() {
+		for j := range dst {
+			dst[j] = c.At(lo + j)
+		}
+		return
+	}
 	for len(dst) > 0 {
 		slot := lo / c.e
 		in := lo - slot*c.e
@@ -283,6 +294,9 @@ func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes Out
 	}
 	lay, err := paged.CacheLayout(in.Params, prec, "cache", ct, d-r, r)
 	if err != nil {
+		return nil, err
+	}
+	if err := paged.RefuseBlockSplit("kv_cache_gather", lay); err != nil {
 		return nil, err
 	}
 	ks, err := paged.KScale(in, lay)

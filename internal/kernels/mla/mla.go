@@ -91,7 +91,7 @@ func init() {
 	Register(&sparseDecode{Adapter{Contract: Spec{
 		Name:    "mla_decode_sparse",
 		Stage:   StageAttn,
-		Summary: "DeepSeek-V3.2 sparse MLA decode over top-k cache slots",
+		Summary: "DeepSeek-V3.2 and V4 sparse MLA decode over top-k cache slots",
 		Inputs: []TensorSpec{
 			{Name: "q", DTypes: qTypes},
 			{Name: "kv_cache", DTypes: paged.CacheDTypes, Read: indexedRows},
@@ -119,9 +119,23 @@ func init() {
 			{Name: "topk", Kind: ParamInt, Doc: "slots a query attends; when given it must equal the indices' last dimension, its default"},
 			{Name: "invalid_index", Kind: ParamEnum, Default: invalidOutside, Allowed: []string{invalidOutside, invalidMinusOne},
 				Doc: "which indices are not attended: outside (-1 or any slot outside the cache, reference/CONTRACTS.md §3.7) or minus_one (only -1, as FlashMLA: any other slot outside the cache is an input error, since FlashMLA would read it)"},
+			{Name: "ds_mla_scale_read", Kind: ParamEnum, Default: string(kvcache.ScaleReadF32), Allowed: kvcache.ScaleReads,
+				Doc: "how the reader turns each fp8_ds_mla tile scale into its factor: f32 (as stored), bf16 (rounded to nearest, FlashMLA sm90) or e8m0_rz (the power of two at or below it, FlashMLA sm100); both the exact and the expected reference read it so, and the result's notes give how far that moves the exact output from the f32 reading"},
+			headDimVParam,
 		},
 	}, Compute: mlaDecodeSparse}})
 }
+
+// headDimVParam is V, FlashMLA's head_dim_v (flash_mla_interface.py:58,
+// "Head_dim of v. Must be 512"): the leading columns of each cache row that
+// are its value. DeepSeek-V3.2 attends 576-dim keys with 512-dim values
+// (the latent part); DeepSeek-V4's 512-dim entry is key and value both,
+// rope dims included (deepseek-ai/FlashMLA@9241ae3 csrc/api/sparse_decode.h:241
+// d_v == 512 with :291 d_qk == 512 for MODEL1, tests/ref.py:91
+// gathered_kv[..., :d_v]), so the default is D for fp8_ds_mla_model1 and L
+// otherwise.
+var headDimVParam = ParamSpec{Name: "head_dim_v", Kind: ParamInt,
+	Doc: "V, the value width: out holds the first V columns of the attended rows (default L, the latent part; D, the whole entry, for fp8_ds_mla_model1, as DeepSeek-V4)"}
 
 // The invalid_index conventions. FlashMLA's sparse decode masks only -1
 // (deepseek-ai/FlashMLA@9241ae3 csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh:632,
@@ -141,8 +155,26 @@ func indexedRows(in Inputs) (func(int) bool, error) {
 	if ct == nil || it == nil || len(ct.Shape) != 3 || it.Check() != nil {
 		return nil, fmt.Errorf("tensors kv_cache or indices missing or misshapen")
 	}
-	read := make([]bool, ct.Shape[0]*ct.Shape[1])
-	tl := in.Tensors["topk_length"]
+	if kvcache.Kind(in.Params.String("kv_cache_dtype", "")).BlockSplit() {
+		// a token's bytes are two runs of its block: read them by Entry
+		lay := kvcache.Layout{Kind: kvcache.FP8DSMLAModel1, PageSize: ct.Shape[1]}
+		read, err := sparseSlotsRead(it, in.Tensors["topk_length"], ct.Shape[0]*ct.Shape[1])
+		if err != nil {
+			return nil, err
+		}
+		return func(i int) bool { s, _ := lay.Entry(i); return s < len(read) && read[s] }, nil
+	}
+	read, err := sparseSlotsRead(it, in.Tensors["topk_length"], ct.Shape[0]*ct.Shape[1])
+	if err != nil {
+		return nil, err
+	}
+	return paged.RowsRead(read, ct.Shape[2]), nil
+}
+
+// sparseSlotsRead marks the slots the indices attend (those within
+// topk_length when it is given).
+func sparseSlotsRead(it, tl *tensor.Tensor, slots int) ([]bool, error) {
+	read := make([]bool, slots)
 	perReq := 0 // indices a request holds: s_q * topk
 	if len(it.Shape) == 3 {
 		perReq = it.Shape[1] * it.Shape[2]
@@ -155,7 +187,7 @@ func indexedRows(in Inputs) (func(int) bool, error) {
 			read[s] = true
 		}
 	}
-	return paged.RowsRead(read, ct.Shape[2]), nil
+	return read, nil
 }
 
 // mlaCommon is what both decodes read the same way.
@@ -179,7 +211,7 @@ func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes) (*mlaCommon, 
 	}
 	d := qt.Shape[3]
 	kind := in.Params.String("kv_cache_dtype", string(kvcache.BF16))
-	if kind != string(kvcache.FP8DSMLA) && ct.Shape[2] != d {
+	if byteEntry := kind == string(kvcache.FP8DSMLA) || kind == string(kvcache.FP8DSMLAModel1); !byteEntry && ct.Shape[2] != d {
 		return nil, fmt.Errorf("tensor q has D = %d but tensor kv_cache rows hold %d values (shape %v)", d, ct.Shape[2], ct.Shape)
 	}
 	l := d
@@ -256,6 +288,9 @@ func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes) (*mlaCommon, 
 func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
 	c, err := readMLACommon(in, prec, outDTypes)
 	if err != nil {
+		return nil, err
+	}
+	if err := paged.RefuseBlockSplit("mla_decode", c.lay); err != nil {
 		return nil, err
 	}
 	bt := in.Tensors["block_table"]
@@ -342,6 +377,31 @@ func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTyp
 				return splitCoords(idx[0], idx[1], idx[2], idx[3])
 			}},
 		}), nil
+}
+
+// blockSplitSuspects is, for a DeepSeek-V4 cache, what out would hold had
+// the kernel read the block-split cache token by token (kvcache.
+// ReadInterleaved): a V3.2 kernel's addressing widened to the 584-byte
+// entry. No position of out shows that bug (every row reads garbage), so
+// the signature can only name it by its values (internal/signature's
+// suspects). It costs a second decode, for this layout only.
+func blockSplitSuspects(ctx context.Context, sp *mla.Sparse, c *mlaCommon, ct *tensor.Tensor) (out, lse []Suspect, err error) {
+	if !c.lay.Kind.BlockSplit() || c.lay.PageSize < 2 {
+		return nil, nil, nil // pages of one token: the two addressings are the same bytes
+	}
+	bad, err := kvcache.New(kvcache.ReadInterleaved(ct), c.lay, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	alt := *sp
+	alt.Cache = bad
+	_, xp, err := mla.DecodeSparse(ctx, &alt, c.cfg, c.prec)
+	if err != nil {
+		return nil, nil, err
+	}
+	const detail = "a decode that reads the block-split DeepSeek-V4 cache token by token (slot s at bytes 584s, the 656-byte layout's addressing)"
+	return []Suspect{{Pattern: "block_split_read_interleaved", Detail: detail, Values: Dense(xp.Out)}},
+		[]Suspect{{Pattern: "block_split_read_interleaved", Detail: detail, Values: Dense(xp.LSE)}}, nil
 }
 
 // splitSpec returns the split count S (0: no partials) and the bounds (nil:
@@ -450,6 +510,17 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 			return nil, fmt.Errorf("tensor %s: FlashMLA's extra KV scope (a second cache attended with the first) is not modelled yet; check a capture without it, or the two scopes as two captures", n)
 		}
 	}
+	v := c.lay.L
+	if c.lay.Kind == kvcache.FP8DSMLAModel1 {
+		v = c.lay.D()
+	}
+	if v, err = in.Params.Int("head_dim_v", v); err != nil {
+		return nil, err
+	}
+	if v < 1 || v > c.lay.D() {
+		return nil, fmt.Errorf("parameter head_dim_v = %d: the value is the first V columns of a cache row, want 1 <= V <= D = %d", v, c.lay.D())
+	}
+	c.cfg.ValueDims = v
 	sp := &mla.Sparse{Q: c.q, Cache: c.cache, TopK: topk, Indices: idx}
 	if t := in.Tensors["topk_length"]; t != nil {
 		if err := CheckShape("topk_length", t, c.q.B); err != nil {
@@ -473,11 +544,38 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 			}
 		}
 	}
+	read, err := in.Params.Enum("ds_mla_scale_read", string(kvcache.ScaleReadF32), kvcache.ScaleReads...)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.cache.SetScaleRead(kvcache.ScaleRead(read)); err != nil {
+		return nil, err
+	}
 	ex, xp, err := mla.DecodeSparse(ctx, sp, c.cfg, c.prec)
 	if err != nil {
 		return nil, err
 	}
-	B, SQ, H, L := c.q.B, c.q.SQ, c.q.H, c.lay.L
+	var notes map[string][]string
+	if read != string(kvcache.ScaleReadF32) {
+		// the same decode reading the stored F32 scales: what the declared
+		// reading costs, reported beside the verdict it does not change
+		if err := c.cache.SetScaleRead(kvcache.ScaleReadF32); err != nil {
+			return nil, err
+		}
+		f32, _, err := mla.DecodeSparse(ctx, sp, c.cfg, c.prec)
+		if err != nil {
+			return nil, err
+		}
+		// back to the declared reading, which the suspects below share
+		if err := c.cache.SetScaleRead(kvcache.ScaleRead(read)); err != nil {
+			return nil, err
+		}
+		notes = map[string][]string{
+			"out": {scaleReadLoss("out", read, ex.Out, f32.Out)},
+			"lse": {scaleReadLoss("lse", read, ex.LSE, f32.LSE)},
+		}
+	}
+	B, SQ, H, L := c.q.B, c.q.SQ, c.q.H, v
 	// attended slots per (request, query): the context of a sparse row
 	attended := make([]int, B*SQ)
 	for b := 0; b < B; b++ {
@@ -489,20 +587,56 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 		return []Coord{{Kind: KindContextLen, Value: attended[b*SQ+i]}, {Kind: KindHeadTile, Value: (i*H + h) / headTileRows}}
 	}
 	red := max(1, topk)
+	outSus, lseSus, err := blockSplitSuspects(ctx, sp, c, in.Tensors["kv_cache"])
+	if err != nil {
+		return nil, err
+	}
 	return []Output{
 		{
 			Name: "out", Shape: []int{B, SQ, H, L}, DType: c.prec.Out, Exact: Dense(ex.Out), Expected: Dense(xp.Out),
-			Mode: Numeric, Reduction: red,
+			Mode: Numeric, Reduction: red, Suspects: outSus, Notes: notes["out"],
 			Coords: Coords{Axes: []CoordKind{KindRequest, KindQPos, KindHead, KindLatent}, Derived: func(idx []int) []Coord {
-				return append(rowCoords(idx[0], idx[1], idx[2]), Coord{Kind: KindTile128, Value: idx[3] / 128})
+				// part: whether the value column is a latent (quantized) or
+				// a rope one, for "V = the whole entry" bugs
+				part, _ := c.lay.PartOf(idx[3])
+				return append(rowCoords(idx[0], idx[1], idx[2]), Coord{Kind: KindTile128, Value: idx[3] / 128}, Coord{Kind: KindPart, Value: int(part)})
 			}},
 		},
 		{
 			Name: "lse", Shape: []int{B, H, SQ}, DType: c.prec.LSE, Exact: Dense(ex.LSE), Expected: Dense(xp.LSE),
-			Mode: Numeric, Reduction: red,
+			Mode: Numeric, Reduction: red, Suspects: lseSus, Notes: notes["lse"],
 			Coords: Coords{Axes: []CoordKind{KindRequest, KindHead, KindQPos}, Derived: func(idx []int) []Coord {
 				return rowCoords(idx[0], idx[2], idx[1])
 			}},
 		},
 	}, nil
+}
+
+// scaleReadLoss says how far reading the tile scales as read moves the
+// exact output from the stored-F32 reading's: max abs and rms of the
+// difference, and the rms relative to the F32 reading's rms, over the
+// elements finite in both.
+func scaleReadLoss(name, read string, got, f32 []float64) string {
+	var maxAbs, sd, sf float64
+	n := 0
+	for i, g := range got {
+		f := f32[i]
+		if math.IsNaN(g) || math.IsInf(g, 0) || math.IsNaN(f) || math.IsInf(f, 0) {
+			continue
+		}
+		d := math.Abs(g - f)
+		maxAbs = max(maxAbs, d)
+		sd += d * d
+		sf += f * f
+		n++
+	}
+	rel := 0.0
+	if sf > 0 {
+		rel = math.Sqrt(sd / sf)
+	}
+	rms := 0.0
+	if n > 0 {
+		rms = math.Sqrt(sd / float64(n))
+	}
+	return fmt.Sprintf("%s: ds_mla_scale_read = %s, the declared reading of the fp8_ds_mla tile scales, moves the exact %s from the stored-F32 reading's by max abs %.3g, rms %.3g (%.3g of its rms): precision the reader loses by its definition, reported, not tolerated", name, read, name, maxAbs, rms, rel)
 }

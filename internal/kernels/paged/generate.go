@@ -8,6 +8,7 @@ import (
 
 	. "github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -51,8 +52,11 @@ func (p Paging) Slot(req, t, page int) int64 {
 
 // entryWidth is the last dimension of a cache of kv_cache_dtype.
 func entryWidth(cacheDType string, d int) int {
-	if cacheDType == "fp8_ds_mla" {
-		return 656
+	switch kvcache.Kind(cacheDType) {
+	case kvcache.FP8DSMLA:
+		return kvcache.DSEntryBytes
+	case kvcache.FP8DSMLAModel1:
+		return kvcache.M1EntryBytes
 	}
 	return d
 }
@@ -66,10 +70,10 @@ func EmptyCache(r *RNG, cacheDType string, nb, page, d int, fill string) (*tenso
 		t = tensor.New(tensor.BF16, nb, page, d)
 	case "fp16":
 		t = tensor.New(tensor.F16, nb, page, d)
-	case "fp8_e4m3", "fp8_ds_mla":
+	case "fp8_e4m3", "fp8_ds_mla", "fp8_ds_mla_model1":
 		t = tensor.New(tensor.U8, nb, page, entryWidth(cacheDType, d))
 	default:
-		return nil, fmt.Errorf("kv_cache_dtype %q: want bf16, fp16, fp8_e4m3 or fp8_ds_mla", cacheDType)
+		return nil, fmt.Errorf("kv_cache_dtype %q: want bf16, fp16, fp8_e4m3, fp8_ds_mla or fp8_ds_mla_model1", cacheDType)
 	}
 	for i := range t.Data {
 		if fill == "poison" {

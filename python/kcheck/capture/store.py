@@ -102,7 +102,8 @@ def provenance(engine, call, device):
     """The provenance keys of reference/CONTRACTS.md §1.2 and the capture's own.
 
     source: engine and version and the call; device: the GPU's name (or
-    cpu); driver: the CUDA runtime torch was built with and the driver
+    cpu), and its compute capability (kcheck.capture.device_capability,
+    "9.0"); driver: the CUDA runtime torch was built with and the driver
     version where it can be read; kernel_build: the engine package's
     version and, for a source build, its git revision as the package
     records it; captured_at: RFC 3339, UTC."""
@@ -121,6 +122,10 @@ def provenance(engine, call, device):
     }
     if device.type == "cuda":
         meta["device"] = torch.cuda.get_device_name(device)
+        # The architecture decides some kernels' numerics (FlashMLA's sparse
+        # decode reads fp8_ds_mla tile scales as bf16 on sm90, E8M0 on
+        # sm100): --from reads this key (internal/engines flashMLAScaleRead).
+        meta["kcheck.capture.device_capability"] = "%d.%d" % torch.cuda.get_device_capability(device)
         meta["driver"] = _driver()
     else:
         meta["device"] = str(device.type)

@@ -34,11 +34,11 @@ def _paged(g, B, lens, P, D, NB, dtype, amp=1.0):
     return cache, perm.reshape(B, nblk).contiguous()
 
 
-def triton_mla(c, name, q_dtype, cache_kind, fault, seed):
+def triton_mla(c, name, q_dtype, cache_kind, fault, seed, lens=(1100, 40, 1), committed=False):
     mod, shim = run.vllm_module("vllm.v1.attention.ops.triton_decode_attention")
     g = torch.Generator().manual_seed(seed)
-    B, H, L, R, P = 3, 16, 512, 64, 64
-    lens = [1100, 40, 1]   # S = 2 splits (1100 // 512 = 2); request 2's split 1 holds no token
+    lens = list(lens)   # by default S = 2 splits (1100 // 512 = 2); request 2's split 1 holds no token
+    B, H, L, R, P = len(lens), 16, 512, 64, 64
     NB = B * ((max(lens) + P - 1) // P) + 5   # every request's pages distinct, a few spare
     raw, bt = _paged(g, B, lens, P, L + R, NB, torch.float32, 0.6)
     q = (torch.randn(B, H, L + R, generator=g) * 0.8).to(q_dtype)
@@ -86,9 +86,9 @@ def triton_mla(c, name, q_dtype, cache_kind, fault, seed):
           tensors={"q": q, "kv_c_and_k_pe_cache": cache, "block_table": bt, "seq_lens": seq_lens, "k_scale": k_scale,
                    "o": o, "lse": lse, "attn_logits": attn_logits},
           meta=meta, expect=expect, audit=["V13", "V15", "V1", "F17", "gap1", "gap11"], item=3 if cache_kind != "fp16" else 2,
-          fault=fault, twin=base + (".safetensors" if fault else f"_{twin_fault}.safetensors"), committed=False,
+          fault=fault, twin=base + (".safetensors" if fault else f"_{twin_fault}.safetensors"), committed=committed,
           notes=f"q {q_dtype}, cache {cache_kind} [NB,P,576] (kv_c_and_k_pe_cache before forward_mqa's unsqueeze(2)), o and lse in q.dtype, "
-                f"S={S} splits from max_seq_len {max(lens)}; request 2 (1 token) leaves split 1 unwritten (NaN). "
+                f"S={S} splits from max_seq_len {max(lens)}; lens {lens}" + ("; the last request leaves its later splits unwritten (NaN). " if S > 1 else ". ")
                 + ("fp8: K dequantized to q.dtype, V = trans(K) in q.dtype, P rounded to q.dtype (0.33.0; the audit's older V15 said V fp32, P unrounded)" if cache_kind == "fp8" else ""))
 
 
@@ -134,9 +134,15 @@ def sglang_decode(c, fault, seed):
 def build(c):
     sglang_decode(c, None, 1611)
     sglang_decode(c, "kv_indices_shift", 1611)
-    # TRITON_MLA's fp16 model and fp8 cache (triton_mla(c, "fp16", torch.float16, "fp16",
-    # "softmax_scale_default", ...), triton_mla(c, "fp8_bf16q", torch.bfloat16, "fp8",
-    # "kv_scale_ignored", ...)) wait for mla_decode's fp16 caches and its precision
-    # model of TRITON_MLA's fp8 path (issue 16 items 2 and 3, V15): not made yet.
     triton_mla(c, "bf16", torch.bfloat16, "bf16", None, 1610)
     triton_mla(c, "bf16", torch.bfloat16, "bf16", "block_table_shift", 1610)
+    # TRITON_MLA's fp8 cache under a bf16 model (V15) and its fp16 model (V1,
+    # F17), small enough to commit (0.6 and 1.1 MB): two requests of 300 and
+    # 7 tokens, one split (the bf16 pair above has the unwritten splits).
+    # --from vllm declares the kernel's precision (internal/engines
+    # tritonMLAPrecision); the twins plant a k_scale the kernel ignored and
+    # FlashMLA's default softmax scale.
+    for fault in (None, "kv_scale_ignored"):
+        triton_mla(c, "fp8_bf16q", torch.bfloat16, "fp8", fault, 1612, lens=(300, 7), committed=True)
+    for fault in (None, "softmax_scale_default"):
+        triton_mla(c, "fp16", torch.float16, "fp16", fault, 1613, lens=(300, 7), committed=True)

@@ -234,18 +234,25 @@ def splitk_combine(tensors, meta, opts):
 # vllm.v1.worker.workspace, which the wrapper does use, reaches
 # vllm.forward_context through vllm.v1.worker.ubatching only for
 # ForwardContext, a type it does not touch on one thread.
+#
+# vllm.v1.worker.block_table is imported by vllm/v1/attention/backends/mla/
+# sparse_utils.py (line 26) for get_block_table_width, which only the
+# warm-up keys use (line 288), not triton_convert_req_index_to_global_index;
+# its own imports reach vllm.v1.attention.backends.utils and cbor2.
 _RUNTIME_ONLY = (
     "vllm.config",
     "vllm.forward_context",
     "vllm.compilation.breakable_cudagraph",
     "vllm.v1.attention.backends.mla.indexer",
+    "vllm.v1.worker.block_table",
 )
 
-RUNTIME_SHIM = ("vllm.config, vllm.forward_context, vllm.compilation.breakable_cudagraph and "
-                "vllm.v1.attention.backends.mla.indexer stood in for by placeholders that raise when used "
-                "(their imports need vLLM's serving dependencies, not installed; the kernel, its wrapper, the "
-                "workspace manager and the top-k do not use them); eager_break_during_capture, the decorator of "
-                "rocm_aiter_sparse_attn_indexer (not called), is the identity it is outside a CUDA-graph capture")
+RUNTIME_SHIM = ("vllm.config, vllm.forward_context, vllm.compilation.breakable_cudagraph, "
+                "vllm.v1.attention.backends.mla.indexer and vllm.v1.worker.block_table stood in for by placeholders "
+                "that raise when used (their imports need vLLM's serving dependencies, not installed; the kernel, its "
+                "wrapper, the workspace manager, the top-k and the global-slot conversion do not use them); "
+                "eager_break_during_capture, the decorator of rocm_aiter_sparse_attn_indexer (not called), is the "
+                "identity it is outside a CUDA-graph capture")
 
 
 class _Placeholder:
@@ -372,6 +379,20 @@ def dsa_indexer(tensors, meta, opts):
     max(max_seq, topk), as in a deployment (the model length is never below
     the top-k; vLLM's torch top-k needs as many columns as topk).
 
+    next_n > 1 (an MTP step; reference/CONTRACTS.md section 3.9): q and
+    weights have B*next_n rows, request-major, q passed as [B, next_n, H,
+    D]; seq_lens stays [B] (the wrapper then derives each row's length,
+    `ctx_per_row` False, kernel line 580), and the top-k gets seq_lens
+    [B, 1] with next_n (indexer_topk.py _row_ends, lines 288-297).
+
+    topk_index = global_slot: the top-k goes through vLLM's
+    triton_convert_req_index_to_global_index (vllm/v1/attention/backends/
+    mla/sparse_utils.py lines 493-637) as FLASHMLA_SPARSE calls it
+    (flashmla_sparse.py lines 914-922: req_id per token, the block table,
+    BLOCK_SIZE = the page size, NUM_TOPK_TOKENS = topk,
+    return_valid_counts=True), with BLOCK_STRIDE_ROWS left at its default,
+    the page size (a cache whose blocks are contiguous).
+
     Option past_seq_len: `nan` (default) fills the workspace with NaN before
     the call, so what the kernel leaves unwritten is visibly not data
     (vLLM's workspace is torch.empty, vllm/v1/worker/workspace.py line 264);
@@ -382,14 +403,33 @@ def dsa_indexer(tensors, meta, opts):
     past = opts.get("past_seq_len", "nan")
     if past not in ("nan", "-inf"):
         raise BadInput(f"option past_seq_len={past}: want nan or -inf")
+    next_n = _int_param(meta, "next_n", "1")
+    if next_n < 1:
+        raise BadInput(f"parameter next_n = {next_n}: want at least 1 query a request")
+    index_kind = param(meta, "topk_index", "request")
+    if index_kind not in ("request", "global_slot"):
+        raise BadInput(f"parameter topk_index = {index_kind!r}: want request or global_slot")
     q = need(tensors, "q")
     kc = need(tensors, "k_cache")
     w = need(tensors, "weights").to(torch.float32)
     block_table = need(tensors, "block_table").to(torch.int32)
     seq_lens = need(tensors, "seq_lens").to(torch.int32)
     if q.dim() != 3:
-        raise BadInput(f"tensor q has shape {tuple(q.shape)}; want [B, Hi, Dk]")
-    B, H, D = q.shape
+        raise BadInput(f"tensor q has shape {tuple(q.shape)}; want [B*next_n, Hi, Dk]")
+    R, H, D = q.shape
+    # seq_lens [B, next_n] are per-row lengths (vLLM's native speculative
+    # decode): the kernel reads them as they are (CTX_PER_ROW, line 578),
+    # and so does the top-k (_row_ends, indexer_topk.py lines 288-289); a
+    # request's pages hold its longest row.
+    row_lens = None
+    if seq_lens.dim() == 2:
+        if seq_lens.shape[1] != next_n:
+            raise BadInput(f"tensor seq_lens has shape {tuple(seq_lens.shape)}; per-row lengths are [B, next_n = {next_n}]")
+        row_lens = seq_lens.contiguous()
+        seq_lens = row_lens.amax(dim=1) if row_lens.numel() else row_lens.reshape(-1)
+    B = seq_lens.shape[0] if seq_lens.dim() == 1 else -1
+    if B * next_n != R:
+        raise BadInput(f"tensor q has {R} rows; seq_lens {tuple(seq_lens.shape)} with next_n = {next_n} wants {B * next_n if B >= 0 else 'a [B] tensor'}")
     # k_cache_dtype fp8_e4m3 is this kernel's own layout (the contract's
     # section 3.9): the capture's bytes go to the kernel as they are.
     native = meta.get("k_cache_dtype", "bf16") == "fp8_e4m3"
@@ -398,8 +438,8 @@ def dsa_indexer(tensors, meta, opts):
             raise BadInput(f"tensor k_cache is {kc.dtype} {tuple(kc.shape)}; an fp8 indexer cache is uint8 [NB, P, {D + 4}]")
     elif kc.dim() != 3 or kc.shape[2] != D:
         raise BadInput(f"tensor k_cache has shape {tuple(kc.shape)}; want [NB, P, {D}]")
-    if tuple(w.shape) != (B, H):
-        raise BadInput(f"tensor weights has shape {tuple(w.shape)}; want [{B}, {H}]")
+    if tuple(w.shape) != (R, H):
+        raise BadInput(f"tensor weights has shape {tuple(w.shape)}; want [{R}, {H}]")
     if seq_lens.shape != (B,) or block_table.dim() != 2 or block_table.shape[0] != B:
         raise BadInput(f"seq_lens {tuple(seq_lens.shape)} and block_table {tuple(block_table.shape)} must be [{B}] and [{B}, max_blocks]")
     NB, P, _ = kc.shape
@@ -430,7 +470,7 @@ def dsa_indexer(tensors, meta, opts):
     if q.dtype == torch.float8_e4m3fn:
         q8, w_folded = q, w  # an fp8 query's scale is in the weights already
     else:
-        q8, q_scale = _e4m3_pow2(q, torch.ones(B, H, dtype=torch.bool, device=q.device), "q")
+        q8, q_scale = _e4m3_pow2(q, torch.ones(R, H, dtype=torch.bool, device=q.device), "q")
         w_folded = w * q_scale
         if not torch.equal(w_folded / q_scale, w) or not torch.isfinite(w_folded).all():
             raise Unsupported("weights times q's power-of-two scales is not exact in fp32 (over- or underflow)")
@@ -448,10 +488,11 @@ def dsa_indexer(tensors, meta, opts):
     if not ws.is_workspace_manager_initialized():
         ws.init_workspace_manager(q.device)
     max_model_len = max(max_seq, topk)
-    (buf,) = ws.current_workspace_manager().get_simultaneous(((B, max_model_len), torch.float32))
+    (buf,) = ws.current_workspace_manager().get_simultaneous(((R, max_model_len), torch.float32))
     buf.fill_(float("nan") if past == "nan" else float("-inf"))
+    ctx = seq_lens if row_lens is None else row_lens
     logits = mod.rocm_fp8_paged_mqa_logits_triton(
-        q8.reshape(B, 1, H, D), cache, w_folded.contiguous(), seq_lens, block_table, max_model_len,
+        q8.reshape(B, next_n, H, D), cache, w_folded.contiguous(), ctx, block_table, max_model_len,
     )
     if logits.data_ptr() != buf.data_ptr():
         raise RuntimeError("the wrapper's logits are not the workspace buffer the worker initialized")
@@ -459,11 +500,24 @@ def dsa_indexer(tensors, meta, opts):
 
     from vllm.model_executor.layers.indexer_topk import SparseIndexerTopk
 
-    topk_indices = torch.full((B, topk), -2, dtype=torch.int32, device=q.device)
-    SparseIndexerTopk("torch").forward(logits, seq_lens.reshape(B, 1), 1, topk_indices, topk, max_model_len)
+    topk_indices = torch.full((R, topk), -2, dtype=torch.int32, device=q.device)
+    SparseIndexerTopk("torch").forward(logits, seq_lens.reshape(B, 1) if row_lens is None else row_lens, next_n,
+                                       topk_indices, topk, max_model_len)
+    call = ("vllm.v1.attention.ops.rocm_aiter_mla_sparse.rocm_fp8_paged_mqa_logits_triton, "
+            "then vllm.model_executor.layers.indexer_topk.SparseIndexerTopk('torch')")
+    if index_kind == "global_slot":
+        # sparse_utils.py line 549: NUM_TOPK_TOKENS % BLOCK_N == 0, BLOCK_N 128 as FLASHMLA_SPARSE leaves it
+        if topk % 128:
+            raise Unsupported(f"topk {topk}: triton_convert_req_index_to_global_index asserts NUM_TOPK_TOKENS % BLOCK_N == 0 (BLOCK_N = 128, sparse_utils.py)")
+        su, su_shim = _load_without_runtime("vllm.v1.attention.backends.mla.sparse_utils")
+        shim = "; ".join(dict.fromkeys(x for x in (shim, su_shim) if x)) or None
+        req_id = torch.arange(B, dtype=torch.int32, device=q.device).repeat_interleave(next_n)
+        topk_indices, _valid = su.triton_convert_req_index_to_global_index(
+            req_id, block_table.contiguous(), topk_indices, BLOCK_SIZE=P, NUM_TOPK_TOKENS=topk, return_valid_counts=True,
+        )
+        call += ", then vllm.v1.attention.backends.mla.sparse_utils.triton_convert_req_index_to_global_index (as FLASHMLA_SPARSE)"
 
-    m = provenance("vllm", "vllm", "vllm.v1.attention.ops.rocm_aiter_mla_sparse.rocm_fp8_paged_mqa_logits_triton, "
-                   "then vllm.model_executor.layers.indexer_topk.SparseIndexerTopk('torch')", shim)
+    m = provenance("vllm", "vllm", call, shim)
     m["kcheck.worker.past_seq_len"] = past
     m["kcheck.worker.max_model_len"] = str(max_model_len)
     how = ("the capture's fp8 q and block-split fp8 k_cache passed as they are" if native and q.dtype == torch.float8_e4m3fn else
