@@ -244,24 +244,33 @@ func (c *cacheAfter) ReadBlock(lo int, dst []float64) {
 // its token (copying): its kv_c part by the token's kv_c row, its k_pe
 // part by its k_pe row; otherwise its bytes are computed (fp8 codes, or a
 // rounding to the cache's dtype) and it is not. Runs of unwritten entries
-// end at the next written one.
+// end at the next written one. In a block-split cache (DeepSeek-V4's
+// fp8_ds_mla_model1: Layout.Entry) a block's bytes interleave its tokens'
+// parts, so the unit is a whole block, vouched for when none of its slots
+// was written.
 func (c *cacheAfter) Settled(lo, n int) (tensor.DType, []byte, int) {
 	d := c.ov.Before.DType
 	sz := d.Size()
-	slot := lo / c.e
-	m := min(n, (slot+1)*c.e-lo)
-	if c.ov.Find(slot) < 0 {
-		for m < n && c.ov.Find((lo+m)/c.e) < 0 {
-			m = min(n, m+c.e)
+	unit, per := c.e, 1 // elements and slots a unit
+	if c.ov.Layout.Kind.BlockSplit() {
+		per = c.ov.Layout.PageSize
+		unit = per * c.e
+	}
+	u := lo / unit
+	m := min(n, (u+1)*unit-lo)
+	if c.unwritten(u, per) {
+		for m < n && c.unwritten((lo+m)/unit, per) {
+			m = min(n, m+unit)
 		}
 		return d, c.ov.Before.Data[lo*sz : (lo+m)*sz], m
 	}
-	if c.kvc == nil {
-		for m < n && c.ov.Find((lo+m)/c.e) >= 0 {
-			m = min(n, m+c.e)
+	if c.kvc == nil || per > 1 {
+		for m < n && !c.unwritten((lo+m)/unit, per) {
+			m = min(n, m+unit)
 		}
 		return "", nil, m
 	}
+	slot := u
 	t, col, l := c.ov.TokenAt(slot), lo-slot*c.e, c.ov.Layout.L
 	if col < l {
 		m = min(n, l-col)
@@ -271,6 +280,16 @@ func (c *cacheAfter) Settled(lo, n int) (tensor.DType, []byte, int) {
 	r := c.ov.Layout.R
 	at := t*r + col - l
 	return d, c.kpe.Data[at*sz : (at+m)*sz], m
+}
+
+// unwritten reports whether no token was written to the per slots of unit u.
+func (c *cacheAfter) unwritten(u, per int) bool {
+	for s := u * per; s < (u+1)*per; s++ {
+		if c.ov.Find(s) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	. "github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -18,18 +19,22 @@ import (
 // hold every 16-bit code (subnormals, -0, infinities, NaNs with payloads)
 // or every byte; runs are 1 to n values long; and they vouch exactly where
 // the references are bytes of the capture: every entry of cache_after no
-// token was written to and, in a bf16 or fp16 cache, every entry written
+// token was written to (whole blocks of DeepSeek-V4's block-split cache)
+// and, in a bf16 or fp16 cache, every entry written
 // from tokens of its dtype (not from f32 ones), every row of a bf16 or
 // fp16 gather (exact, and
 // expected when stored as the cache's dtype or F32), and nothing else.
 func TestSettledVouchesForItsValues(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 70))
 	const nb, p = 8, 16
-	for _, kind := range []string{"bf16", "fp16", "fp8_e4m3", "fp8_ds_mla"} {
+	for _, kind := range []string{"bf16", "fp16", "fp8_e4m3", "fp8_ds_mla", "fp8_ds_mla_model1"} {
 		l := 512
 		e := l + 64
-		if kind == "fp8_ds_mla" {
+		switch kind {
+		case "fp8_ds_mla":
 			e = 656
+		case "fp8_ds_mla_model1":
+			l, e = kvcache.M1Nope, kvcache.M1EntryBytes
 		}
 		cd := map[string]tensor.DType{"bf16": tensor.BF16, "fp16": tensor.F16}[kind]
 		if cd == "" {
@@ -54,7 +59,11 @@ func TestSettledVouchesForItsValues(t *testing.T) {
 		for i := range kv {
 			kv[i] = rng.NormFloat64()
 		}
-		in := writeInputs(kind, "amax", before, kv, l, slots, 0.03)
+		conv := "amax"
+		if kind == "fp8_ds_mla_model1" {
+			conv = "pow2"
+		}
+		in := writeInputs(kind, conv, before, kv, l, slots, 0.03)
 		if cd == tensor.F16 {
 			in.Tensors["kv_c"] = tensor.FromFloat64s(tensor.F16, []int{len(slots), l}, kv)
 			in.Tensors["k_pe"] = tensor.FromFloat64s(tensor.F16, []int{len(slots), 64}, make([]float64, len(slots)*64))
@@ -70,8 +79,11 @@ func TestSettledVouchesForItsValues(t *testing.T) {
 		// Unwritten entries, and written ones where they are copies of
 		// tokens of the cache's dtype; an f32 token is rounded.
 		want := (nb*p - written) * e
-		if kind == "bf16" || kind == "fp16" {
+		switch kind {
+		case "bf16", "fp16":
 			want = nb * p * e
+		case "fp8_ds_mla_model1": // whole blocks: 1, 3, 4 and 5 hold no written slot
+			want = 4 * p * e
 		}
 		vouched(t, kind+" cache_after", outs[0], want, want)
 		if kind == "bf16" || kind == "fp16" {
@@ -83,6 +95,9 @@ func TestSettledVouchesForItsValues(t *testing.T) {
 			vouched(t, kind+" cache_after from f32 tokens", f32[0], (nb*p-written)*e, (nb*p-written)*e)
 		}
 
+		if kind == "fp8_ds_mla_model1" {
+			continue // kv_cache_gather refuses a block-split cache
+		}
 		g, _ := Lookup("kv_cache_gather")
 		table := []int64{3, 0, 6, 1, 7, 2}
 		gin := Inputs{Tensors: map[string]*tensor.Tensor{
