@@ -114,8 +114,17 @@ PYVENV ?= python/.venv
 python-setup:
 	python/setup.sh
 
-python-test: build
-	cd python && KCHECK=$(CURDIR)/bin/kcheck TRITON_INTERPRET=1 .venv/bin/python -m pytest -q tests
+# vLLM's compiled op library (vllm._C_stable_libtorch, which the capture
+# tests import for vLLM's op schemas) links the CUDA driver, libcuda.so.1.
+# A machine without a driver (CI) gets the CUDA toolchain's link stub
+# (make cuda-toolchain: every function returns CUDA_ERROR_STUB_LIBRARY) on
+# the loader path; nothing the CPU tests run calls it. A machine with a
+# driver keeps its own.
+HAVE_LIBCUDA := $(shell ldconfig -p 2>/dev/null | grep -qF 'libcuda.so.1 ' && echo yes)
+LIBCUDA_STUB_DIR := $(CURDIR)/build/libcuda-stub
+python-test: build $(if $(HAVE_LIBCUDA),,cuda-toolchain)
+	$(if $(HAVE_LIBCUDA),,mkdir -p $(LIBCUDA_STUB_DIR) && ln -sf $(CURDIR)/$(CUDA_TOOLCHAIN)/stubs/libcuda.so $(LIBCUDA_STUB_DIR)/libcuda.so.1)
+	cd python && $(if $(HAVE_LIBCUDA),,LD_LIBRARY_PATH=$(LIBCUDA_STUB_DIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}) KCHECK=$(CURDIR)/bin/kcheck TRITON_INTERPRET=1 .venv/bin/python -m pytest -q tests
 
 # Regenerate internal/safetensors/testdata/torch_formats.safetensors (torch
 # and ml_dtypes vectors the Go test cross-checks reference/formats with).

@@ -50,6 +50,15 @@ func TestF16Refused(t *testing.T) {
 		{"decode over an fp16 cache", func() (*Result, error) {
 			return runMLA(&Device{}, mla(bf16(1, 1, 16, 576), f16(2, 64, 576), "fp16"), RunOptions{}, false)
 		}, "kv_cache_dtype fp16 (an F16 cache)"},
+		// DeepSeek-V4's caches have no CUDA kernel at all: unsupported too
+		{"sparse decode over a DeepSeek-V4 cache", func() (*Result, error) {
+			in := mla(bf16(1, 1, 64, 576), tensor.New(tensor.U8, 2, 64, 584), "fp8_ds_mla_model1") // a 512-wide q is refused before the cache
+			in.Tensors["indices"] = idx(1, 1, 8)
+			return runMLA(&Device{}, in, RunOptions{}, true)
+		}, "kv_cache_dtype fp8_ds_mla_model1 (a DeepSeek-V4 sparse cache)"},
+		{"write into a DeepSeek-V4.1 cache", func() (*Result, error) {
+			return runKVWrite(&Device{}, write(tensor.New(tensor.U8, 2, 16, 528), bf16(1, 448), "fp8_ds_mla_v41"), RunOptions{})
+		}, "kv_cache_dtype fp8_ds_mla_v41 (a DeepSeek-V4 sparse cache)"},
 		{"lse in bf16", func() (*Result, error) {
 			return runMLA(&Device{}, mla(bf16(1, 1, 16, 576), bf16(2, 64, 576), "bf16"), RunOptions{OutDTypes: map[string]tensor.DType{"lse": tensor.BF16}}, false)
 		}, "output lse as BF16: the CUDA kernel writes [F32]"},

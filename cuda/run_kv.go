@@ -5,6 +5,7 @@ package cuda
 import (
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	kvkernels "github.com/kcheck-dev/kcheck/internal/kernels/kvcache"
+	"github.com/kcheck-dev/kcheck/reference/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -39,6 +40,9 @@ func cacheSpec(in kernel.Inputs, name string) (kind string, t *tensor.Tensor, nb
 	}
 	if kind == "fp16" {
 		return "", nil, 0, 0, 0, unsupported("kv_cache_dtype %s (an F16 cache): the CUDA kernels are bf16-only (cuda/kvcache.cu, cuda/mla_decode.cu); an fp16 cache is checked against the reference, in captures and with the engine workers", in.Params.String("kv_cache_dtype", "bf16"))
+	}
+	if kvcache.Kind(kind).V4() {
+		return "", nil, 0, 0, 0, unsupported("kv_cache_dtype %s (a DeepSeek-V4 sparse cache): the CUDA kernels (cuda/kvcache.cu, cuda/mla_decode.cu) have no DeepSeek-V4 layout; it is checked against the reference, in captures", kind)
 	}
 	kind, err = in.Params.Enum("kv_cache_dtype", "bf16", cacheKinds...)
 	if err != nil {

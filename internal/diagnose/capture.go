@@ -170,7 +170,19 @@ func FromCheck(res check.Result, contextLens map[int]int) *Report {
 		}
 		sr.OffFloor = sr.OffFloor || row.Verdict == check.Fail || row.PropagatedVerdict == check.Fail
 	}
-	if f := firstOff(rep.Steps); f != nil {
+	// The first step that goes wrong is the culprit's when there is one: it
+	// is the first stage wrong on its own inputs, and every stage before it
+	// is correct on what it was given. A propagated-only failure before it
+	// (the chain's answer fed forward, which an earlier stage's deviation
+	// within its tolerance can push past a later stage's tolerance) does not
+	// make an earlier step the start. Without a culprit, the first step off
+	// the floor by any measure is the start.
+	f := firstOff(rep.Steps)
+	if att.Culprit != nil {
+		c := stepOf(*att.Culprit)
+		f = &c
+	}
+	if f != nil {
 		for _, s := range rep.Steps {
 			if s.Step == *f {
 				c := s.ContextLen

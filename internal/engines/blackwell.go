@@ -399,39 +399,120 @@ var flashInferCutlassMLA = Fix{Doc: "backend cutlass: softmax_block = 128, P in 
 	return []string{"backend cutlass (CUTLASS's SM100 MLA: a running max per 128-token tile, P in q's dtype): " + strings.Join(set, ", ")}, nil
 }}
 
-// flashInferFP8MLA refuses FlashInfer's FP8 MLA (BatchMLAPagedAttentionWrapper
-// planned with kv_data_type = float8_e4m3fn, SM90 fa2/fa3 with a bf16
-// query: flashinfer-python 0.7.2.post1
-// flashinfer/mla/_batch_mla/_backends/_fa_common.py:151-172). Its cache is
-// dequantized with two per-tensor scales, ckv_scale for the latent part and
-// kpe_scale for the rope part, or with ckv_scale_arr [NB, P, 4], a scale per
-// 128 latent channels of every token (_fa_common.py:693-701, 745-755).
-// The kernels dequantize in the query's dtype (repack_fp8_kv_to_bf16,
-// flashinfer/data/include/flashinfer/attention/mla_hopper.cuh:353-436 for
-// fa3, mla.cuh:312-377 for fa2): with per-tensor scales each code becomes
-// bf16 and is multiplied by the scale rounded to bf16 (__hmul2 on bf16
-// pairs), with ckv_scale_arr by bf16(float(code) * scale). mla_decode's
-// fp8_e4m3 cache has one k_scale for both parts, read as the fp32 product,
-// and no per-channel scale tensor, so reading either form would check
-// against other scales and another rounding: refused, naming them (audit
-// I5). Modelling it needs the two scales, the bf16 rounding of a
-// per-tensor scale and a [NB, P, L/128] scale input in mla_decode.
-var flashInferFP8MLA = Fix{Doc: "FP8 MLA (ckv_scale, kpe_scale, ckv_scale_arr) refused", Apply: func(v *View) ([]string, error) {
-	const why = "FlashInfer's FP8 MLA scales the latent and rope parts separately (ckv_scale, kpe_scale) or per 128 latent channels (ckv_scale_arr [NB, P, 4]); mla_decode's fp8_e4m3 cache has one k_scale: not supported"
-	for _, n := range []string{"ckv_scale", "kpe_scale"} {
-		if s, ok := v.Param(n); ok && !off(s) {
-			return nil, fmt.Errorf("parameter %s = %q: %s", n, s, why)
+// flashInferFP8MLA reads FlashInfer's FP8 MLA (BatchMLAPagedAttentionWrapper
+// planned with kv_data_type = float8_e4m3fn: the SM90 fa2 and fa3 backends
+// with a bf16 query, flashinfer-python 0.7.2.post1
+// flashinfer/mla/_batch_mla/_backends/_fa_common.py:151-172) as
+// mla_decode over an fp8_e4m3 cache with FlashInfer's scales (audit I5):
+//   - run(..., ckv_scale, ckv_scale_arr, kpe_scale) (_wrapper.py:852-876)
+//     takes exactly one of ckv_scale (a float) and ckv_scale_arr (F32
+//     [NB, P, head_dim_ckv/128], contiguous), and kpe_scale (a float)
+//     always (_fa_common.py:692-711, 745-755); the binding casts the
+//     floats to fp32 (data/csrc/batch_mla_run.cu:119-120,
+//     batch_mla_sm90_run.cu:119-120). ckv_scale is read as k_scale,
+//     kpe_scale as k_scale_rope (it scales kpe_cache alone: mla.cuh:361-378,
+//     and FlashInfer's own reference, trace/templates/attention.py:2325-2339),
+//     ckv_scale_arr as k_scale_tiles;
+//   - the kernels hold a per-tensor scale in the query's dtype, bf16, and
+//     multiply by __hmul2 (repack_fp8_kv_to_bf16, data/include/flashinfer/
+//     attention/mla.cuh:312-377 for fa2, mla_hopper.cuh:353-436 for fa3;
+//     packed2_t scale{static_cast<DTypeQ>(ckv_scale), ...}): k_scale_dtype =
+//     bf16. A tile scale multiplies in fp32 and the product is rounded to
+//     bf16 (mla.cuh:341-346), the contract's reading of k_scale_tiles;
+//   - both caches are fp8 (_fa_common.py:655-664): kv_cache_dtype =
+//     fp8_e4m3, latent_dim the width of ckv_cache (512, :163-168);
+//   - fa2's FP8 kernel takes its running max per 32-token KV tile
+//     (EFF_CTA_TILE_KV, mla.cuh:1262; update_mdo_states_ per tile,
+//     :1111-1122): softmax_block = 32 when the capture names backend fa2.
+//
+// Refused, naming them: the scales with any other backend (cutlass,
+// trtllm-gen and xqa refuse them: cutlass_backend.py:364-366,
+// trtllm_gen_backend.py:488-490, xqa_backend.py:379), a query that is not
+// bf16 (_fa_common.py:158-162), both ckv scales or neither, no kpe_scale,
+// and the scales without an fp8 cache (_fa_common.py:712-721). A
+// trtllm_batch_decode_with_kv_cache_mla capture (query and a 4-D kv_cache)
+// is left to trtllmMLA.
+var flashInferFP8MLA = Fix{Doc: "FP8 MLA: ckv_scale -> k_scale, kpe_scale -> k_scale_rope, ckv_scale_arr -> k_scale_tiles; kv_cache_dtype fp8_e4m3, k_scale_dtype bf16", Apply: func(v *View) ([]string, error) {
+	ckv, kpe, kvc := v.T("ckv_cache"), v.T("kpe_cache"), v.T("kv_cache")
+	if v.T("q_nope") == nil && ckv == nil && (kvc == nil || len(kvc.Shape) != 3) {
+		return nil, nil // not the wrapper's call
+	}
+	if b1, _ := v.Param("bmm1_scale"); ckv == nil && (!off(b1) || v.T("bmm1_scale") != nil || v.Declared("kv_lora_rank")) {
+		return nil, nil // trtllm_batch_decode_with_kv_cache_mla's (a 3-D kv_cache too): trtllmMLA reads or refuses it
+	}
+	isFP8 := func(t *tensor.Tensor) bool { return t != nil && (t.DType == tensor.F8E4M3 || t.DType == tensor.U8) }
+	fp8 := isFP8(ckv) || isFP8(kpe) || (ckv == nil && isFP8(kvc))
+	var named []string
+	for _, n := range []string{"ckv_scale", "ckv_scale_arr", "kpe_scale"} {
+		if s, ok := v.Param(n); (ok && !off(s)) || v.T(n) != nil {
+			named = append(named, n)
 		}
 	}
-	for _, n := range []string{"ckv_scale_arr", "ckv_scale", "kpe_scale"} {
-		if v.T(n) != nil {
-			return nil, fmt.Errorf("tensor %s%s: %s", v.Prefix, n, why)
+	if !fp8 && len(named) == 0 {
+		return nil, nil
+	}
+	const src = "flashinfer-python 0.7.2.post1 flashinfer/mla/_batch_mla/_backends/_fa_common.py"
+	if !fp8 {
+		return nil, fmt.Errorf("%s given but the cache is not fp8: FlashInfer takes them only with kv_data_type float8_e4m3fn (%s:712-721)", strings.Join(named, ", "), src)
+	}
+	if b, ok := v.Param("backend"); ok && !off(b) && b != "auto" && b != "fa2" && b != "fa3" {
+		return nil, fmt.Errorf("parameter backend = %q with an fp8 cache: FlashInfer's FP8 MLA scales (ckv_scale, kpe_scale, ckv_scale_arr) are the fa2 and fa3 backends' (%s:151-172; cutlass, trtllm-gen and xqa refuse them), and this backend's fp8 path is not read", b, src)
+	}
+	q := v.T("q_nope")
+	if q == nil {
+		q = v.T("q")
+	}
+	if q != nil && q.DType != tensor.BF16 {
+		return nil, fmt.Errorf("tensor %s%s is %s: FlashInfer's FP8 MLA takes a bf16 query only (%s:158-162; its kernels dequantize the cache to the query's dtype as bf16 pairs)", v.Prefix, map[bool]string{true: "q_nope", false: "q"}[v.T("q_nope") != nil], q.DType, src)
+	}
+	ckvS, hasCKV, err := scalarParam(v, "ckv_scale")
+	if err != nil {
+		return nil, err
+	}
+	arr := v.T("ckv_scale_arr")
+	if hasCKV == (arr != nil) {
+		what := "neither"
+		if hasCKV {
+			what = "both"
+		}
+		return nil, fmt.Errorf("FlashInfer's FP8 MLA takes exactly one of ckv_scale and tensor ckv_scale_arr (%s:693-697); the capture has %s", src, what)
+	}
+	kpeS, hasKPE, err := scalarParam(v, "kpe_scale")
+	if err != nil {
+		return nil, err
+	}
+	if !hasKPE {
+		return nil, fmt.Errorf("kpe_scale is missing: FlashInfer's FP8 MLA requires it (%s:698-699); record run()'s kpe_scale in the metadata", src)
+	}
+	var notes []string
+	if hasCKV {
+		// the binding's static_cast<float>(double) (data/csrc/batch_mla_run.cu:119)
+		v.Set("k_scale", tensor.FromFloat64s(tensor.F32, []int{}, []float64{float64(float32(ckvS))}))
+		notes = append(notes, fmt.Sprintf("ckv_scale %v -> k_scale (fp32)", ckvS))
+	} else {
+		v.Set("k_scale_tiles", arr)
+		v.Del("ckv_scale_arr")
+		notes = append(notes, fmt.Sprintf("ckv_scale_arr %v -> k_scale_tiles", arr.Shape))
+	}
+	if kpe != nil && len(kpe.Shape) == 3 && kpe.Shape[2] == 0 {
+		notes = append(notes, "kpe_scale not read: kpe_cache has no columns (head_dim_kpe = 0)")
+	} else {
+		v.Set("k_scale_rope", tensor.FromFloat64s(tensor.F32, []int{}, []float64{float64(float32(kpeS))}))
+		notes = append(notes, fmt.Sprintf("kpe_scale %v -> k_scale_rope (fp32)", kpeS))
+	}
+	set := func(key, val string) {
+		if !v.Declared(key) {
+			v.SetParam(key, val)
+			notes = append(notes, key+" = "+val)
 		}
 	}
-	for _, n := range []string{"ckv_cache", "kpe_cache"} {
-		if c := v.T(n); c != nil && (c.DType == tensor.F8E4M3 || c.DType == tensor.U8) {
-			return nil, fmt.Errorf("tensor %s%s is %s (kv_data_type float8_e4m3fn): %s", v.Prefix, n, c.DType, why)
-		}
+	set("kv_cache_dtype", "fp8_e4m3")
+	set("k_scale_dtype", "bf16")
+	if ckv != nil && len(ckv.Shape) == 3 {
+		set("latent_dim", strconv.Itoa(ckv.Shape[2]))
 	}
-	return nil, nil
+	if b, _ := v.Param("backend"); b == "fa2" {
+		set("softmax_block", "32")
+	}
+	return []string{"FlashInfer's FP8 MLA (the scale held in bf16, __hmul2; tile scales in fp32): " + strings.Join(notes, ", ")}, nil
 }}

@@ -61,6 +61,11 @@
 //   - FlashInfer's MLA wrapper returns a base-2 lse unless
 //     run(..., return_lse_base_on_e=True) (flashinfer 0.7.2.post1
 //     flashinfer/mla/_batch_mla/_wrapper.py:852-864; I2).
+//   - FlashInfer's FP8 MLA scales the latent and rope parts separately
+//     (ckv_scale or ckv_scale_arr, kpe_scale) and holds a per-tensor scale
+//     in bf16 (flashinfer 0.7.2.post1 _fa_common.py:692-711, mla.cuh:312-377):
+//     read as mla_decode's k_scale, k_scale_tiles, k_scale_rope with
+//     k_scale_dtype = bf16 (blackwell.go, flashInferFP8MLA; I5).
 //   - vLLM's "auto" cache dtype is the model's dtype, bf16 or fp16 (vllm
 //     0.33.0 vllm/utils/torch_utils.py:519-525): it is read as the
 //     contract's auto, the cache tensor's own dtype, never assumed to be

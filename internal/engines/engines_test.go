@@ -627,7 +627,7 @@ func TestAdaptTable(t *testing.T) {
 			wantMeta: map[string]string{"kv_cache_dtype": "fp8_ds_mla", "invalid_index": "minus_one"},
 		},
 		{
-			// FlashMLA picks the layout by d_qk (sparse_decode.h:284-292)
+			// FlashMLA picks the layout by d_qk (sparse_decode.h:288-298)
 			name: "flashmla fp8 flag, 584-byte entries: DeepSeek-V4", engine: "flashmla",
 			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "is_fp8_kvcache": "True"},
 			tensors:  map[string]*tensor.Tensor{"k_cache": tensor.New(tensor.U8, 3, 64, 1, 584), "indices": tensor.New(tensor.I32, 1, 1, 8)},
@@ -646,6 +646,19 @@ func TestAdaptTable(t *testing.T) {
 			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "kv_cache_dtype": "fp8"},
 			tensors:  map[string]*tensor.Tensor{"kv_c_and_k_pe_cache": tensor.New(tensor.U8, 3, 64, 584), "indices": tensor.New(tensor.I32, 1, 1, 8)},
 			wantMeta: map[string]string{"kv_cache_dtype": "fp8_ds_mla_model1"},
+		},
+		{
+			// the FlashMLA vLLM vendors (third_party/flashmla/flash_mla_interface.py:121)
+			name: "flashmla fp8 flag, 528-byte entries: DeepSeek-V4.1", engine: "flashmla",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "is_fp8_kvcache": "True"},
+			tensors:  map[string]*tensor.Tensor{"k_cache": tensor.New(tensor.U8, 3, 64, 1, 528), "indices": tensor.New(tensor.I32, 1, 1, 8)},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp8_ds_mla_v41"},
+		},
+		{
+			name: "vllm fp8_ds_mla over 528-byte entries is fp8_ds_mla_v41", engine: "vllm",
+			meta:     map[string]string{"kcheck.kernel": "mla_decode_sparse", "kv_cache_dtype": "fp8_ds_mla"},
+			tensors:  map[string]*tensor.Tensor{"kv_c_and_k_pe_cache": tensor.New(tensor.U8, 3, 64, 528), "indices": tensor.New(tensor.I32, 1, 1, 8)},
+			wantMeta: map[string]string{"kv_cache_dtype": "fp8_ds_mla_v41"},
 		},
 		{
 			name: "vllm fp8_ds_mla over 656-byte entries stays fp8_ds_mla", engine: "vllm",

@@ -108,8 +108,8 @@ var flashMLAFP8 = Fix{Doc: "is_fp8_kvcache -> kv_cache_dtype", Apply: func(v *Vi
 	}
 	kind, ok := dsMLAKindOf(c.Shape[2])
 	if !ok {
-		return nil, fmt.Errorf("parameter is_fp8_kvcache = true with %d-byte kv_cache entries: FlashMLA's FP8 caches are the %d-byte fp8_ds_mla (V3.2) and %d-byte fp8_ds_mla_model1 (V4) entries of its sparse decode; its dense decode has no FP8 mode (FlashMLA@9241ae3 csrc/api/dense_decode.h:35), and vLLM's fork's flash_mla_with_kvcache_fp8 (fp8 q, descale_q, descale_k) has no kcheck mapping: set kv_cache_dtype in the metadata if this cache is another layout",
-			c.Shape[2], kvcache.DSEntryBytes, kvcache.M1EntryBytes)
+		return nil, fmt.Errorf("parameter is_fp8_kvcache = true with %d-byte kv_cache entries: FlashMLA's FP8 caches are the %d-byte fp8_ds_mla (V3.2), %d-byte fp8_ds_mla_model1 (V4) and %d-byte fp8_ds_mla_v41 (V4.1) entries of its sparse decode; its dense decode has no FP8 mode (FlashMLA@9241ae3 csrc/api/dense_decode.h:35), and vLLM's fork's flash_mla_with_kvcache_fp8 (fp8 q, descale_q, descale_k) has no kcheck mapping: set kv_cache_dtype in the metadata if this cache is another layout",
+			c.Shape[2], kvcache.DSEntryBytes, kvcache.M1EntryBytes, kvcache.V41EntryBytes)
 	}
 	v.SetParam("kv_cache_dtype", kind)
 	return []string{fmt.Sprintf("is_fp8_kvcache = true with %d-byte entries: kv_cache_dtype = %s", c.Shape[2], kind)}, nil
@@ -118,7 +118,7 @@ var flashMLAFP8 = Fix{Doc: "is_fp8_kvcache -> kv_cache_dtype", Apply: func(v *Vi
 // dsMLAKindOf names a DeepSeek sparse FP8 cache by its entry width, as
 // FlashMLA does: it takes no layout argument and picks the layout from
 // d_qk, 576 -> 656-byte V3.2 entries, 512 -> 584-byte MODEL1 entries
-// (FlashMLA@9241ae3 csrc/api/sparse_decode.h:284-292, :316-323), and vLLM
+// (FlashMLA@9241ae3 csrc/api/sparse_decode.h:288-298, :316-323), and vLLM
 // passes the cache through unlabelled ("FlashMLA infers which of these the
 // cache holds from its bytes-per-token", vllm 0.33.0
 // vllm/v1/attention/backends/mla/flashmla_sparse.py:123-125).
@@ -128,6 +128,11 @@ func dsMLAKindOf(width int) (string, bool) {
 		return string(kvcache.FP8DSMLA), true
 	case kvcache.M1EntryBytes:
 		return string(kvcache.FP8DSMLAModel1), true
+	case kvcache.V41EntryBytes:
+		// FlashMLA as vLLM vendors it (vllm 0.33.0
+		// vllm/third_party/flashmla/flash_mla_interface.py:121: "584
+		// (V4), 528 (V4.1)")
+		return string(kvcache.FP8DSMLAV41), true
 	}
 	return "", false
 }
@@ -168,7 +173,7 @@ func vllmFP8Alias(cache string) Fix {
 		switch {
 		case val == "fp8" && !ds:
 			kind = "fp8_e4m3"
-		case val == "fp8_ds_mla" && kind != string(kvcache.FP8DSMLAModel1):
+		case val == "fp8_ds_mla" && !kvcache.Kind(kind).V4():
 			return nil, nil // the 656-byte layout, or a misshapen cache the checker names
 		}
 		v.SetParam("kv_cache_dtype", kind)
@@ -196,15 +201,15 @@ func vllmFP8Alias(cache string) Fix {
 // convention is declared rather than read: pow2_amax_floor.
 var dsMLAScaleFromData = Fix{Doc: "ds_mla_scale read from the written tile scales (amax or pow2); pow2_amax_floor for a DeepSeek-V4 cache", Apply: func(v *View) ([]string, error) {
 	kind, _ := v.Param("kv_cache_dtype")
-	if kind != "fp8_ds_mla" && kind != "fp8_ds_mla_model1" {
+	if kind != "fp8_ds_mla" && !kvcache.Kind(kind).V4() {
 		return nil, nil
 	}
 	if _, set := v.Param("ds_mla_scale"); set {
 		return nil, nil
 	}
-	if kind == "fp8_ds_mla_model1" {
+	if kvcache.Kind(kind).V4() { // V4.1's writer floors the same way (deepseek_v41/common/ops/cache_utils.py:225-226)
 		v.SetParam("ds_mla_scale", string(kvcache.ScalePow2AmaxFloor))
-		return []string{"ds_mla_scale = pow2_amax_floor: vLLM's DeepSeek-V4 writer, 2^ceil(log2(max(amax, 1e-4)/448))"}, nil
+		return []string{"ds_mla_scale = pow2_amax_floor: vLLM's DeepSeek-V4 writers, 2^ceil(log2(max(amax, 1e-4)/448))"}, nil
 	}
 	after, slots := v.T("cache_after"), v.T("slot_mapping")
 	if after == nil || slots == nil || len(after.Shape) != 3 || after.Shape[2] != kvcache.DSEntryBytes || len(after.Data) != after.Len() {

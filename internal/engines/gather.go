@@ -30,7 +30,8 @@ import (
 //     (cp_gather_cache_page). Of a bf16 or fp16 cache it is the contract's
 //     gather of that cache bit for bit (kv_cache_dtype auto, the cache's own
 //     dtype, a note says so). Of an fp8 cache it copies the codes into a
-//     U8/F8 dst, which is not kv_cache_gather's dequantized output: refused.
+//     U8/F8 dst: kv_cache_gather's byte-copy answer (a U8 gathered, judged
+//     bit for bit), dst viewed as U8 and the layout named by entry width.
 //
 // Both are recognised by what gather_and_maybe_dequant_cache always passes
 // and they never do: kv_cache_dtype.
@@ -47,7 +48,7 @@ var vllmCopyGathers = Fix{Doc: "cp_gather_and_upconvert_fp8_kv_cache (workspace_
 	}
 	fp8 := func(d tensor.DType) bool { return d == tensor.U8 || d == tensor.F8E4M3 || d == tensor.F8E5M2 }
 	if fp8(c.DType) && fp8(g.DType) {
-		return nil, fmt.Errorf("tensors %scache (src_cache) %s and gathered (dst) %s: cp_gather_cache copies an fp8 cache's bytes, and kv_cache_gather's gathered is the dequantized rows (BF16, F16 or F32): a byte-copy gather of an fp8 cache is not supported", v.Prefix, c.DType, g.DType)
+		return byteCopyGather(v, c, g)
 	}
 	kind, err := cacheDTypeOf(c)
 	if err != nil || c.DType != g.DType {
@@ -122,4 +123,38 @@ func upconvertGather(v *View, c, g, ws *tensor.Tensor) ([]string, error) {
 	v.Del("workspace_starts")
 	v.SetParam("kv_cache_dtype", "fp8_ds_mla")
 	return []string{fmt.Sprintf("%s: seq_lens %v from workspace_starts (each request's rows up to the next start, the last to dst's %d rows), kv_cache_dtype = fp8_ds_mla", call, lens, g.Shape[0])}, nil
+}
+
+// byteCopyGather reads cp_gather_cache over an fp8 cache as kv_cache_gather
+// with a U8 gathered, the entries' bytes: dst (U8 or an fp8 view of the same
+// bytes) is read as U8, and kv_cache_dtype is named by the entry width
+// (656 bytes fp8_ds_mla, DeepSeek-V4's widths as their kinds, which the
+// gather refuses by name, else fp8_e4m3). The bytes are compared as they
+// are, so the kind only names the coordinates (latent, scale, rope), and an
+// fp8_e5m2 cache's copy is judged the same way.
+func byteCopyGather(v *View, c, g *tensor.Tensor) ([]string, error) {
+	if err := batchSizeAgrees(v, v.T("cu_seq_lens").Len()-1); err != nil {
+		return nil, err
+	}
+	if len(c.Shape) != 3 || len(g.Shape) != 2 || g.Shape[1] != c.Shape[2] {
+		return nil, fmt.Errorf("tensors %scache (src_cache) %v and gathered (dst) %v: cp_gather_cache copies whole entries, so dst must be [T, %d]", v.Prefix, c.Shape, g.Shape, lastDim(c))
+	}
+	var notes []string
+	if g.DType != tensor.U8 {
+		v.Set("gathered", &tensor.Tensor{DType: tensor.U8, Shape: g.Shape, Data: g.Data})
+		notes = append(notes, fmt.Sprintf("gathered (dst) %s read as its bytes (U8)", g.DType))
+	}
+	kind, ds := dsMLAKindOf(c.Shape[2])
+	if !ds {
+		kind = string(kvcache.FP8E4M3)
+	}
+	v.SetParam("kv_cache_dtype", kind)
+	return append(notes, fmt.Sprintf("no kv_cache_dtype and an fp8 dst: cp_gather_cache's byte copy, judged byte for byte (kv_cache_dtype = %s by the %d-byte entry, naming the coordinates only)", kind, c.Shape[2])), nil
+}
+
+func lastDim(t *tensor.Tensor) int {
+	if len(t.Shape) == 0 {
+		return 0
+	}
+	return t.Shape[len(t.Shape)-1]
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/check"
+	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -71,9 +72,9 @@ func TestVLLMCopyGathersRefuse(t *testing.T) {
 		edit   func(fm map[string]string, ft map[string]*tensor.Tensor)
 		error  string
 	}{
-		{"fp8 byte copy", e4, "cu_seq_lens", func(fm map[string]string, ft map[string]*tensor.Tensor) {
-			ft["dst"] = tensor.New(tensor.U8, 22, 576)
-		}, "a byte-copy gather of an fp8 cache is not supported"},
+		{"fp8 byte copy of the wrong width", e4, "cu_seq_lens", func(fm map[string]string, ft map[string]*tensor.Tensor) {
+			ft["dst"] = tensor.New(tensor.U8, 22, 512)
+		}, "dst must be [T, 576]"},
 		{"offloaded rows", ds, "workspace_starts", func(fm map[string]string, ft map[string]*tensor.Tensor) {
 			ft["host_row_ids"] = tensor.New(tensor.I32, 3)
 		}, "tensor host_row_ids"},
@@ -96,5 +97,60 @@ func TestVLLMCopyGathersRefuse(t *testing.T) {
 				t.Fatalf("verdict %s, error %v; want an error saying %q (notes %q)", r.Verdict, r.Error, tc.error, r.Notes)
 			}
 		})
+	}
+}
+
+// cp_gather_cache over an fp8 cache copies each token's entry bytes into a
+// U8 (or fp8-viewed) dst (vllm-project/vllm@00eb0c87
+// csrc/libtorch_stable/cache_kernels.cu cp_gather_cache_page): read as
+// kv_cache_gather's byte-copy answer and judged byte for byte. The expected
+// dst is built here by an index loop over the block table, not by kcheck's
+// gather; one flipped byte and two swapped rows must fail.
+func TestVLLMByteCopyGather(t *testing.T) {
+	for _, kind := range []string{"fp8_e4m3", "fp8_ds_mla"} {
+		c := cases.Case{Name: "g", Kernel: "kv_cache_gather", Preset: "deepseek-v3", SeqLens: []int{5, 17}, PageSize: 8, KVCacheDType: kind, Seed: 3}
+		_, ts := capture(t, c, nil, "", 0)
+		cache, bt, sl := ts["cache"], ts["block_table"], ts["seq_lens"]
+		p, entry := cache.Shape[1], cache.Shape[2]
+		var dst []byte
+		for b := 0; b < sl.Len(); b++ {
+			for tk := 0; tk < int(sl.Int64At(b)); tk++ {
+				blk := int(bt.Int64At(b*bt.Shape[1] + tk/p))
+				at := (blk*p + tk%p) * entry
+				dst = append(dst, cache.Data[at:at+entry]...)
+			}
+		}
+		rowsN := len(dst) / entry
+		for _, tc := range []struct {
+			name  string
+			dtype tensor.DType
+			edit  func([]byte)
+			want  compare.Verdict
+		}{
+			{"faithful", tensor.U8, nil, check.Pass},
+			{"faithful, fp8 view", tensor.F8E4M3, nil, check.Pass},
+			{"one byte flipped", tensor.U8, func(d []byte) { d[3*entry+7] ^= 0x10 }, check.Fail},
+			{"rows 0 and 9 swapped", tensor.U8, func(d []byte) {
+				r0, r9 := append([]byte(nil), d[:entry]...), append([]byte(nil), d[9*entry:10*entry]...)
+				copy(d[:entry], r9)
+				copy(d[9*entry:], r0)
+			}, check.Fail},
+		} {
+			t.Run(kind+"/"+tc.name, func(t *testing.T) {
+				d := append([]byte(nil), dst...)
+				if tc.edit != nil {
+					tc.edit(d)
+				}
+				fm, ft := gatherCall(ts, "cu_seq_lens")
+				ft["dst"] = &tensor.Tensor{DType: tc.dtype, Shape: []int{rowsN, entry}, Data: d}
+				r := check.Run(evidence.Capture{Name: "vllm", Metadata: fm, Tensors: ft}, fromOpts(t, "vllm"))
+				if r.Verdict != tc.want {
+					t.Fatalf("verdict %s, want %s (error %v, notes %q)", r.Verdict, tc.want, r.Error, r.Notes)
+				}
+				if n := r.Checks[0].Metrics.OverTol; tc.name == "one byte flipped" && n != 1 {
+					t.Errorf("one flipped byte: %d elements over tolerance, want 1", n)
+				}
+			})
+		}
 	}
 }

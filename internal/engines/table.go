@@ -102,6 +102,31 @@ func vllmKernels() map[string]Kernel {
 			Identify: []string{"src_cache", "dst"},
 		},
 		"mla_decode": mla,
+		// The DSA lightning indexer's decode (vllmIndexer, indexer.go, has
+		// the sources): the logits call's arguments as DeepGEMM's
+		// fp8_fp4_paged_mqa_logits names them (vllm 0.33.0
+		// vllm/utils/deep_gemm.py:738-746: q, kv_cache, weights,
+		// context_lens, block_tables, max_model_len) and as ROCm's
+		// rocm_fp8_paged_mqa_logits does (v1/attention/ops/
+		// rocm_aiter_mla_sparse.py:756-764: q_fp8, kv_cache_fp8), its
+		// result logits (model_executor/layers/sparse_attn_indexer.py:880;
+		// rocm_aiter_mla_sparse.py:1382), the top-k's topk_indices (a slice
+		// of topk_indices_buffer, sparse_attn_indexer.py:923) and
+		// topk_tokens (:923), the layer's max_model_len as the scores'
+		// width, and its scale_fmt (the indexer cache writer's: "ue8m0" for
+		// DeepSeek-V3.2, model_executor/models/deepseek_v2.py:723; any other
+		// value, None included, is the amax writer, USE_UE8M0 = scale_fmt
+		// == "ue8m0", v1/attention/ops/rocm_aiter_mla_sparse.py:212) as
+		// k_scale_fmt.
+		"dsa_indexer": {
+			Tensors: map[string]string{
+				"q_fp8": "q", "kv_cache": "k_cache", "kv_cache_fp8": "k_cache", "context_lens": "seq_lens",
+				"block_tables": "block_table", "logits": "scores", "topk_indices_buffer": "topk_indices",
+			},
+			Params:   map[string]string{"max_model_len": "max_seq", "topk_tokens": "topk", "scale_fmt": "k_scale_fmt"},
+			Fixes:    []Fix{vllmIndexer},
+			Identify: []string{"weights", "logits"},
+		},
 		"mla_decode_sparse": {
 			Tensors: map[string]string{"kv_c_and_k_pe_cache": "kv_cache", "k_cache": "kv_cache", "softmax_lse": "lse", "output": "out"},
 			Params:  map[string]string{"scale": "softmax_scale"},
@@ -109,7 +134,10 @@ func vllmKernels() map[string]Kernel {
 			// -1 (vllm 0.33.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:1217-1220:
 			// "the fp8 kernel masks natively").
 			Defaults: map[string]string{"invalid_index": "minus_one"},
-			Fixes:    []Fix{squeezeHeads("kv_cache"), flashMLAFP8, vllmFP8Alias("kv_cache"), flashMLAScaleRead},
+			// DeepSeek-V4 passes its compressed cache as FlashMLA's
+			// extra_k_cache, [NB, P, 1, 584] like k_cache
+			// (vllm/models/deepseek_v4/nvidia/flashmla.py:248-263).
+			Fixes:    []Fix{squeezeHeads("kv_cache", "extra_k_cache"), flashMLAFP8, vllmFP8Alias("kv_cache"), flashMLAScaleRead},
 			Identify: []string{"indices", "k_cache"},
 		},
 		// merge_attn_states(output, prefix_output, prefix_lse, suffix_output,
@@ -194,7 +222,8 @@ func init() {
 		Defaults: map[string]string{
 			"lse_base": "e", "lse_empty": "-inf",
 		},
-		Values:  map[string]map[string]string{"kv_cache_dtype": vllmCacheDTypes},
+		// the indexer's scale_fmt None (Python's str) is the amax writer (table: dsa_indexer)
+		Values:  map[string]map[string]string{"kv_cache_dtype": vllmCacheDTypes, "k_scale_fmt": {"None": "amax"}},
 		Refused: map[string]map[string]string{"kv_cache_dtype": vllmRefusedCacheDTypes},
 		Kernels: vllm,
 	})
@@ -232,6 +261,7 @@ func init() {
 		Identify: []string{"loc", "cache_k_nope", "cache_k_rope"},
 	}
 	delete(sgl, "kv_cache_gather")  // no gather op
+	delete(sgl, "dsa_indexer")      // vLLM's indexer names; SGLang's indexer was not read
 	delete(sgl, "nvfp4_dequantize") // no dequantize op
 	register(&Engine{
 		Name:     "sglang",
@@ -296,7 +326,7 @@ func init() {
 				Tensors: map[string]string{"k_cache": "kv_cache", "softmax_lse": "lse"},
 				// only -1 is masked (FlashMLA@9241ae3 csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh:632, tests/ref.py:71)
 				Defaults: map[string]string{"invalid_index": "minus_one"},
-				Fixes:    []Fix{squeezeHeads("kv_cache"), flashMLAFP8, flashMLAScaleRead},
+				Fixes:    []Fix{squeezeHeads("kv_cache", "extra_k_cache"), flashMLAFP8, flashMLAScaleRead},
 				Identify: []string{"k_cache", "indices"},
 			},
 		},

@@ -13,7 +13,7 @@ import (
 // a kernel or a port carried over from DeepSeek-V3.2 makes. A V3.2 kernel's
 // entry is 656 bytes token by token with V = the 512 latent values; V4's is
 // 584 bytes, block-split, with V = the whole 512-dim row (FlashMLA@9241ae3
-// csrc/api/sparse_decode.h:284-292, tests/quant.py:53-58, tests/ref.py:91).
+// csrc/api/sparse_decode.h:288-298, tests/quant.py:55-62, tests/ref.py:90).
 
 // v4SparseCase is a quick DeepSeek-V4 sparse decode: 64 heads (FlashMLA's
 // sparse decode takes 64 or 128), pages of 16, two requests.
@@ -48,14 +48,14 @@ func init() {
 	})
 	Register(&Fault{
 		Name: "model1_value_latent_only", Stage: kernel.StageAttn, Kernels: []string{"mla_decode_sparse"},
-		Needs:    "a DeepSeek-V4 decode (kv_cache_dtype = fp8_ds_mla_model1, V = the whole 512-dim row)",
+		Needs:    "a DeepSeek-V4 decode (kv_cache_dtype = fp8_ds_mla_model1 or fp8_ds_mla_v41, V = the whole 512-dim row)",
 		BugClass: "DeepSeek-V4's value taken as the latent part only (V3.2's V = the first L dims): the 64 rope dims of each row left out of the PV product",
 		Doc: "The kernel accumulates P·V over the 448 NoPE columns, as a V3.2 kernel does over its 512 latent ones, and " +
-			"leaves out[..., 448:512] at zero: V4's one 512-dim row is key and value both (FlashMLA tests/ref.py:91, " +
+			"leaves out[..., 448:512] at zero: V4's one 512-dim row is key and value both (FlashMLA tests/ref.py:90, " +
 			"gathered_kv[..., :d_v] with d_v = d_qk = 512).",
 		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
 			o, ok := out["out"]
-			if !ok || in.Params.String("kv_cache_dtype", "") != string(kvcache.FP8DSMLAModel1) || len(o.Shape) != 4 || o.Shape[3] != kvcache.M1Nope+kvcache.M1Rope {
+			if !ok || !kvcache.Kind(in.Params.String("kv_cache_dtype", "")).V4() || len(o.Shape) != 4 || o.Shape[3] != kvcache.M1Nope+kvcache.M1Rope {
 				return nil
 			}
 			r := replaced(o)
@@ -70,5 +70,39 @@ func init() {
 		},
 		Trigger:      &Trigger{Case: v4SparseCase()},
 		NotSimulated: "the simulated decoder runs the dense decode over V3-shaped caches, which has no DeepSeek-V4 layout",
+	})
+}
+
+func init() {
+	Register(&Fault{
+		Name: "v41_written_block_split", Stage: kernel.StageCache, Kernels: writeKernel,
+		Needs:    "a DeepSeek-V4.1 cache (kv_cache_dtype = fp8_ds_mla_v41) with pages of more than one token",
+		BugClass: "DeepSeek-V4.1 cache written in FlashMLA's pre-2026.09.30 block-split order (a page's 512-byte data rows, then its 16-byte scale rows) for a reader of today's interleaved order: the same 528 bytes a token, so nothing refuses it",
+		Doc: "The writer puts token t of a block at data offset 512t and scale offset 512P + 16t of its block, as V4.1 " +
+			"was laid out before FlashMLA's 2026.09.30 release (vllm 0.33.0 vllm/third_party/flashmla/" +
+			"flash_mla_interface.py:123-126: 'a cache written in the old layout is NOT rejected, it is misread').",
+		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
+			after, before := out["cache_after"], in.Tensors["cache_before"]
+			if after == nil || before == nil || in.Params.String("kv_cache_dtype", "") != string(kvcache.FP8DSMLAV41) ||
+				len(after.Shape) != 3 || after.Shape[2] != kvcache.V41EntryBytes || len(before.Data) != len(after.Data) {
+				return nil
+			}
+			lay := kvcache.Layout{Kind: kvcache.FP8DSMLAV41, PageSize: after.Shape[1]}
+			r := replaced(before)
+			r.DType = after.DType
+			for _, s := range ints(in.Tensors["slot_mapping"]) {
+				if s < 0 || int(s) >= after.Shape[0]*after.Shape[1] {
+					continue
+				}
+				for col := 0; col < kvcache.V41EntryBytes; col++ {
+					r.Data[lay.OldV41Offset(int(s), col)] = after.Data[int(s)*kvcache.V41EntryBytes+col]
+				}
+			}
+			out["cache_after"] = r
+			return nil
+		},
+		Trigger: &Trigger{Case: cases.Case{Name: "trigger/kv_cache_write/v41", Kernel: "kv_cache_write", Preset: "deepseek-v4",
+			KVCacheDType: string(kvcache.FP8DSMLAV41), PageSize: 16, SeqLens: []int{37, 20}, Seed: 105}},
+		NotSimulated: "the simulated decoder writes V3-shaped caches, which have no DeepSeek-V4.1 layout",
 	})
 }

@@ -154,6 +154,7 @@ var signatureTable = []struct {
 	{"fp8_scale_ignored", "kv_cache_write", nil, nil, "cache_after", signature.Uniform, "", "as fp8_scale_applied_twice: every written code, alike"},
 	{"int32_offset_overflow", "kv_cache_write", nil, nil, "cache_after", signature.Uniform, "", "the wrapped writes land all over the cache"},
 	{"kpe_saturated_by_kvc_scale", "kv_cache_write", nil, nil, "cache_after", signature.Concentrated, kernel.KindPart, "k_pe (part 2) saturates: a region of the entry"},
+	{"v41_written_block_split", "kv_cache_write", nil, nil, "cache_after", signature.V41WrittenBlockSplit, "", "the bytes are all there, in the other order: the kernel's suspect (the write in the old order) names it"},
 	{"negative_slot_wraps", "kv_cache_write", nil, nil, "cache_after", signature.PageBoundary, kernel.KindPageOffset, "the padded token lands in the cache's last entry, offset P-1 of the last block"},
 	{"neighbour_block_table_row", "kv_cache_gather", nil, nil, "gathered", signature.Concentrated, kernel.KindRow, "the last page of one request is read from another's row: rows of one request's last page"},
 	{"neighbour_block_table_row", "kv_cache_write", nil, pageTableDriven([]int{37, 20}, 16), "cache_after", signature.Concentrated, kernel.KindPageOffset, "the last pages' tokens (the first offsets of their pages) land in another request's block, and their own entries keep cache_before: the offsets the last pages fill, no named pattern"},

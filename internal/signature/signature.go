@@ -106,13 +106,16 @@ const (
 	// The suspect of a DeepSeek-V4 sparse decode (mla_decode_sparse over
 	// fp8_ds_mla_model1): the block-split cache read token by token.
 	BlockSplitReadInterleaved = "block_split_read_interleaved"
+	// The suspect of a DeepSeek-V4.1 write (kv_cache_write over
+	// fp8_ds_mla_v41): FlashMLA's pre-2026.09.30 block-split V4.1 order.
+	V41WrittenBlockSplit = "v41_written_block_split"
 	// The suspect of a DSA indexer's multi-token (next_n) step: a query
 	// row that sees its own future tokens.
 	FutureTokensVisible = "future_tokens_visible"
 )
 
 // SuspectPatterns are the patterns a kernel's suspects may name.
-var SuspectPatterns = []string{BlockTableShift, PageSizeMismatch, LayoutMismatch, PartialTransfer, BlockSplitReadInterleaved, FutureTokensVisible}
+var SuspectPatterns = []string{BlockTableShift, PageSizeMismatch, LayoutMismatch, PartialTransfer, BlockSplitReadInterleaved, V41WrittenBlockSplit, FutureTokensVisible}
 
 // Signature is the named pattern of a check's errors.
 type Signature struct {

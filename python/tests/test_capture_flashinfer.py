@@ -68,6 +68,16 @@ def _standin_module():
             T, H, Lc = q_nope.shape
             out = torch.zeros(T, H, Lc, dtype=q_nope.dtype) if a.get("out") is None else a["out"]
             lse = torch.empty(T, H, dtype=torch.float32)
+            if ckv.dtype == torch.float8_e4m3fn:
+                # FP8: dequantized as FlashInfer's own reference does, with
+                # the fp32 scales (flashinfer/trace/templates/attention.py
+                # lines 2325-2339 in flashinfer-python 0.7.2.post1)
+                if a.get("ckv_scale_arr") is not None:
+                    arr = a["ckv_scale_arr"].double()
+                    ckv = (ckv.double().reshape(*ckv.shape[:-1], -1, 128) * arr.unsqueeze(-1)).reshape(ckv.shape)
+                else:
+                    ckv = ckv.double() * float(torch.tensor(a["ckv_scale"], dtype=torch.float32))
+                kpe = kpe.double() * float(torch.tensor(a["kpe_scale"], dtype=torch.float32))
             for b in range(len(qo) - 1):
                 pages = idx[kvp[b]:kvp[b + 1]]
                 kc = ckv[pages].reshape(-1, Lc)[: lens[b]].double()
@@ -152,3 +162,52 @@ def test_flashinfer_run_without_its_plan_cannot_check(standin, tmp_path, kcheck_
     assert r["verdict"] == "error", r
     assert "block_table" in r["error"] or "kv_indptr" in r["error"], r["error"]
     assert w is m.BatchMLAPagedAttentionWrapper
+
+
+@pytest.mark.parametrize("tiles", [False, True], ids=["ckv_scale", "ckv_scale_arr"])
+def test_flashinfer_fp8_run_capture_checks(standin, tmp_path, kcheck_bin, tiles):
+    """FlashInfer's FP8 MLA (kv_data_type float8_e4m3fn; audit I5): the
+    capture holds run()'s ckv_scale or ckv_scale_arr and kpe_scale under
+    FlashInfer's names, and `kcheck check --from flashinfer` reads them as
+    k_scale or k_scale_tiles and k_scale_rope. The stand-in multiplies by
+    the fp32 scales as FlashInfer's Python reference does, so the check
+    declares k_scale_dtype = f32; the default (bf16, the kernels') is what
+    a GPU capture is read with."""
+    g = torch.Generator().manual_seed(5)
+    B, H, P, lens = 2, 4, 16, (21, 9)
+    pages = [(n + P - 1) // P for n in lens]
+    NP = sum(pages) + 1
+    ckv_x = torch.randn(NP, P, 512, generator=g)
+    kpe = (torch.randn(NP, P, 64, generator=g) / 0.0121).to(torch.float8_e4m3fn)
+    kw = {"kpe_scale": 0.0121}
+    if tiles:
+        arr = (ckv_x.reshape(NP, P, 4, 128).abs().amax(-1) / 448).float()
+        ckv = (ckv_x.reshape(NP, P, 4, 128) / arr.unsqueeze(-1)).reshape(NP, P, 512).to(torch.float8_e4m3fn)
+        kw["ckv_scale_arr"] = arr
+    else:
+        ckv = (ckv_x / 0.0173).to(torch.float8_e4m3fn)
+        kw["ckv_scale"] = 0.0173
+    q_nope = (torch.randn(B, H, 512, generator=g) / 8).bfloat16()
+    q_pe = (torch.randn(B, H, 64, generator=g) / 8).bfloat16()
+    kv_indices = torch.randperm(NP, generator=g)[: sum(pages)].to(torch.int32)
+    kv_indptr = torch.tensor([0, *torch.tensor(pages).cumsum(0).tolist()], dtype=torch.int32)
+    with capture.capture(tmp_path, ops="flashinfer_mla_run", steps="all", pipeline_steps=0) as rec:
+        w = standin.BatchMLAPagedAttentionWrapper()
+        w.plan(qo_indptr=torch.arange(B + 1, dtype=torch.int32), kv_indptr=kv_indptr, kv_indices=kv_indices,
+               kv_len_arr=torch.tensor(lens, dtype=torch.int32), num_heads=H, head_dim_ckv=512, head_dim_kpe=64,
+               page_size=P, causal=False, sm_scale=0.1352337788608801, q_data_type=torch.bfloat16,
+               kv_data_type=torch.float8_e4m3fn, lse_mode="base2")
+        w.run(query=(q_nope, q_pe), kv_cache=(ckv, kpe), return_lse=True, **kw)
+    [f] = rec.store.files
+    from safetensors import safe_open
+
+    with safe_open(f, "pt") as st:
+        names, meta = set(st.keys()), st.metadata()
+    assert meta["kpe_scale"] == "0.0121"
+    assert ("ckv_scale_arr" in names) == tiles and (meta.get("ckv_scale") == "0.0173") != tiles, (names, meta)
+    p = subprocess.run([kcheck_bin, "check", "--json", "--from", "flashinfer", "--set", "k_scale_dtype=f32", f],
+                       capture_output=True, text=True)
+    r = json.loads(p.stdout)
+    assert (p.returncode, r["verdict"]) == (0, "pass"), (r.get("error"), r.get("notes"), [c["reason"] for c in r.get("checks", [])])
+    notes = " ".join(r["notes"])
+    assert "k_scale_rope" in notes and ("k_scale_tiles" in notes) == tiles, notes

@@ -3,12 +3,14 @@
 // stored in each kv_cache_dtype (reference/CONTRACTS.md §3.4), how a writer fills it and how a
 // reader dequantizes it (reference/CONTRACTS.md §3.5).
 //
-// Five layouts, as the engines store them:
+// Six layouts, as the engines store them:
 //
 //	bf16        BF16 [NB, P, D], each row [kv_c (L) | k_pe (R)]
 //	fp16        F16 [NB, P, D], rows as bf16 (an fp16 model's cache: FlashMLA's
 //	            dense decode, vLLM TRITON_MLA and vLLM --dtype half store it)
 //	fp8_e4m3    U8 or F8_E4M3 [NB, P, D], written e4m3_sat(x / k_scale), read e4m3 * k_scale
+//	            (or, with Scales, the latent and rope parts by scales of their
+//	            own and the latent part per 128-column tile: scales.go)
 //	fp8_ds_mla  U8 (or F8_E4M3) [NB, P, 656] (DeepSeek-V3.2, L = 512, R = 64):
 //	            [0,512) kv_c as E4M3, [512,528) four F32 tile scales (one per
 //	            128 latent values), [528,656) k_pe as 64 BF16, not quantized
@@ -19,6 +21,10 @@
 //	            (one per 64 NoPE values), 583 a pad byte; but a block is not
 //	            stored token by token: it holds its P data rows of 576 bytes
 //	            first and its P scale rows of 8 bytes after (model1.go)
+//	fp8_ds_mla_v41
+//	            U8 (or F8_E4M3) [NB, P, 528] (DeepSeek-V4.1, L = 448, R = 64):
+//	            token by token, [0,512) all 512 dims as E4M3 (rope included),
+//	            [512,528) sixteen E8M0 scales, one per 32 values: MXFP8 (model1.go)
 //
 // The row accessor (Cache.Row) is the inner loop of attention over long
 // contexts, so it decodes through tables built once and allocates nothing.
@@ -43,17 +49,22 @@ const (
 	FP8E4M3  Kind = "fp8_e4m3"
 	FP8DSMLA Kind = "fp8_ds_mla"
 	// FP8DSMLAModel1 is DeepSeek-V4's sparse cache, which FlashMLA calls
-	// MODEL1 (deepseek-ai/FlashMLA@9241ae3 tests/quant.py:8-15,
-	// FP8KVCacheLayout.MODEL1_FP8Sparse; csrc/api/sparse_decode.h:316-323,
+	// MODEL1 (deepseek-ai/FlashMLA@9241ae3 tests/quant.py:6-15,
+	// FP8KVCacheLayout.MODEL1_FP8Sparse; csrc/api/sparse_decode.h:318-325,
 	// ModelType::MODEL1) and vLLM spells fp8_ds_mla as it does the 656-byte
 	// one, telling them apart by the model (vllm 0.33.0
 	// vllm/models/deepseek_v4/attention.py:94-123): the entry width is
 	// what internal/engines reads.
 	FP8DSMLAModel1 Kind = "fp8_ds_mla_model1"
+	// FP8DSMLAV41 is DeepSeek-V4.1's, FlashMLA's ModelType::V41 (vllm
+	// 0.33.0 vllm/models/deepseek_v41/common/ops/cache_utils.py:39-51; the
+	// FlashMLA interface vLLM vendors, vllm/third_party/flashmla/
+	// flash_mla_interface.py:121-127). vLLM spells it fp8_ds_mla too.
+	FP8DSMLAV41 Kind = "fp8_ds_mla_v41"
 )
 
 // Kinds lists the kv_cache_dtype values, for parameter validation.
-var Kinds = []string{string(BF16), string(FP16), string(FP8E4M3), string(FP8DSMLA), string(FP8DSMLAModel1)}
+var Kinds = []string{string(BF16), string(FP16), string(FP8E4M3), string(FP8DSMLA), string(FP8DSMLAModel1), string(FP8DSMLAV41)}
 
 // IsFloat reports whether the layout stores each value as a float of the
 // cache's own dtype (bf16, fp16): a write rounds the token's value to it, a
@@ -191,10 +202,16 @@ func NewLayout(kind Kind, l, r, pageSize int) (Layout, error) {
 // DefaultScale is the ds_mla_scale a layout's writer uses unless told:
 // amax for fp8_ds_mla (vLLM's original writer), pow2 for
 // fp8_ds_mla_model1, whose E8M0 scales hold powers of two only (FlashMLA's
-// tests/quant.py writer, the one both engines' readers are tested against).
+// tests/quant.py writer, the one both engines' readers are tested
+// against), pow2_amax_floor for fp8_ds_mla_v41, whose only writer in
+// reach is vLLM's (deepseek_v41/common/ops/cache_utils.py:225-226: the
+// amax floored at 1e-4, then 2^ceil(log2(amax/448))).
 func DefaultScale(kind Kind) ScaleConvention {
-	if kind == FP8DSMLAModel1 {
+	switch kind {
+	case FP8DSMLAModel1:
 		return ScalePow2
+	case FP8DSMLAV41:
+		return ScalePow2AmaxFloor
 	}
 	return ScaleAmax
 }
@@ -210,15 +227,15 @@ func (l Layout) Validate() error {
 		if l.DSScale != ScaleAmax && !l.DSScale.Pow2() {
 			return fmt.Errorf("parameter ds_mla_scale = %q: want amax, pow2 or pow2_amax_floor", l.DSScale)
 		}
-	case FP8DSMLAModel1:
+	case FP8DSMLAModel1, FP8DSMLAV41:
 		if l.L != M1Nope || l.R != M1Rope {
-			return fmt.Errorf("kv_cache_dtype fp8_ds_mla_model1 stores L = %d and R = %d only; got L = %d, R = %d", M1Nope, M1Rope, l.L, l.R)
+			return fmt.Errorf("kv_cache_dtype %s stores L = %d and R = %d only; got L = %d, R = %d", l.Kind, M1Nope, M1Rope, l.L, l.R)
 		}
 		if !l.DSScale.Pow2() {
-			return fmt.Errorf("parameter ds_mla_scale = %q: kv_cache_dtype fp8_ds_mla_model1 stores E8M0 scales, powers of two only: want pow2 or pow2_amax_floor", l.DSScale)
+			return fmt.Errorf("parameter ds_mla_scale = %q: kv_cache_dtype %s stores E8M0 scales, powers of two only: want pow2 or pow2_amax_floor", l.DSScale, l.Kind)
 		}
 	default:
-		return fmt.Errorf("parameter kv_cache_dtype = %q: want bf16, fp16, fp8_e4m3, fp8_ds_mla or fp8_ds_mla_model1", l.Kind)
+		return fmt.Errorf("parameter kv_cache_dtype = %q: want bf16, fp16, fp8_e4m3, fp8_ds_mla, fp8_ds_mla_model1 or fp8_ds_mla_v41", l.Kind)
 	}
 	if l.L < 0 || l.R < 0 || l.L+l.R == 0 {
 		return fmt.Errorf("latent dim %d and rope dim %d: want L, R >= 0 and L+R > 0", l.L, l.R)
@@ -240,6 +257,8 @@ func (l Layout) EntrySize() int {
 		return DSEntryBytes
 	case FP8DSMLAModel1:
 		return M1EntryBytes
+	case FP8DSMLAV41:
+		return V41EntryBytes
 	}
 	return l.D()
 }
@@ -276,8 +295,11 @@ const (
 // for the scaled layouts' latent and scale columns, the scale tile it
 // belongs to (-1 otherwise, and for model1's pad byte).
 func (l Layout) PartOf(col int) (Part, int) {
-	if l.Kind == FP8DSMLAModel1 {
+	switch l.Kind {
+	case FP8DSMLAModel1:
 		return m1PartOf(col)
+	case FP8DSMLAV41:
+		return v41PartOf(col)
 	}
 	if l.Kind == FP8DSMLA {
 		switch {
@@ -334,6 +356,13 @@ type Cache struct {
 	// precision q (see deqIndex); for fp8_ds_mla only lut[exact] is used, as
 	// the plain E4M3 decode table.
 	lut [4][256]float64
+	// With Scales (NewScaled, fp8_e4m3 only): scaled is set, lut holds the
+	// latent part's per-tensor scale, ropeLUT the rope part's, plain the
+	// unscaled E4M3 values and tiles the per-tile latent scales, if any.
+	scaled  bool
+	ropeLUT [4][256]float64
+	plain   [256]float64
+	tiles   []float32
 }
 
 // The dequantization precisions a reader may emulate, indexed as lut is.
@@ -425,8 +454,12 @@ func (c *Cache) RowSlot(slot int, dst []float64, deq tensor.DType) {
 	case FP16:
 		widenFP16(dst, c.data[2*d*slot:2*d*(slot+1)])
 	case FP8E4M3:
-		lut := &c.lut[deqIndex(deq)]
 		b := c.data[d*slot : d*(slot+1)]
+		if c.scaled {
+			c.rowScaled(slot, b, dst, deqIndex(deq))
+			return
+		}
+		lut := &c.lut[deqIndex(deq)]
 		for j := range dst {
 			dst[j] = lut[b[j]]
 		}
@@ -445,6 +478,12 @@ func (c *Cache) RowSlot(slot int, dst []float64, deq tensor.DType) {
 			c.deqTile(dst[tile*M1Tile:(tile+1)*M1Tile], data[tile*M1Tile:(tile+1)*M1Tile], float32(formats.E8M0.Decode(scales[tile])), q)
 		}
 		widenBF16(dst[M1Nope:M1Nope+M1Rope], data[M1Nope:M1DataBytes])
+	case FP8DSMLAV41:
+		q := deqIndex(deq)
+		b := c.data[V41EntryBytes*slot : V41EntryBytes*(slot+1)]
+		for tile := 0; tile < V41Tiles; tile++ {
+			c.deqTile(dst[tile*V41Tile:(tile+1)*V41Tile], b[tile*V41Tile:(tile+1)*V41Tile], float32(formats.E8M0.Decode(b[v41ScaleOff+tile])), q)
+		}
 	}
 }
 
@@ -452,7 +491,11 @@ func (c *Cache) RowSlot(slot int, dst []float64, deq tensor.DType) {
 // precision q (deqIndex): the exact product, or the fp32 product rounded to
 // q's format.
 func (c *Cache) deqTile(out []float64, lat []byte, s float32, q int) {
-	dec := &c.lut[deqExact]
+	deqTileTable(&c.lut[deqExact], out, lat, s, q)
+}
+
+// deqTileTable is deqTile with dec the plain E4M3 decode table.
+func deqTileTable(dec *[256]float64, out []float64, lat []byte, s float32, q int) {
 	switch q {
 	case deqExact:
 		s64 := float64(s)

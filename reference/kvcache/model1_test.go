@@ -154,7 +154,7 @@ func TestModel1ReaderMatchesFlashMLA(t *testing.T) {
 
 // TestModel1Addressing: Offset and Entry are inverse over every byte of a
 // two-block cache of odd page size, and place a block's data rows before
-// its scale rows; BlockStride is FlashMLA's padded block (quant.py:54:
+// its scale rows; BlockStride is FlashMLA's padded block (quant.py:57:
 // (P*584 + 575) // 576 * 576).
 func TestModel1Addressing(t *testing.T) {
 	for _, p := range []int{1, 3, 64} {
@@ -178,6 +178,26 @@ func TestModel1Addressing(t *testing.T) {
 		}
 		if got := lay.Offset(0, m1ScaleOff); got != p*M1DataBytes {
 			t.Errorf("P = %d: slot 0's scales at %d, want after the %d data rows, %d", p, got, p, p*M1DataBytes)
+		}
+	}
+	for _, p := range []int{1, 3, 64} { // the same for V4.1's pre-release block-split order
+		lay := mustLayout(t, FP8DSMLAV41, M1Nope, M1Rope, p)
+		n := 2 * p * V41EntryBytes
+		seen := make([]bool, n)
+		for slot := 0; slot < 2*p; slot++ {
+			for col := 0; col < V41EntryBytes; col++ {
+				i := lay.OldV41Offset(slot, col)
+				if i < 0 || i >= n || seen[i] {
+					t.Fatalf("P = %d: OldV41Offset(%d, %d) = %d is outside the cache or taken twice", p, slot, col, i)
+				}
+				seen[i] = true
+				if s2, c2 := lay.OldV41Entry(i); s2 != slot || c2 != col {
+					t.Fatalf("P = %d: OldV41Entry(OldV41Offset(%d, %d) = %d) = (%d, %d)", p, slot, col, i, s2, c2)
+				}
+			}
+		}
+		if got := lay.OldV41Offset(0, v41ScaleOff); got != p*V41Dims {
+			t.Errorf("P = %d: slot 0's old-layout scales at %d, want %d", p, got, p*V41Dims)
 		}
 	}
 	for _, c := range []struct{ p, want int }{{64, 37440}, {1, 1152}, {3, 2304}, {256, 149760}} {
@@ -226,5 +246,128 @@ func TestTileScaleFloors(t *testing.T) {
 		if got := TileScale(c.amax, ScalePow2AmaxFloor); got != c.floor {
 			t.Errorf("TileScale(%v, pow2_amax_floor) = %v, want %v", c.amax, got, c.floor)
 		}
+	}
+}
+
+// TestModel1WriterMatchesVLLM: kcheck's pow2_amax_floor writer writes the
+// bytes vLLM's DeepSeek-V4 Triton writer wrote (testdata/vllm_v4_writer.json,
+// made in Triton's interpreter: testdata/README.md) from the same tokens,
+// every one, pad bytes included (vLLM writes them 0). Under FlashMLA's pow2
+// floor the same tokens give other bytes in the tiles whose amax is below
+// 448e-4, and the write check does not excuse them: the two conventions are
+// told apart, in both directions.
+func TestModel1WriterMatchesVLLM(t *testing.T) {
+	f := loadModel1(t)
+	b, err := os.ReadFile("testdata/vllm_v4_writer.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Source string `json:"source"`
+		Cache  string `json:"cache_u8"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	want, err := hex.DecodeString(v.Cache)
+	if err != nil || len(want) != len(f.cache) {
+		t.Fatalf("testdata/vllm_v4_writer.json: %d bytes, %v; want %d", len(want), err, len(f.cache))
+	}
+	for _, c := range []struct {
+		conv  ScaleConvention
+		match bool
+	}{{ScalePow2AmaxFloor, true}, {ScalePow2, false}} {
+		lay := f.lay
+		lay.DSScale = c.conv
+		w, err := Write(tensor.New(tensor.U8, f.NB, f.P, M1EntryBytes), f.kvc, f.kpe, f.slots, lay, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		differ, excused := 0, 0
+		for i := range want {
+			if w.After.Data[i] != want[i] {
+				differ++
+				if w.Equivalent(i, float64(want[i])) {
+					excused++
+				}
+			}
+		}
+		switch {
+		case c.match && differ > 0:
+			t.Errorf("ds_mla_scale %s: %d of %d bytes differ from %s", c.conv, differ, len(want), v.Source)
+		case !c.match && (differ == 0 || excused == differ):
+			t.Errorf("ds_mla_scale %s: %d bytes differ from vLLM's writer and %d of them are excused: the floors are not told apart", c.conv, differ, excused)
+		}
+		t.Logf("ds_mla_scale %s: %d of %d bytes differ from vLLM's V4 writer, %d excused", c.conv, differ, len(want), excused)
+	}
+}
+
+// TestV41MatchesVLLM: DeepSeek-V4.1's interleaved MXFP8 cache. kcheck's
+// writer (pow2_amax_floor, the layout's default) writes the bytes vLLM's
+// _quantize_and_insert_k_mxfp8_kernel wrote from flashmla_model1.json's
+// tokens, and kcheck's reader at BF16 reads the rows vLLM's
+// _dequantize_and_gather_k_mxfp8_kernel gathered from them
+// (testdata/vllm_v41.json, Triton's interpreter: testdata/README.md). Both
+// exactly. Reading the rope dims as V4's bf16 (the model1 reader), or
+// scales every 64 values, fails it.
+func TestV41MatchesVLLM(t *testing.T) {
+	f := loadModel1(t)
+	b, err := os.ReadFile("testdata/vllm_v41.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Source   string `json:"source"`
+		Cache    string `json:"cache_u8"`
+		Gathered string `json:"gathered_bf16"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	want, err1 := hex.DecodeString(v.Cache)
+	rows, err2 := hex.DecodeString(v.Gathered)
+	if err1 != nil || err2 != nil || len(want) != f.nTokens*V41EntryBytes || len(rows) != 2*f.nTokens*V41Dims {
+		t.Fatalf("testdata/vllm_v41.json: sizes %d and %d (%v, %v)", len(want), len(rows), err1, err2)
+	}
+	lay := mustLayout(t, FP8DSMLAV41, M1Nope, M1Rope, f.P)
+	if lay.DSScale != ScalePow2AmaxFloor {
+		t.Fatalf("fp8_ds_mla_v41's default writer is %s, want vLLM's pow2_amax_floor", lay.DSScale)
+	}
+	w, err := Write(tensor.New(tensor.U8, f.NB, f.P, V41EntryBytes), f.kvc, f.kpe, f.slots, lay, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for i := range want {
+		if w.After.Data[i] != want[i] {
+			if bad++; bad <= 5 {
+				slot, col := lay.Entry(i)
+				t.Errorf("byte %d (slot %d, column %d): kcheck wrote %#02x, vLLM %#02x", i, slot, col, w.After.Data[i], want[i])
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d bytes differ from %s", bad, len(want), v.Source)
+	}
+	c, err := New(&tensor.Tensor{DType: tensor.U8, Shape: []int{f.NB, f.P, V41EntryBytes}, Data: want}, lay, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gathered := (&tensor.Tensor{DType: tensor.BF16, Shape: []int{f.nTokens, V41Dims}, Data: rows}).Float64s()
+	row := make([]float64, V41Dims)
+	nonzeroRope := 0
+	for s := 0; s < f.nTokens; s++ {
+		c.RowSlot(s, row, tensor.BF16)
+		for j, x := range row {
+			if g := gathered[s*V41Dims+j]; x != g {
+				t.Fatalf("slot %d dim %d: kcheck reads %v, vLLM's gather %v", s, j, x, g)
+			}
+			if j >= M1Nope && x != 0 {
+				nonzeroRope++
+			}
+		}
+	}
+	if nonzeroRope == 0 {
+		t.Fatal("no rope value read: the test data do not exercise the quantized rope")
 	}
 }

@@ -130,6 +130,8 @@ func (l Layout) scaleTiles() (tiles, size int) {
 		return DSTiles, DSTile
 	case FP8DSMLAModel1:
 		return M1Tiles, M1Tile
+	case FP8DSMLAV41:
+		return V41Tiles, V41Tile // over all D values: the rope is quantized too
 	}
 	return 0, 0
 }
@@ -196,9 +198,17 @@ func (o *Overlay) EntryInto(k int, exact bool, dst []byte) {
 				dst[j] = o.quantize(o.value(t, j), s, exact)
 			}
 		}
-		dst[m1PadCol] = 0 // as vLLM's writer (cache_utils.py:161); FlashMLA's leaves it unwritten
+		dst[m1PadCol] = 0 // as vLLM's writer (cache_utils.py:154-155); FlashMLA's leaves it unwritten
 		for j := 0; j < M1Rope; j++ {
 			binary.LittleEndian.PutUint16(dst[m1RopeOff+2*j:], o.floatBits(t, M1Nope+j, tensor.BF16))
+		}
+	case FP8DSMLAV41:
+		for tile := 0; tile < V41Tiles; tile++ {
+			s := TileScale(o.amax[k*V41Tiles+tile], l.DSScale)
+			dst[v41ScaleOff+tile] = formats.E8M0.Encode(float64(s))
+			for j := tile * V41Tile; j < (tile+1)*V41Tile; j++ {
+				dst[j] = o.quantize(o.value(t, j), s, exact)
+			}
 		}
 	}
 }
@@ -447,6 +457,18 @@ func (o *Overlay) Equivalent(i int, actual float64) bool {
 		for _, s := range TileScales(o.amax[k*M1Tiles+tile], l.DSScale) {
 			if part == PartScale && formats.E8M0.Encode(float64(s)) == code ||
 				part == PartLatent && o.fp8Accept(code, o.value(t, col), float64(s)) {
+				return true
+			}
+		}
+	case FP8DSMLAV41:
+		part, tile := l.PartOf(col)
+		code, ok := o.codeOf(actual)
+		if !ok {
+			return false
+		}
+		for _, s := range TileScales(o.amax[k*V41Tiles+tile], l.DSScale) {
+			if part == PartScale && formats.E8M0.Encode(float64(s)) == code ||
+				part != PartScale && o.fp8Accept(code, o.value(t, col), float64(s)) {
 				return true
 			}
 		}

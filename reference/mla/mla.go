@@ -89,8 +89,8 @@ type Config struct {
 	// value (0: L, the latent part, as DeepSeek-V3's absorbed MLA, where the
 	// rope part is key only). DeepSeek-V4 attends one 512-dim vector that is
 	// both key and value, rope dims included: FlashMLA's sparse decode takes
-	// d_v = 512 (csrc/api/sparse_decode.h:241) and its reference multiplies
-	// by gathered_kv[..., :d_v] (tests/ref.py:91), with d_qk = 512 for the
+	// d_v = 512 (csrc/api/sparse_decode.h:236) and its reference multiplies
+	// by gathered_kv[..., :d_v] (tests/ref.py:90), with d_qk = 512 for the
 	// MODEL1 cache, so V = D there (deepseek-ai/FlashMLA@9241ae3).
 	ValueDims int
 }
@@ -153,6 +153,24 @@ type Sparse struct {
 	Indices    []int64   // [B, SQ, TopK]
 	TopKLength []int64   // [B], or nil
 	AttnSink   []float64 // [H] (F32 values), or nil
+	// Extra, when set, is FlashMLA's extra KV scope: a second cache whose
+	// selected slots each query attends in the same softmax, after its own
+	// (flash_mla_interface.py:89, "will attend to these extra tokens in
+	// addition to those in k_cache"; tests/ref.py:76-80 concatenates the
+	// two gathered sets along topk). DeepSeek-V4's decode passes its
+	// sliding-window cache as k_cache and its compressed cache here (vllm
+	// 0.33.0 vllm/models/deepseek_v4/nvidia/flashmla.py:248-263).
+	Extra *SparseScope
+}
+
+// SparseScope is a cache and the slots of it each query attends: Indices
+// [B, SQ, TopK], -1 or a slot outside it not attended, TopKLength [B] (or
+// nil) how many of the leftmost count.
+type SparseScope struct {
+	Cache      *kvcache.Cache
+	TopK       int
+	Indices    []int64
+	TopKLength []int64
 }
 
 // Outputs are a decode's outputs: Out [B, SQ, H, L] and LSE [B, H, SQ] (the
@@ -411,10 +429,23 @@ func DecodePartials(ctx context.Context, p *Dense, cfg Config, prec Precision, s
 // ValidSlots returns the slots query (b, i) of a sparse decode attends, in
 // index order: the entries of Indices[b, i, :] that are >= 0 and < NB*P.
 func (p *Sparse) ValidSlots(b, i int) []int {
-	n := int64(p.Cache.Slots())
-	row := p.Indices[(b*p.Q.SQ+i)*p.TopK : (b*p.Q.SQ+i+1)*p.TopK]
-	if p.TopKLength != nil {
-		row = row[:max(0, min(int64(len(row)), p.TopKLength[b]))]
+	return validSlots(p.Cache, p.Q.SQ, p.TopK, p.Indices, p.TopKLength, b, i)
+}
+
+// ExtraSlots is ValidSlots of the extra scope (nil without one).
+func (p *Sparse) ExtraSlots(b, i int) []int {
+	if p.Extra == nil {
+		return nil
+	}
+	x := p.Extra
+	return validSlots(x.Cache, p.Q.SQ, x.TopK, x.Indices, x.TopKLength, b, i)
+}
+
+func validSlots(c *kvcache.Cache, sq, topk int, indices, topkLength []int64, b, i int) []int {
+	n := int64(c.Slots())
+	row := indices[(b*sq+i)*topk : (b*sq+i+1)*topk]
+	if topkLength != nil {
+		row = row[:max(0, min(int64(len(row)), topkLength[b]))]
 	}
 	var out []int
 	for _, v := range row {
@@ -440,15 +471,42 @@ func DecodeSparse(ctx context.Context, p *Sparse, cfg Config, prec Precision) (e
 	if p.AttnSink != nil && len(p.AttnSink) != q.H {
 		return nil, nil, fmt.Errorf("tensor attn_sink has %d entries; H = %d heads need one each", len(p.AttnSink), q.H)
 	}
+	if x := p.Extra; x != nil {
+		if x.Cache == nil || x.Cache.D() != p.Cache.D() || x.Cache.Layout.L != p.Cache.Layout.L {
+			return nil, nil, fmt.Errorf("extra_k_cache must hold rows of the cache's D = %d (L = %d)", p.Cache.D(), p.Cache.Layout.L)
+		}
+		if x.TopK < 0 || len(x.Indices) != q.B*q.SQ*x.TopK {
+			return nil, nil, fmt.Errorf("tensor extra_indices_in_kvcache has %d entries; [B=%d, s_q=%d, topk=%d] needs %d", len(x.Indices), q.B, q.SQ, x.TopK, q.B*q.SQ*x.TopK)
+		}
+		if x.TopKLength != nil && len(x.TopKLength) != q.B {
+			return nil, nil, fmt.Errorf("tensor extra_topk_length has %d entries; B = %d requests need one each", len(x.TopKLength), q.B)
+		}
+	}
 	e := newEngine(ctx, p.Cache, q, cfg, prec, cfg.LSE.Empty, prec.Out, prec.LSE, q.B*q.SQ*q.H)
+	if p.Extra != nil {
+		e.noteCache(p.Extra.Cache)
+	}
 	L, P := e.v, p.Cache.Layout.PageSize
 	g := headGroup(q.H, q.B*q.SQ, e.workers)
 	for b := 0; b < q.B; b++ {
 		for i := 0; i < q.SQ; i++ {
 			slots := p.ValidSlots(b, i)
 			tok := func(t int) (int, int) { return slots[t] / P, slots[t] % P }
+			var src func(t int) (*kvcache.Cache, int, int)
+			if extra := p.ExtraSlots(b, i); len(extra) > 0 {
+				// the extra scope's slots follow the cache's own, in one
+				// softmax (tests/ref.py:80, torch.cat along topk)
+				n, xc, xp := len(slots), p.Extra.Cache, p.Extra.Cache.Layout.PageSize
+				slots = append(slots[:n:n], extra...)
+				src = func(t int) (*kvcache.Cache, int, int) {
+					if t < n {
+						return p.Cache, slots[t] / P, slots[t] % P
+					}
+					return xc, slots[t] / xp, slots[t] % xp
+				}
+			}
 			for h0 := 0; h0 < q.H; h0 += g {
-				u := unit{token: tok}
+				u := unit{token: tok, src: src}
 				for h := h0; h < min(h0+g, q.H); h++ {
 					r := (b*q.SQ+i)*q.H + h
 					rs := rowSpec{q: r * q.D, limit: len(slots), out: r * L, lse: (b*q.H+h)*q.SQ + i}
@@ -498,7 +556,10 @@ type rowSpec struct {
 // attend a prefix of it.
 type unit struct {
 	token func(t int) (block, offset int)
-	rows  []rowSpec
+	// src, when set, is token for tokens of more than one cache (a sparse
+	// decode's extra scope): the cache each is read from, and where.
+	src  func(t int) (c *kvcache.Cache, block, offset int)
+	rows []rowSpec
 }
 
 type sink struct{ out, lse []float64 }
@@ -560,6 +621,15 @@ func newEngine(ctx context.Context, c *kvcache.Cache, q *Query, cfg Config, prec
 		// host-side double product, cast once (FlashMLA's scale_softmax_log2)
 		scaleLog2: float64(float32(cfg.SoftmaxScale * math.Log2E)),
 	}
+}
+
+// noteCache makes the engine fit a second cache it reads rows of (a sparse
+// decode's extra scope) of a quantized layout: the Expected rows are then
+// dequantized, and the float32 PV shortcut holds only for dequantized rows
+// of at most 11 significant bits, as for the first cache.
+func (e *engine) noteCache(c *kvcache.Cache) {
+	e.deqSame = e.deqSame && (c.Layout.Kind.IsFloat() || e.prec.KVDequant == tensor.F64)
+	e.pv32 = e.pv32 && (c.Layout.Kind.IsFloat() || e.prec.KVDequant == tensor.BF16 || e.prec.KVDequant == tensor.F16)
 }
 
 // narrowP reports whether P is rounded to a format of at most 11
@@ -662,10 +732,16 @@ func (w *worker) do(u *unit) {
 		c1 := min(c0+w.e.block, maxLim)
 		nj := c1 - c0
 		for t := c0; t < c1; t++ {
-			blk, off := u.token(t)
-			e.cache.Row(blk, off, w.kx[(t-c0)*D:(t-c0+1)*D], tensor.F64)
+			c := e.cache
+			var blk, off int
+			if u.src != nil {
+				c, blk, off = u.src(t)
+			} else {
+				blk, off = u.token(t)
+			}
+			c.Row(blk, off, w.kx[(t-c0)*D:(t-c0+1)*D], tensor.F64)
 			if !e.deqSame {
-				e.cache.Row(blk, off, w.kr[(t-c0)*D:(t-c0+1)*D], e.prec.KVDequant)
+				c.Row(blk, off, w.kr[(t-c0)*D:(t-c0+1)*D], e.prec.KVDequant)
 			}
 		}
 		minV := 0.0

@@ -68,7 +68,9 @@ func init() {
 			// tokens seq_starts[b] .. seq_starts[b]+seq_lens[b]-1.
 			{Name: "seq_starts", DTypes: paged.IndexDTypes, Optional: true},
 		},
-		Outputs: []TensorSpec{{Name: "gathered", DTypes: gatheredDTypes}},
+		// A U8 gathered is a byte copy of the entries (vLLM's
+		// cp_gather_cache over an fp8 cache), judged bit for bit.
+		Outputs: []TensorSpec{{Name: "gathered", DTypes: append(append([]tensor.DType(nil), gatheredDTypes...), tensor.U8)}},
 		Params: []ParamSpec{
 			paged.CacheDTypeParam, paged.DSMLAScaleParam, paged.PageSizeParam,
 		},
@@ -130,7 +132,24 @@ func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes OutD
 		Reduction:  1,
 		Coords:     Coords{Axes: []CoordKind{KindBlock, KindPageOffset, KindColumn}, Derived: derived},
 		Before:     TensorValues{T: before},
+		Suspects:   writeSuspects(ov),
 	}}, nil
+}
+
+// writeSuspects is, for a DeepSeek-V4.1 write, the cache a writer of
+// FlashMLA's pre-2026.09.30 block-split V4.1 order leaves
+// (kvcache.Layout.OldV41Offset): the same bytes a token, so no shape check
+// catches it, and a reader of today's interleaved order misreads every
+// token but block offset 0's data. Pages of one token are the same bytes
+// in both orders.
+func writeSuspects(ov *kvcache.Overlay) []Suspect {
+	if ov.Layout.Kind != kvcache.FP8DSMLAV41 || ov.Layout.PageSize < 2 {
+		return nil
+	}
+	c := newCacheAfter(ov, false)
+	c.entryOf, c.runs = ov.Layout.OldV41Entry, false
+	return []Suspect{{Pattern: "v41_written_block_split", Values: c,
+		Detail: "a writer of the block-split V4.1 order FlashMLA used before its 2026.09.30 release (a page's data rows, then its scale rows)"}}
 }
 
 // cacheAfter is kv_cache_write's cache_after as Values: cache_before's
@@ -148,6 +167,11 @@ type cacheAfter struct {
 	// (-1: not written, read from cache_before); entry holds its bytes.
 	slot, k int
 	entry   *tensor.Tensor
+	// entryOf places element i in an entry: the layout's Entry, or another
+	// order for a suspect's cache; runs says whether entries are runs of
+	// e elements in that order (ReadBlock copies whole runs then).
+	entryOf func(i int) (slot, col int)
+	runs    bool
 	// kvc and kpe are the tokens when a written entry is a copy of them
 	// (copying), else nil.
 	kvc, kpe *tensor.Tensor
@@ -159,7 +183,7 @@ type cacheAfter struct {
 // exact values (Overlay.ExactValue) are the tokens' values, decoded from
 // the same bits.
 func (c *cacheAfter) copying(kvc, kpe *tensor.Tensor) *cacheAfter {
-	if d := c.ov.Before.DType; c.ov.Layout.Kind.IsFloat() && kvc.DType == d && kpe.DType == d {
+	if d := c.ov.Before.DType; c.runs && c.ov.Layout.Kind.IsFloat() && kvc.DType == d && kpe.DType == d {
 		c.kvc, c.kpe = kvc, kpe
 	}
 	return c
@@ -167,13 +191,14 @@ func (c *cacheAfter) copying(kvc, kpe *tensor.Tensor) *cacheAfter {
 
 func newCacheAfter(ov *kvcache.Overlay, exact bool) *cacheAfter {
 	e := ov.Layout.EntrySize()
-	return &cacheAfter{ov: ov, exact: exact, e: e, slot: -1, k: -1,
+	return &cacheAfter{ov: ov, exact: exact, e: e, slot: -1, k: -1, entryOf: ov.Layout.Entry, runs: !ov.Layout.Kind.BlockSplit(),
 		entry: &tensor.Tensor{DType: ov.Before.DType, Shape: []int{e}, Data: make([]byte, ov.EntryBytes())}}
 }
 
 // Fork implements Forker.
 func (c *cacheAfter) Fork() Values {
 	f := newCacheAfter(c.ov, c.exact)
+	f.entryOf, f.runs = c.entryOf, c.runs
 	f.kvc, f.kpe = c.kvc, c.kpe
 	return f
 }
@@ -183,7 +208,7 @@ func (c *cacheAfter) Len() int { return c.ov.Before.Len() }
 
 // At implements Values.
 func (c *cacheAfter) At(i int) float64 {
-	slot, col := c.ov.Layout.Entry(i)
+	slot, col := c.entryOf(i)
 	if slot != c.slot {
 		c.slot, c.k = slot, c.ov.Find(slot)
 		if c.k >= 0 {
@@ -204,7 +229,7 @@ func (c *cacheAfter) At(i int) float64 {
 // ReadBlock implements kernel.BlockReader: an entry at a time, copied (an
 // element at a time for a block-split cache, whose entries are not runs).
 func (c *cacheAfter) ReadBlock(lo int, dst []float64) {
-	if c.ov.Layout.Kind.BlockSplit() {
+	if !c.runs {
 		for j := range dst {
 			dst[j] = c.At(lo + j)
 		}
@@ -244,15 +269,15 @@ func (c *cacheAfter) ReadBlock(lo int, dst []float64) {
 // its token (copying): its kv_c part by the token's kv_c row, its k_pe
 // part by its k_pe row; otherwise its bytes are computed (fp8 codes, or a
 // rounding to the cache's dtype) and it is not. Runs of unwritten entries
-// end at the next written one. In a block-split cache (DeepSeek-V4's
-// fp8_ds_mla_model1: Layout.Entry) a block's bytes interleave its tokens'
-// parts, so the unit is a whole block, vouched for when none of its slots
-// was written.
+// end at the next written one. Where entries are not runs (DeepSeek-V4's
+// block-split fp8_ds_mla_model1, Layout.Entry, or a suspect's other
+// order: entryOf) a block's bytes interleave its tokens' parts, so the
+// unit is a whole block, vouched for when none of its slots was written.
 func (c *cacheAfter) Settled(lo, n int) (tensor.DType, []byte, int) {
 	d := c.ov.Before.DType
 	sz := d.Size()
 	unit, per := c.e, 1 // elements and slots a unit
-	if c.ov.Layout.Kind.BlockSplit() {
+	if !c.runs {
 		per = c.ov.Layout.PageSize
 		unit = per * c.e
 	}
@@ -315,8 +340,11 @@ func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes Out
 	if err != nil {
 		return nil, err
 	}
-	if err := paged.RefuseBlockSplit("kv_cache_gather", lay); err != nil {
+	if err := paged.RefuseV4("kv_cache_gather", lay); err != nil {
 		return nil, err
+	}
+	if outDTypes["gathered"] == tensor.U8 {
+		return gatherBytes(ct, bt, sl, lay)
 	}
 	ks, err := paged.KScale(in, lay)
 	if err != nil {
@@ -469,4 +497,66 @@ func (g *gathered) ReadBlock(lo int, dst []float64) {
 		n := copy(dst, g.buf[in:])
 		lo, dst = lo+n, dst[n:]
 	}
+}
+
+// gatherBytes is kv_cache_gather with a U8 gathered: each request's entries
+// copied as bytes, row CuSeqLens[b]+t holding the entry of request b's token
+// t, its bytes as the cache stores them (vLLM's cp_gather_cache, a
+// cp_gather_cache_page byte copy of any cache: vllm-project/vllm@00eb0c87
+// csrc/libtorch_stable/cache_kernels.cu, vllm 0.33.0 _custom_ops.py
+// cp_gather_cache). Nothing is dequantized, so no k_scale is read and the
+// check is bitwise; the layout only names the coordinates.
+func gatherBytes(ct, bt, sl *tensor.Tensor, lay kvcache.Layout) ([]Output, error) {
+	if ct.DType.Size() == 0 {
+		return nil, fmt.Errorf("tensor cache has dtype %s, which has no byte size", ct.DType)
+	}
+	pages, err := kvcache.NewPages(bt, sl, lay.PageSize, ct.Shape[0])
+	if err != nil {
+		return nil, err
+	}
+	if ct.Shape[1] != lay.PageSize {
+		return nil, fmt.Errorf("tensor cache has %d tokens a block; page_size is %d", ct.Shape[1], lay.PageSize)
+	}
+	es := ct.DType.Size()
+	entry := ct.Shape[2] * es
+	raw := &entryBytes{data: ct.Data, pages: pages, entry: entry, page: lay.PageSize}
+	derived := func(idx []int) []Coord {
+		b, t := pages.Request(idx[0])
+		blk, off := pages.Locate(b, t)
+		part, _ := lay.PartOf(idx[1] / es)
+		return []Coord{{Kind: KindRequest, Value: b}, {Kind: KindToken, Value: t}, {Kind: KindPage, Value: t / lay.PageSize}, {Kind: KindPageOffset, Value: off},
+			{Kind: "block", Value: blk}, {Kind: "part", Value: int(part)}}
+	}
+	return []Output{{
+		Name:      "gathered",
+		Shape:     []int{pages.Total(), entry},
+		DType:     tensor.U8,
+		Exact:     raw,
+		Expected:  raw,
+		Mode:      Bitwise,
+		Reduction: 1,
+		Coords:    Coords{Axes: []CoordKind{KindRow, KindDim}, Derived: derived},
+	}}, nil
+}
+
+// entryBytes is a byte-copy gather's answer as Values: byte j of row r is
+// byte j of the cache entry that row copies. It holds no state, so it is
+// its own fork.
+type entryBytes struct {
+	data        []byte
+	pages       *kvcache.Pages
+	entry, page int
+}
+
+// Fork implements Forker.
+func (e *entryBytes) Fork() Values { return e }
+
+// Len implements Values.
+func (e *entryBytes) Len() int { return e.pages.Total() * e.entry }
+
+// At implements Values.
+func (e *entryBytes) At(i int) float64 {
+	r, j := i/e.entry, i%e.entry
+	blk, off := e.pages.Locate(e.pages.Request(r))
+	return float64(e.data[(blk*e.page+off)*e.entry+j])
 }

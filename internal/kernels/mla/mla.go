@@ -70,6 +70,8 @@ func init() {
 			{Name: "block_table", DTypes: paged.IndexDTypes},
 			{Name: "seq_lens", DTypes: paged.IndexDTypes},
 			{Name: "k_scale", DTypes: []tensor.DType{tensor.F32}, Optional: true},
+			// FlashInfer's FP8 MLA scales (reference/CONTRACTS.md §3.6): see paged.ScaledCache.
+			paged.KScaleRopeSpec, paged.KScaleTilesSpec,
 			{Name: "split_bounds", DTypes: paged.IndexDTypes, Optional: true},
 		},
 		Outputs: []TensorSpec{
@@ -79,7 +81,7 @@ func init() {
 			{Name: "partial_lse", DTypes: lseTypes, Optional: true, Rank: 4},
 		},
 		Params: []ParamSpec{
-			paged.CacheDTypeParam, paged.DSMLAScaleParam, paged.PageSizeParam,
+			paged.CacheDTypeParam, paged.DSMLAScaleParam, paged.PageSizeParam, paged.KScaleDTypeParam,
 			{Name: "softmax_scale", Kind: ParamFloat, Doc: "the scale of q·k (no default: the engines pass qk_head_dim^-0.5·mscale², 0.1352337788608801 for DeepSeek-V3)"},
 			{Name: "causal", Kind: ParamBool, Default: "false", Doc: "a query of s_q > 1 tokens attends causally (query i sees the context up to its own position)"},
 			{Name: "latent_dim", Kind: ParamInt, Doc: "L, for bf16 and fp8_e4m3 caches whose D is not L + 64 (default: D - 64 when D > 64, else D)"},
@@ -101,7 +103,7 @@ func init() {
 			// flash_mla/flash_mla_interface.py:65-69, :90-93): see mla.Sparse.
 			{Name: "topk_length", DTypes: paged.IndexDTypes, Optional: true},
 			{Name: "attn_sink", DTypes: []tensor.DType{tensor.F32}, Optional: true},
-			{Name: "extra_k_cache", DTypes: paged.CacheDTypes, Optional: true},
+			{Name: "extra_k_cache", DTypes: paged.CacheDTypes, Optional: true, Read: extraIndexedRows},
 			{Name: "extra_indices_in_kvcache", DTypes: paged.IndexDTypes, Optional: true},
 			{Name: "extra_topk_length", DTypes: paged.IndexDTypes, Optional: true},
 		},
@@ -130,12 +132,12 @@ func init() {
 // "Head_dim of v. Must be 512"): the leading columns of each cache row that
 // are its value. DeepSeek-V3.2 attends 576-dim keys with 512-dim values
 // (the latent part); DeepSeek-V4's 512-dim entry is key and value both,
-// rope dims included (deepseek-ai/FlashMLA@9241ae3 csrc/api/sparse_decode.h:241
-// d_v == 512 with :291 d_qk == 512 for MODEL1, tests/ref.py:91
+// rope dims included (deepseek-ai/FlashMLA@9241ae3 csrc/api/sparse_decode.h:236
+// d_v == 512 with :293 d_qk == 512 for MODEL1, tests/ref.py:90
 // gathered_kv[..., :d_v]), so the default is D for fp8_ds_mla_model1 and L
-// otherwise.
+// otherwise (and for fp8_ds_mla_v41, V4.1's cache of the same rows).
 var headDimVParam = ParamSpec{Name: "head_dim_v", Kind: ParamInt,
-	Doc: "V, the value width: out holds the first V columns of the attended rows (default L, the latent part; D, the whole entry, for fp8_ds_mla_model1, as DeepSeek-V4)"}
+	Doc: "V, the value width: out holds the first V columns of the attended rows (default L, the latent part; D, the whole entry, for the DeepSeek-V4 caches fp8_ds_mla_model1 and fp8_ds_mla_v41)"}
 
 // The invalid_index conventions. FlashMLA's sparse decode masks only -1
 // (deepseek-ai/FlashMLA@9241ae3 csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh:632,
@@ -171,6 +173,25 @@ func indexedRows(in Inputs) (func(int) bool, error) {
 	return paged.RowsRead(read, ct.Shape[2]), nil
 }
 
+// extraIndexedRows is indexedRows for the extra KV scope: the entries of
+// extra_k_cache that extra_indices_in_kvcache names (within
+// extra_topk_length).
+func extraIndexedRows(in Inputs) (func(int) bool, error) {
+	ct, it := in.Tensors["extra_k_cache"], in.Tensors["extra_indices_in_kvcache"]
+	if ct == nil || it == nil || len(ct.Shape) != 3 || it.Check() != nil {
+		return nil, fmt.Errorf("tensors extra_k_cache or extra_indices_in_kvcache missing or misshapen")
+	}
+	read, err := sparseSlotsRead(it, in.Tensors["extra_topk_length"], ct.Shape[0]*ct.Shape[1])
+	if err != nil {
+		return nil, err
+	}
+	if kvcache.Kind(in.Params.String("kv_cache_dtype", "")).BlockSplit() {
+		lay := kvcache.Layout{Kind: kvcache.FP8DSMLAModel1, PageSize: ct.Shape[1]}
+		return func(i int) bool { s, _ := lay.Entry(i); return s < len(read) && read[s] }, nil
+	}
+	return paged.RowsRead(read, ct.Shape[2]), nil
+}
+
 // sparseSlotsRead marks the slots the indices attend (those within
 // topk_length when it is given).
 func sparseSlotsRead(it, tl *tensor.Tensor, slots int) ([]bool, error) {
@@ -200,7 +221,10 @@ type mlaCommon struct {
 	qShape []int
 }
 
-func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes) (*mlaCommon, error) {
+// readMLACommon reads what both decodes share; scaled (mla_decode) reads
+// the fp8_e4m3 cache's k_scale_rope, k_scale_tiles and k_scale_dtype too
+// (paged.ScaledCache).
+func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes, scaled bool) (*mlaCommon, error) {
 	qt := in.Tensors["q"]
 	if err := CheckShape("q", qt, -1, -1, -1, -1); err != nil {
 		return nil, err
@@ -211,7 +235,7 @@ func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes) (*mlaCommon, 
 	}
 	d := qt.Shape[3]
 	kind := in.Params.String("kv_cache_dtype", string(kvcache.BF16))
-	if byteEntry := kind == string(kvcache.FP8DSMLA) || kind == string(kvcache.FP8DSMLAModel1); !byteEntry && ct.Shape[2] != d {
+	if byteEntry := kind == string(kvcache.FP8DSMLA) || kvcache.Kind(kind).V4(); !byteEntry && ct.Shape[2] != d {
 		return nil, fmt.Errorf("tensor q has D = %d but tensor kv_cache rows hold %d values (shape %v)", d, ct.Shape[2], ct.Shape)
 	}
 	l := d
@@ -232,11 +256,21 @@ func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes) (*mlaCommon, 
 	if lay.D() != d {
 		return nil, fmt.Errorf("tensor q has D = %d but kv_cache_dtype %s rows hold D = L + R = %d + %d = %d", d, lay.Kind, lay.L, lay.R, lay.D())
 	}
-	ks, err := paged.KScale(in, lay)
-	if err != nil {
-		return nil, err
+	var cache *kvcache.Cache
+	if scaled {
+		var read []bool
+		if in.Tensors["k_scale_tiles"] != nil {
+			if read, err = paged.AttendedEntries(in, "kv_cache"); err != nil {
+				return nil, err
+			}
+		}
+		cache, err = paged.ScaledCache(in, ct, lay, read)
+	} else {
+		var ks float64
+		if ks, err = paged.KScale(in, lay); err == nil {
+			cache, err = kvcache.NewNamed("kv_cache", ct, lay, ks)
+		}
 	}
-	cache, err := kvcache.NewNamed("kv_cache", ct, lay, ks)
 	if err != nil {
 		return nil, err
 	}
@@ -286,11 +320,11 @@ func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes) (*mlaCommon, 
 }
 
 func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
-	c, err := readMLACommon(in, prec, outDTypes)
+	c, err := readMLACommon(in, prec, outDTypes, true)
 	if err != nil {
 		return nil, err
 	}
-	if err := paged.RefuseBlockSplit("mla_decode", c.lay); err != nil {
+	if err := paged.RefuseV4("mla_decode", c.lay); err != nil {
 		return nil, err
 	}
 	bt := in.Tensors["block_table"]
@@ -385,8 +419,8 @@ func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTyp
 // entry. No position of out shows that bug (every row reads garbage), so
 // the signature can only name it by its values (internal/signature's
 // suspects). It costs a second decode, for this layout only.
-func blockSplitSuspects(ctx context.Context, sp *mla.Sparse, c *mlaCommon, ct *tensor.Tensor) (out, lse []Suspect, err error) {
-	if !c.lay.Kind.BlockSplit() || c.lay.PageSize < 2 {
+func blockSplitSuspects(ctx context.Context, sp *mla.Sparse, c *mlaCommon, ct, extra *tensor.Tensor) (out, lse []Suspect, err error) {
+	if !c.lay.Kind.BlockSplit() || c.lay.PageSize < 2 && (sp.Extra == nil || sp.Extra.Cache.Layout.PageSize < 2) {
 		return nil, nil, nil // pages of one token: the two addressings are the same bytes
 	}
 	bad, err := kvcache.New(kvcache.ReadInterleaved(ct), c.lay, 0)
@@ -395,6 +429,13 @@ func blockSplitSuspects(ctx context.Context, sp *mla.Sparse, c *mlaCommon, ct *t
 	}
 	alt := *sp
 	alt.Cache = bad
+	if sp.Extra != nil { // the kernel reads both caches the same wrong way
+		x := *sp.Extra
+		if x.Cache, err = kvcache.New(kvcache.ReadInterleaved(extra), x.Cache.Layout, 0); err != nil {
+			return nil, nil, err
+		}
+		alt.Extra = &x
+	}
 	_, xp, err := mla.DecodeSparse(ctx, &alt, c.cfg, c.prec)
 	if err != nil {
 		return nil, nil, err
@@ -402,6 +443,60 @@ func blockSplitSuspects(ctx context.Context, sp *mla.Sparse, c *mlaCommon, ct *t
 	const detail = "a decode that reads the block-split DeepSeek-V4 cache token by token (slot s at bytes 584s, the 656-byte layout's addressing)"
 	return []Suspect{{Pattern: "block_split_read_interleaved", Detail: detail, Values: Dense(xp.Out)}},
 		[]Suspect{{Pattern: "block_split_read_interleaved", Detail: detail, Values: Dense(xp.LSE)}}, nil
+}
+
+// readExtraScope reads FlashMLA's extra KV scope (extra_k_cache,
+// extra_indices_in_kvcache [B, s_q, extra_topk], extra_topk_length [B]),
+// nil when the capture has none. FlashMLA requires the extra cache to have
+// the first one's bytes a token, so its layout is the first one's, with
+// its own page size (csrc/api/sparse_decode.h:299-304, KU_CHECK_SHAPE of
+// extra_kv with the same bytes_per_token; :222-225 its own
+// page_block_size), and the extra indices without the cache, or the cache
+// without them, are refused as FlashMLA refuses them (:239-245). Indices
+// follow the same invalid_index convention.
+func readExtraScope(in Inputs, c *mlaCommon, invalid string) (*mla.SparseScope, error) {
+	xc, xi, xl := in.Tensors["extra_k_cache"], in.Tensors["extra_indices_in_kvcache"], in.Tensors["extra_topk_length"]
+	switch {
+	case xc == nil && xi == nil && xl == nil:
+		return nil, nil
+	case xc == nil:
+		return nil, fmt.Errorf("tensor extra_indices_in_kvcache or extra_topk_length is present but extra_k_cache is not: FlashMLA refuses extra indices without their cache")
+	case xi == nil:
+		return nil, fmt.Errorf("tensor extra_k_cache is present but extra_indices_in_kvcache is not: FlashMLA requires both")
+	}
+	if len(xc.Shape) != 3 {
+		return nil, fmt.Errorf("tensor extra_k_cache has shape %v; the contract wants [NB, P, entry]", xc.Shape)
+	}
+	lay := c.lay
+	lay.PageSize = xc.Shape[1]
+	cache, err := kvcache.NewNamed("extra_k_cache", xc, lay, c.cache.KScale)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckShape("extra_indices_in_kvcache", xi, c.q.B, c.q.SQ, -1); err != nil {
+		return nil, err
+	}
+	x := &mla.SparseScope{Cache: cache, TopK: xi.Shape[2], Indices: make([]int64, xi.Len())}
+	slots := int64(cache.Slots())
+	for i := range x.Indices {
+		x.Indices[i] = xi.Int64At(i)
+		if v := x.Indices[i]; invalid == invalidMinusOne && v != -1 && (v < 0 || v >= slots) {
+			return nil, fmt.Errorf("tensor extra_indices_in_kvcache[%d,%d,%d] = %d is outside extra_k_cache (%d slots) and not -1: with invalid_index = minus_one (FlashMLA's convention) only -1 is masked",
+				i/(c.q.SQ*x.TopK), i/x.TopK%c.q.SQ, i%x.TopK, v, slots)
+		}
+	}
+	if xl != nil {
+		if err := CheckShape("extra_topk_length", xl, c.q.B); err != nil {
+			return nil, err
+		}
+		x.TopKLength = make([]int64, c.q.B)
+		for b := range x.TopKLength {
+			if x.TopKLength[b] = xl.Int64At(b); x.TopKLength[b] < 0 || x.TopKLength[b] > int64(x.TopK) {
+				return nil, fmt.Errorf("tensor extra_topk_length[%d] = %d is outside [0, extra topk = %d]", b, x.TopKLength[b], x.TopK)
+			}
+		}
+	}
+	return x, nil
 }
 
 // splitSpec returns the split count S (0: no partials) and the bounds (nil:
@@ -478,7 +573,7 @@ func splitSpec(in Inputs, seqLens []int) (int, []int, error) {
 }
 
 func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
-	c, err := readMLACommon(in, prec, outDTypes)
+	c, err := readMLACommon(in, prec, outDTypes, false)
 	if err != nil {
 		return nil, err
 	}
@@ -505,13 +600,12 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 				i/(c.q.SQ*topk), i/topk%c.q.SQ, i%topk, v, slots)
 		}
 	}
-	for _, n := range []string{"extra_k_cache", "extra_indices_in_kvcache", "extra_topk_length"} {
-		if in.Tensors[n] != nil {
-			return nil, fmt.Errorf("tensor %s: FlashMLA's extra KV scope (a second cache attended with the first) is not modelled yet; check a capture without it, or the two scopes as two captures", n)
-		}
+	extra, err := readExtraScope(in, c, invalid)
+	if err != nil {
+		return nil, err
 	}
 	v := c.lay.L
-	if c.lay.Kind == kvcache.FP8DSMLAModel1 {
+	if c.lay.Kind.V4() {
 		v = c.lay.D()
 	}
 	if v, err = in.Params.Int("head_dim_v", v); err != nil {
@@ -521,7 +615,7 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 		return nil, fmt.Errorf("parameter head_dim_v = %d: the value is the first V columns of a cache row, want 1 <= V <= D = %d", v, c.lay.D())
 	}
 	c.cfg.ValueDims = v
-	sp := &mla.Sparse{Q: c.q, Cache: c.cache, TopK: topk, Indices: idx}
+	sp := &mla.Sparse{Q: c.q, Cache: c.cache, TopK: topk, Indices: idx, Extra: extra}
 	if t := in.Tensors["topk_length"]; t != nil {
 		if err := CheckShape("topk_length", t, c.q.B); err != nil {
 			return nil, err
@@ -580,14 +674,17 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 	attended := make([]int, B*SQ)
 	for b := 0; b < B; b++ {
 		for i := 0; i < SQ; i++ {
-			attended[b*SQ+i] = len(sp.ValidSlots(b, i))
+			attended[b*SQ+i] = len(sp.ValidSlots(b, i)) + len(sp.ExtraSlots(b, i))
 		}
 	}
 	rowCoords := func(b, i, h int) []Coord {
 		return []Coord{{Kind: KindContextLen, Value: attended[b*SQ+i]}, {Kind: KindHeadTile, Value: (i*H + h) / headTileRows}}
 	}
 	red := max(1, topk)
-	outSus, lseSus, err := blockSplitSuspects(ctx, sp, c, in.Tensors["kv_cache"])
+	if extra != nil {
+		red = max(1, topk+extra.TopK)
+	}
+	outSus, lseSus, err := blockSplitSuspects(ctx, sp, c, in.Tensors["kv_cache"], in.Tensors["extra_k_cache"])
 	if err != nil {
 		return nil, err
 	}

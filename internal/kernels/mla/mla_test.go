@@ -518,7 +518,7 @@ func TestMLADecodeSparseSinkAndTopKLength(t *testing.T) {
 		{"topk_length too long", map[string]*tensor.Tensor{"topk_length": tensor.FromInt64s(tensor.I32, []int{2}, []int64{9, 1})}, "topk_length[0] = 9 is outside [0, topk = 8]"},
 		{"topk_length shape", map[string]*tensor.Tensor{"topk_length": tensor.FromInt64s(tensor.I32, []int{1}, []int64{1})}, "topk_length"},
 		{"attn_sink shape", map[string]*tensor.Tensor{"attn_sink": tensor.FromFloat64s(tensor.F32, []int{3}, []float64{0, 0, 0})}, "attn_sink"},
-		{"extra scope", map[string]*tensor.Tensor{"extra_k_cache": in.Tensors["kv_cache"]}, "extra KV scope"},
+		{"extra scope without its indices", map[string]*tensor.Tensor{"extra_k_cache": in.Tensors["kv_cache"]}, "extra_k_cache is present but extra_indices_in_kvcache is not"},
 	} {
 		ts := map[string]*tensor.Tensor{"q": in.Tensors["q"], "kv_cache": in.Tensors["kv_cache"],
 			"indices": tensor.FromInt64s(tensor.I32, []int{2, 1, 8}, idx)}

@@ -2,6 +2,7 @@ package mla
 
 import (
 	"context"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -24,6 +25,12 @@ import (
 // the tokens' bf16 values [slots, 512] too.
 func model1Inputs(t *testing.T, rng *rand.Rand, nb, p, topk int) (Inputs, []float64) {
 	t.Helper()
+	return v4Inputs(t, rng, kvcache.FP8DSMLAModel1, nb, p, topk)
+}
+
+// v4Inputs is model1Inputs over either DeepSeek-V4 cache kind.
+func v4Inputs(t *testing.T, rng *rand.Rand, kind kvcache.Kind, nb, p, topk int) (Inputs, []float64) {
+	t.Helper()
 	const d = kvcache.M1Nope + kvcache.M1Rope
 	slots := nb * p
 	tok := make([]float64, slots*d)
@@ -37,11 +44,11 @@ func model1Inputs(t *testing.T, rng *rand.Rand, nb, p, topk int) (Inputs, []floa
 		rope = append(rope, tok[s*d+kvcache.M1Nope:(s+1)*d]...)
 		sm[s] = int64(s)
 	}
-	lay, err := kvcache.NewLayout(kvcache.FP8DSMLAModel1, kvcache.M1Nope, kvcache.M1Rope, p)
+	lay, err := kvcache.NewLayout(kind, kvcache.M1Nope, kvcache.M1Rope, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := kvcache.Write(tensor.New(tensor.U8, nb, p, kvcache.M1EntryBytes),
+	w, err := kvcache.Write(tensor.New(tensor.U8, nb, p, lay.EntrySize()),
 		tensor.FromFloat64s(tensor.BF16, []int{slots, kvcache.M1Nope}, nope),
 		tensor.FromFloat64s(tensor.BF16, []int{slots, kvcache.M1Rope}, rope), sm, lay, 0)
 	if err != nil {
@@ -64,22 +71,28 @@ func model1Inputs(t *testing.T, rng *rand.Rand, nb, p, topk int) (Inputs, []floa
 		},
 		// DeepSeek-V4's softmax scale is head_dim^-0.5 (vllm 0.33.0
 		// vllm/models/deepseek_v4/attention.py:244)
-		Params: Params{"softmax_scale": "0.04419417382415922", "kv_cache_dtype": "fp8_ds_mla_model1", "invalid_index": "minus_one"},
+		Params: Params{"softmax_scale": "0.04419417382415922", "kv_cache_dtype": string(kind), "invalid_index": "minus_one"},
 	}, tok
 }
 
 // TestMLADecodeSparseModel1: over a DeepSeek-V4 cache the sparse decode's
 // out is [B, s_q, H, 512], the whole entry (head_dim_v's default there, as
-// FlashMLA's tests/ref.py:91 with d_v = d_qk = 512), and its exact answer is
+// FlashMLA's tests/ref.py:90 with d_v = d_qk = 512), and its exact answer is
 // the plain float64 softmax attention over the dequantized rows, written
 // here with none of the engine's blocking (the reader itself is held to
 // FlashMLA's bytes in reference/kvcache). The rope columns 448..511 carry
 // real values: planting V = L (head_dim_v's default taken from the latent
 // width, as for V3.2) fails on the shape, [1 1 64 448].
 func TestMLADecodeSparseModel1(t *testing.T) {
+	for _, kind := range []kvcache.Kind{kvcache.FP8DSMLAModel1, kvcache.FP8DSMLAV41} {
+		t.Run(string(kind), func(t *testing.T) { testSparseV4(t, kind) })
+	}
+}
+
+func testSparseV4(t *testing.T, kind kvcache.Kind) {
 	rng := rand.New(rand.NewPCG(44, 8))
 	const nb, p, topk = 3, 5, 12
-	in, _ := model1Inputs(t, rng, nb, p, topk)
+	in, _ := v4Inputs(t, rng, kind, nb, p, topk)
 	k, _ := Lookup("mla_decode_sparse")
 	outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
 	if err != nil {
@@ -89,7 +102,7 @@ func TestMLADecodeSparseModel1(t *testing.T) {
 	if want := []int{1, 1, 64, 512}; !equalInts(out.Shape, want) {
 		t.Fatalf("out has shape %v, want %v (V = the whole 512-dim entry)", out.Shape, want)
 	}
-	lay, _ := kvcache.NewLayout(kvcache.FP8DSMLAModel1, kvcache.M1Nope, kvcache.M1Rope, p)
+	lay, _ := kvcache.NewLayout(kind, kvcache.M1Nope, kvcache.M1Rope, p)
 	c, err := kvcache.New(in.Tensors["kv_cache"], lay, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -197,8 +210,14 @@ func TestModel1SuspectDeclared(t *testing.T) {
 // kind says it does not read DeepSeek-V4's cache, naming itself and the
 // layout, instead of misreading block-split bytes.
 func TestModel1RefusedByOtherReaders(t *testing.T) {
+	for _, kind := range []kvcache.Kind{kvcache.FP8DSMLAModel1, kvcache.FP8DSMLAV41} {
+		t.Run(string(kind), func(t *testing.T) { testV4Refused(t, kind) })
+	}
+}
+
+func testV4Refused(t *testing.T, kind kvcache.Kind) {
 	rng := rand.New(rand.NewPCG(3, 9))
-	in, _ := model1Inputs(t, rng, 2, 4, 6)
+	in, _ := v4Inputs(t, rng, kind, 2, 4, 6)
 	cache := in.Tensors["kv_cache"]
 	tables := map[string]*tensor.Tensor{
 		"block_table": tensor.FromInt64s(tensor.I32, []int{1, 2}, []int64{1, 0}),
@@ -209,19 +228,19 @@ func TestModel1RefusedByOtherReaders(t *testing.T) {
 		in     Inputs
 	}{
 		{"mla_decode", Inputs{Tensors: map[string]*tensor.Tensor{"q": in.Tensors["q"], "kv_cache": cache,
-			"block_table": tables["block_table"], "seq_lens": tables["seq_lens"]}, Params: Params{"softmax_scale": "0.1", "kv_cache_dtype": "fp8_ds_mla_model1"}}},
+			"block_table": tables["block_table"], "seq_lens": tables["seq_lens"]}, Params: Params{"softmax_scale": "0.1", "kv_cache_dtype": string(kind)}}},
 		{"kv_cache_gather", Inputs{Tensors: map[string]*tensor.Tensor{"cache": cache,
-			"block_table": tables["block_table"], "seq_lens": tables["seq_lens"]}, Params: Params{"kv_cache_dtype": "fp8_ds_mla_model1"}}},
+			"block_table": tables["block_table"], "seq_lens": tables["seq_lens"]}, Params: Params{"kv_cache_dtype": string(kind)}}},
 		{"kv_cache_transfer", Inputs{Tensors: map[string]*tensor.Tensor{"src_cache": cache, "dst_cache_before": cache,
 			"src_block_table": tables["block_table"], "dst_block_table": tables["block_table"], "seq_lens": tables["seq_lens"]},
-			Params: Params{"kv_cache_dtype": "fp8_ds_mla_model1"}}},
+			Params: Params{"kv_cache_dtype": string(kind)}}},
 	} {
 		k, err := Lookup(c.kernel)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, err = Evaluate(context.Background(), k, c.in, DefaultPrecision(), nil)
-		if err == nil || !strings.Contains(err.Error(), "kernel "+c.kernel+" does not read") || !strings.Contains(err.Error(), "fp8_ds_mla_model1") {
+		if err == nil || !strings.Contains(err.Error(), "kernel "+c.kernel+" does not read") || !strings.Contains(err.Error(), string(kind)) {
 			t.Errorf("%s over fp8_ds_mla_model1: error %v, want one naming the kernel and the layout", c.kernel, err)
 		}
 	}
@@ -246,4 +265,85 @@ func hasCoord(cs []Coord, want Coord) bool {
 		}
 	}
 	return false
+}
+
+// TestSparseExtraScope: FlashMLA's extra KV scope through the contract, as
+// DeepSeek-V4 passes it (a second cache, its own page size): the answer is
+// the decode over both scopes' slots in one softmax, which is the decode of
+// one cache holding the same rows, here built by writing the extra scope's
+// tokens into spare slots of the first cache and indexing them there. The
+// inputs FlashMLA refuses are refused, by name.
+func TestSparseExtraScope(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 34))
+	const nb, p, xnb, xp, topk, xtopk = 4, 4, 3, 2, 6, 4
+	in, tok := v4Inputs(t, rng, kvcache.FP8DSMLAModel1, nb, p, topk)
+	// the extra cache: copies of tokens 0..5 of the first, at slots 5..0
+	lay, _ := kvcache.NewLayout(kvcache.FP8DSMLAModel1, kvcache.M1Nope, kvcache.M1Rope, xp)
+	n := xnb * xp
+	nope, rope := make([]float64, 0, n*kvcache.M1Nope), make([]float64, 0, n*kvcache.M1Rope)
+	sm := make([]int64, n)
+	for s := 0; s < n; s++ {
+		row := tok[s*512 : (s+1)*512]
+		nope, rope = append(nope, row[:kvcache.M1Nope]...), append(rope, row[kvcache.M1Nope:]...)
+		sm[s] = int64(n - 1 - s)
+	}
+	w, err := kvcache.Write(tensor.New(tensor.U8, xnb, xp, kvcache.M1EntryBytes),
+		tensor.FromFloat64s(tensor.BF16, []int{n, kvcache.M1Nope}, nope), tensor.FromFloat64s(tensor.BF16, []int{n, kvcache.M1Rope}, rope), sm, lay, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xidx := []int64{5, -1, 0, 3} // extra slot s holds the first cache's slot n-1-s
+	in.Tensors["extra_k_cache"] = w.After
+	in.Tensors["extra_indices_in_kvcache"] = tensor.FromInt64s(tensor.I32, []int{1, 1, xtopk}, xidx)
+	in.Tensors["extra_topk_length"] = tensor.FromInt64s(tensor.I32, []int{1}, []int64{3}) // slot 3 not attended
+	k, _ := Lookup("mla_decode_sparse")
+	got, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the same rows through one cache: the first cache's own slots, then
+	// slots n-1-5 = 0 and n-1-0 = 5 (the extra's 5 and 0, -1 skipped, 3 cut)
+	one := Inputs{Tensors: map[string]*tensor.Tensor{"q": in.Tensors["q"], "kv_cache": in.Tensors["kv_cache"]}, Params: in.Params}
+	idx := append(in.Tensors["indices"].Float64s()[:0:0], in.Tensors["indices"].Float64s()...)
+	var all []int64
+	for _, v := range idx {
+		all = append(all, int64(v))
+	}
+	all = append(all, int64(n-1-5), int64(n-1-0))
+	one.Tensors["indices"] = tensor.FromInt64s(tensor.I32, []int{1, 1, len(all)}, all)
+	want, err := Evaluate(context.Background(), k, one, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"out", "lse"} {
+		g, w := outputNamed(t, got, name), outputNamed(t, want, name)
+		for i := 0; i < w.Exact.Len(); i++ {
+			if g.Exact.At(i) != w.Exact.At(i) || g.Expected.At(i) != w.Expected.At(i) {
+				t.Fatalf("%s[%d]: with the extra scope %v/%v, through one cache %v/%v", name, i, g.Exact.At(i), g.Expected.At(i), w.Exact.At(i), w.Expected.At(i))
+			}
+		}
+	}
+	if c := outputNamed(t, got, "out").Coords.Name([]int{0, 0, 0, 0}); !hasCoord(c, Coord{Kind: KindContextLen, Value: len(all) - 3}) {
+		t.Errorf("coordinates %v: context_len should count both scopes' attended slots (%d)", c, len(all)-3)
+	}
+	for _, c := range []struct {
+		drop, set string
+		t         *tensor.Tensor
+		want      string
+	}{
+		{drop: "extra_k_cache", want: "extra_k_cache is not"},
+		{drop: "extra_indices_in_kvcache", want: "extra_indices_in_kvcache is not"},
+		{set: "extra_indices_in_kvcache", t: tensor.FromInt64s(tensor.I32, []int{1, 1, 2}, []int64{0, 6}), want: "extra_indices_in_kvcache[0,0,1] = 6 is outside extra_k_cache (6 slots)"},
+		{set: "extra_topk_length", t: tensor.FromInt64s(tensor.I32, []int{1}, []int64{5}), want: "extra_topk_length[0] = 5 is outside [0, extra topk = 4]"},
+	} {
+		bad := Inputs{Tensors: maps.Clone(in.Tensors), Params: in.Params}
+		if c.drop != "" {
+			delete(bad.Tensors, c.drop)
+		} else {
+			bad.Tensors[c.set] = c.t
+		}
+		if _, err := Evaluate(context.Background(), k, bad, DefaultPrecision(), nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s%s: error %v, want one containing %q", c.drop, c.set, err, c.want)
+		}
+	}
 }

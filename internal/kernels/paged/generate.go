@@ -57,6 +57,8 @@ func entryWidth(cacheDType string, d int) int {
 		return kvcache.DSEntryBytes
 	case kvcache.FP8DSMLAModel1:
 		return kvcache.M1EntryBytes
+	case kvcache.FP8DSMLAV41:
+		return kvcache.V41EntryBytes
 	}
 	return d
 }
@@ -70,10 +72,10 @@ func EmptyCache(r *RNG, cacheDType string, nb, page, d int, fill string) (*tenso
 		t = tensor.New(tensor.BF16, nb, page, d)
 	case "fp16":
 		t = tensor.New(tensor.F16, nb, page, d)
-	case "fp8_e4m3", "fp8_ds_mla", "fp8_ds_mla_model1":
+	case "fp8_e4m3", "fp8_ds_mla", "fp8_ds_mla_model1", "fp8_ds_mla_v41":
 		t = tensor.New(tensor.U8, nb, page, entryWidth(cacheDType, d))
 	default:
-		return nil, fmt.Errorf("kv_cache_dtype %q: want bf16, fp16, fp8_e4m3, fp8_ds_mla or fp8_ds_mla_model1", cacheDType)
+		return nil, fmt.Errorf("kv_cache_dtype %q: want bf16, fp16, fp8_e4m3, fp8_ds_mla, fp8_ds_mla_model1 or fp8_ds_mla_v41", cacheDType)
 	}
 	for i := range t.Data {
 		if fill == "poison" {

@@ -115,7 +115,7 @@ func CacheLayout(p Params, prec Precision, name string, cache *tensor.Tensor, l,
 	switch kind {
 	case kvcache.FP8DSMLA:
 		l, r = kvcache.DSLatent, kvcache.DSRope
-	case kvcache.FP8DSMLAModel1:
+	case kvcache.FP8DSMLAModel1, kvcache.FP8DSMLAV41:
 		l, r = kvcache.M1Nope, kvcache.M1Rope
 	}
 	lay := kvcache.Layout{Kind: kvcache.Kind(kind), L: l, R: r, PageSize: ps,
@@ -123,21 +123,22 @@ func CacheLayout(p Params, prec Precision, name string, cache *tensor.Tensor, l,
 	return lay, lay.Validate()
 }
 
-// RefuseBlockSplit is the error of a reader that does not take a
-// block-split cache (fp8_ds_mla_model1): of the attention kernels only
-// FlashMLA's sparse decode reads that layout (deepseek-ai/FlashMLA@9241ae3
-// csrc/api/sparse_decode.h:284-292; its dense decode takes no FP8 cache,
+// RefuseV4 is the error of a reader that does not take DeepSeek-V4's
+// caches (fp8_ds_mla_model1, fp8_ds_mla_v41): of the attention kernels only
+// FlashMLA's sparse decode reads them (deepseek-ai/FlashMLA@9241ae3
+// csrc/api/sparse_decode.h:288-298; its dense decode takes no FP8 cache,
 // csrc/api/dense_decode.h:35), and vLLM's V4 gather
 // (dequantize_and_gather_k_cache, vllm 0.33.0
-// vllm/models/deepseek_v4/common/ops/cache_utils.py:499) is a Triton
-// function with its own arguments, not gather_and_maybe_dequant_cache, so
-// kv_cache_gather's contract has no engine call over it yet. nil for every
-// other layout.
-func RefuseBlockSplit(kernel string, lay kvcache.Layout) error {
-	if !lay.Kind.BlockSplit() {
+// vllm/models/deepseek_v4/common/ops/cache_utils.py:499,
+// deepseek_v41/common/ops/cache_utils.py:764) is a Triton function with
+// its own arguments, not gather_and_maybe_dequant_cache, so
+// kv_cache_gather's contract has no engine call over them yet. nil for
+// every other layout.
+func RefuseV4(kernel string, lay kvcache.Layout) error {
+	if !lay.Kind.V4() {
 		return nil
 	}
-	return fmt.Errorf("kernel %s does not read kv_cache_dtype %s (DeepSeek-V4's block-split 584-byte cache): of the readers only mla_decode_sparse does, as only FlashMLA's sparse decode reads that layout", kernel, lay.Kind)
+	return fmt.Errorf("kernel %s does not read kv_cache_dtype %s (a DeepSeek-V4 sparse cache): of the readers only mla_decode_sparse does, as only FlashMLA's sparse decode reads that layout", kernel, lay.Kind)
 }
 
 // KScale returns k_scale when the layout has one (an error naming it when it
@@ -177,7 +178,7 @@ var (
 	PageSizeParam = ParamSpec{Name: "page_size", Kind: ParamInt,
 		Doc: "tokens a cache block holds; when given it must equal the cache's second dimension, its default"}
 	CacheDTypeParam = ParamSpec{Name: "kv_cache_dtype", Kind: ParamEnum, Default: string(kvcache.BF16), Allowed: CacheKinds,
-		Doc: "the cache's layout: bf16 or fp16 entries, fp8_e4m3 entries over k_scale, DeepSeek-V3.2's fp8_ds_mla (656-byte entries, 512 + 64) or DeepSeek-V4's fp8_ds_mla_model1 (584-byte block-split entries, 448 + 64; mla_decode_sparse only); auto is the cache tensor's own dtype (BF16 or F16)"}
+		Doc: "the cache's layout: bf16 or fp16 entries, fp8_e4m3 entries over k_scale, DeepSeek-V3.2's fp8_ds_mla (656-byte entries, 512 + 64) or DeepSeek-V4's fp8_ds_mla_model1 (584-byte block-split entries, 448 + 64) or V4.1's fp8_ds_mla_v41 (528-byte MXFP8 entries; both kv_cache_write and mla_decode_sparse only); auto is the cache tensor's own dtype (BF16 or F16)"}
 	DSMLAScaleParam = ParamSpec{Name: "ds_mla_scale", Kind: ParamEnum, Default: string(kvcache.ScaleAmax), Allowed: kvcache.ScaleConventions,
-		Doc: "how a DeepSeek cache entry's tile scales are chosen from the tile's amax: amax, pow2 (FlashMLA's tests) or pow2_amax_floor (vLLM's V4 writer); the default is amax for fp8_ds_mla and pow2 for fp8_ds_mla_model1"}
+		Doc: "how a DeepSeek cache entry's tile scales are chosen from the tile's amax: amax, pow2 (FlashMLA's tests) or pow2_amax_floor (vLLM's V4 writer); the default is amax for fp8_ds_mla, pow2 for fp8_ds_mla_model1 and pow2_amax_floor for fp8_ds_mla_v41"}
 )

@@ -7,9 +7,9 @@ import sys
 from kcheck.corpus.base import Corpus
 
 # The groups written so far (issue 16 item 3: merges and split-K decode;
-# cache: SGLang's pool write); the other items (ds_mla, FlashMLA, the indexer,
-# Blackwell MLA, NVFP4) have no generator yet.
-GROUPS = ["merge", "decode", "cache"]
+# cache: SGLang's pool write; item 5, indexer: vLLM's DSA indexer decode); the
+# other items (ds_mla, FlashMLA, Blackwell MLA, NVFP4) have no generator yet.
+GROUPS = ["merge", "decode", "cache", "indexer"]
 
 
 def main(argv=None):
