@@ -29,7 +29,6 @@ import (
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/signature"
-	"github.com/kcheck-dev/kcheck/reference/parallel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -65,6 +64,9 @@ type Check struct {
 	// read from, for a report's plots: set when Options.Profile asks for
 	// it (a passing check's too). The JSON result does not carry it.
 	Profile *signature.Profile `json:"-"`
+	// bulk is how many elements were accounted for in bulk, their bytes
+	// compared (kernel.Settler): the tests' proof that the fast path ran.
+	bulk int
 }
 
 // Metrics are whole-tensor numbers. err_i is |actual_i - exact_i| for a
@@ -205,9 +207,11 @@ type Options struct {
 	Profile bool
 	// ElementPath judges every element on the general path, its values
 	// read one at a time: the fast path (elements whose actual, expected
-	// and exact values are the same bits, accounted for in bulk, and values
-	// read a block at a time) must give the same check, bit for bit, which
-	// the tests check with it.
+	// and exact values are the same bits accounted for in bulk, runs of
+	// them whose bytes the references vouch for (kernel.Settler) compared
+	// as bytes, and values read a block at a time) must give the same
+	// check, bit for bit, which the tests check with it. Both sum in the
+	// same fixed order of chunks (tally).
 	ElementPath bool
 }
 
@@ -264,132 +268,26 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	if k == 0 {
 		k = 5
 	}
-	worst := &elemHeap{}
-	m := &c.Metrics
-	m.N = N
-	var (
-		sumErr2, sumRef2, sumA2, sumFloor2       float64
-		sumE2, sumX2                             float64
-		nJudged                                  int
-		maxAbs, maxRel, maxULP, floorMax, maxExc float64
-		overElems, beyondBand                    int
-	)
-	push := func(i int, av, ev, xv, err, tol, exc float64) {
-		if k < 0 || (exc == 0 && err == 0) {
-			return
-		}
-		it := item{i, av, ev, xv, err, tol, exc}
-		if worst.Len() < k {
-			heap.Push(worst, it)
-		} else if worst.less(worst.items[0], it) {
-			worst.items[0] = it
-			heap.Fix(worst, 0)
-		}
-	}
-	var specials [len(specialValues)]Special
-	var firstSpecial [len(specialValues)]item
-	var firstOverflow item
 	j := newJudge(&o, actual, b)
 	j.elementPath = opts.ElementPath
+	j.worstK, j.band = k, band
 	if opts.Context != nil {
 		j.ctx = opts.Context
 	}
-	fold := func(i int, e *element) {
-		if e.special == same {
-			// What the general path below adds for such an element: its
-			// error, its floor and its excess are 0, it is finite, so only
-			// its squares enter the sums (in the same order, so the same
-			// bits), and it is judged.
-			v2 := e.av * e.av
-			sumE2 += v2
-			sumX2 += v2
-			sumRef2 += v2
-			sumA2 += v2
-			nJudged++
-			return
-		}
-		av, ev, xv := e.av, e.ev, e.xv
-		if finite(ev) && finite(xv) {
-			floorMax = max(floorMax, math.Abs(ev-xv))
-			sumFloor2 += sq(ev - xv)
-			sumE2 += ev * ev
-			sumX2 += xv * xv
-		}
-		if sa, se := specialOf(av), specialOf(ev); sa >= 0 || se >= 0 {
-			for v := range specials {
-				inA, inE := sa == v, se == v
-				if inA {
-					specials[v].Actual++
-				}
-				if inE {
-					specials[v].Expected++
-				}
-				if inA != inE {
-					if specials[v].Mismatch == 0 {
-						firstSpecial[v] = item{i, av, ev, xv, math.Abs(av - ev), 0, math.Inf(1)}
-					}
-					specials[v].Mismatch++
-				}
-			}
-		}
-		switch e.special {
-		case nanMatch, infMatch:
-			return
-		case nanMismatch, infMismatch, overflow:
-			// Judged against expected: the error is NaN or +Inf, and it
-			// enters every error metric below (an overflow's against the
-			// exact answer, which is the one finite side).
-			ref := ev
-			switch e.special {
-			case nanMismatch:
-				m.NaNMismatch++
-			case infMismatch:
-				m.InfMismatch++
-			default:
-				ref = xv
-				if m.Overflow == 0 {
-					firstOverflow = item{i, av, ev, xv, math.Abs(av - xv), 0, math.Inf(1)}
-				}
-				m.Overflow++
-			}
-			e.ref, e.err, e.tol, e.exc = ref, math.Abs(av-ref), 0, math.Inf(1)
-			if e.ulp, e.ulpOK = j.ulp(av, ev); !e.ulpOK {
-				maxULP = math.NaN()
-			}
-		}
-		ref, err, tol, exc := e.ref, e.err, e.tol, e.exc
-		if e.ulpOK {
-			maxULP = max(maxULP, float64(e.ulp))
-		}
-		if e.excused {
-			m.Excused++
-		}
-		if exc > 1 {
-			overElems++
-		}
-		if exc > band {
-			beyondBand++
-		}
-		maxExc = max(maxExc, exc)
-		push(i, av, ev, xv, err, tol, exc)
-
-		maxAbs = max(maxAbs, err)
-		switch {
-		case math.IsNaN(err):
-			maxRel = math.NaN()
-		case ref != 0:
-			maxRel = max(maxRel, err/math.Abs(ref))
-		case err > 0:
-			maxRel = math.Inf(1)
-		}
-		nJudged++
-		sumErr2 += err * err
-		sumRef2 += ref * ref
-		sumA2 += av * av
-	}
-	if err := j.each(N, fold); err != nil {
+	var t tally
+	if err := j.tallyAll(N, &t); err != nil {
 		return Check{}, err
 	}
+	m := &c.Metrics
+	m.N = N
+	m.NaNMismatch, m.InfMismatch, m.Overflow, m.Excused = t.nanMis, t.infMis, t.ovf, t.excused
+	c.bulk = t.bulk
+	sumErr2, sumFloor2 := t.sumErr2, t.sumFloor2
+	sumRef2, sumA2, sumE2, sumX2 := t.sumRef2, t.sumA2, t.sumE2, t.sumX2
+	nJudged, overElems, beyondBand := t.nJudged, t.overElems, t.beyondBand
+	maxAbs, maxRel, maxULP, floorMax, maxExc := t.maxAbs, t.maxRel, t.maxULP, t.floorMax, t.maxExc
+	specials, firstSpecial, firstOverflow := t.specials, t.firstSpecial, t.firstOverflow
+	worst := &t.worst
 	nonFinite := m.NaNMismatch + m.InfMismatch
 	if m.Overflow > 0 {
 		first := named(firstOverflow, shape, o.Coords)
@@ -519,10 +417,17 @@ type judge struct {
 	// elementPath: no bulk accounting, values read one at a time (Options)
 	elementPath bool
 	ctx         context.Context // checked between chunks of elements
+	// sx, se: the references' Settlers (nil: no bulk runs)
+	sx, se kernel.Settler
+	// worstK and band: Compare's, for the tallies
+	worstK int
+	band   float64
 }
 
 func newJudge(o *kernel.Output, actual *tensor.Tensor, b Bounds) *judge {
-	return &judge{o: o, actual: actual, b: b, ulp: ulpDistanceOf(actual.DType), ctx: context.Background()}
+	j := &judge{o: o, actual: actual, b: b, ulp: ulpDistanceOf(actual.DType), ctx: context.Background()}
+	j.sx, j.se = settlers(o, actual.DType)
+	return j
 }
 
 // element is one element judged: its actual, expected and exact values,
@@ -669,76 +574,11 @@ func (j *judge) window(n int) *window {
 		o := *j.o
 		o.Exact, o.Expected = ex, xp
 		f := newJudge(&o, j.actual, j.b)
-		f.elementPath = j.elementPath
+		f.elementPath, f.worstK, f.band, f.ctx = j.elementPath, j.worstK, j.band, j.ctx
 		forks = append(forks, f)
 	}
-	j.win = &window{forks: forks, buf: make([]element, len(forks)*parallelChunk)}
+	j.win = &window{forks: forks, chunks: make([]chunk, len(forks))}
 	return j.win
-}
-
-// window is a run of consecutive elements judged up to the equivalence rule
-// by several goroutines at once: elements [lo, hi) are in buf.
-type window struct {
-	forks  []*judge
-	buf    []element
-	lo, hi int
-}
-
-// fill judges the elements from lo on, a chunk for each fork, up to n.
-func (w *window) fill(lo, n int) {
-	w.lo, w.hi = lo, min(n, lo+len(w.buf))
-	// A fork's panic (a fault reading a capture that shrank) is raised
-	// again by Wait, on the comparison's goroutine (reference/parallel).
-	var forks parallel.Group
-	for k, f := range w.forks {
-		a := lo + k*parallelChunk
-		if a >= w.hi {
-			break
-		}
-		b := w.buf[a-lo : min(a+parallelChunk, w.hi)-lo]
-		forks.Go(func() { f.rawRun(a, b) })
-	}
-	forks.Wait()
-}
-
-// each calls fold for every element in index order, judged. On an output
-// whose values can be read from several goroutines (kernel.Fork), the
-// elements are judged up to the equivalence rule by one goroutine per CPU,
-// a chunk each, and folded, with the rule applied, on this one in index
-// order: the results are the same bits as one goroutine's, whatever
-// GOMAXPROCS is, while the per-element work (reading on-demand values, the
-// bounds, ULP distances) runs on every core.
-//
-// It stops between chunks once j.ctx is done and returns its error.
-func (j *judge) each(n int, fold func(int, *element)) error {
-	w := j.window(n)
-	if w == nil {
-		buf := make([]element, min(n, parallelChunk))
-		for lo := 0; lo < n; lo += parallelChunk {
-			if err := j.ctx.Err(); err != nil {
-				return err
-			}
-			b := buf[:min(parallelChunk, n-lo)]
-			j.rawRun(lo, b)
-			for k := range b {
-				j.excuse(lo+k, &b[k])
-				fold(lo+k, &b[k])
-			}
-		}
-		return nil
-	}
-	for lo := 0; lo < n; lo = w.hi {
-		if err := j.ctx.Err(); err != nil {
-			return err
-		}
-		w.fill(lo, n)
-		for i := w.lo; i < w.hi; i++ {
-			e := &w.buf[i-w.lo]
-			j.excuse(i, e)
-			fold(i, e)
-		}
-	}
-	return nil
 }
 
 // excess is the element's err/tol as the signature reads it: +Inf for a
@@ -757,7 +597,7 @@ func (e element) excess() float64 {
 // on each read (an output may be a whole KV cache: nothing is stored per
 // element). The signature reads them in passes from the first element to
 // the last, so a read of element 0, or of the element after the window,
-// judges the next window on every core (as each does); any other read
+// judges the next window on every core (as tallyAll does); any other read
 // judges one element. Once the judge's context is done every element
 // reads as 0 without being judged, so the signature's passes end at once
 // (Compare then returns the context's error).
@@ -780,11 +620,11 @@ func (x *excessValues) At(i int) float64 {
 		return 0
 	}
 	if w := x.w; w != nil {
-		if (i == 0 || i == w.hi) && i < x.n && !(i >= w.lo && i < w.hi) {
-			w.fill(i, x.n)
+		if (i == 0 || i == w.hi) && i < x.n && !(i >= w.lo && i < w.hi && w.full) {
+			w.fill(i, x.n, true)
 		}
-		if i >= w.lo && i < w.hi {
-			e := w.buf[i-w.lo]
+		if i >= w.lo && i < w.hi && w.full {
+			e := *w.element(i)
 			x.j.excuse(i, &e)
 			return e.excess()
 		}

@@ -76,6 +76,30 @@ func ReadBlock(v Values, lo int, dst []float64) {
 	}
 }
 
+// Settler is implemented by on-demand Values that can vouch for a run of
+// their values by the bytes that encode them: a check compares the actual
+// output's bytes with those (one memory compare) instead of judging every
+// element, and an element whose actual bytes equal them is, to the last
+// bit, an element whose actual, expected and exact values agree. That is
+// the bulk of a correct cache write (every entry no token was written to is
+// cache_before's bytes) and of a gather of a 16-bit cache into its own
+// dtype (every row is a copy).
+//
+// Settled describes the values from lo on, at most n of them (n >= 1): it
+// returns m, 1 <= m <= n, the length of a run of values that are either
+// all settled or all not. When settled, values lo .. lo+m-1 are the
+// values b (m values of dtype d, len(b) = m·d.Size()) encodes as
+// tensor.Float64At decodes them: bit for bit where that is a finite value,
+// the same infinity, or a NaN (its payload may differ) where it is not, so
+// a caller judges a run holding special values one element at a time.
+// When not settled, b is nil and the caller reads the values (At,
+// ReadBlock) as usual. b aliases the Values' read-only inputs: callers
+// never write to it. Settled holds no state, so a Values and its forks may
+// call it from any goroutine.
+type Settler interface {
+	Settled(lo, n int) (d tensor.DType, b []byte, m int)
+}
+
 // Dense is Values held in memory: what every kernel whose outputs are of
 // the size of its work (not of a cache) returns.
 type Dense []float64

@@ -125,8 +125,8 @@ func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes OutD
 		Name:       "cache_after",
 		Shape:      append([]int(nil), before.Shape...),
 		DType:      before.DType,
-		Exact:      newCacheAfter(ov, true),
-		Expected:   newCacheAfter(ov, false),
+		Exact:      newCacheAfter(ov, true).copying(kvc, kpe),
+		Expected:   newCacheAfter(ov, false).copying(kvc, kpe),
 		Mode:       Bitwise,
 		Equivalent: ov.Equivalent,
 		Reduction:  1,
@@ -172,6 +172,21 @@ type cacheAfter struct {
 	// e elements in that order (ReadBlock copies whole runs then).
 	entryOf func(i int) (slot, col int)
 	runs    bool
+	// kvc and kpe are the tokens when a written entry is a copy of them
+	// (copying), else nil.
+	kvc, kpe *tensor.Tensor
+}
+
+// copying makes c vouch for written entries too (kernel.Settler) where
+// they are the tokens' bytes: a bf16 or fp16 cache written from tokens of
+// its own dtype, which Overlay.floatBits copies bit for bit and whose
+// exact values (Overlay.ExactValue) are the tokens' values, decoded from
+// the same bits.
+func (c *cacheAfter) copying(kvc, kpe *tensor.Tensor) *cacheAfter {
+	if d := c.ov.Before.DType; c.runs && c.ov.Layout.Kind.IsFloat() && kvc.DType == d && kpe.DType == d {
+		c.kvc, c.kpe = kvc, kpe
+	}
+	return c
 }
 
 func newCacheAfter(ov *kvcache.Overlay, exact bool) *cacheAfter {
@@ -184,6 +199,7 @@ func newCacheAfter(ov *kvcache.Overlay, exact bool) *cacheAfter {
 func (c *cacheAfter) Fork() Values {
 	f := newCacheAfter(c.ov, c.exact)
 	f.entryOf, f.runs = c.entryOf, c.runs
+	f.kvc, f.kpe = c.kvc, c.kpe
 	return f
 }
 
@@ -246,6 +262,61 @@ func (c *cacheAfter) ReadBlock(lo int, dst []float64) {
 	}
 }
 
+// Settled implements kernel.Settler: a run of entries no token was written
+// to is cache_before's bytes, exactly and as expected alike (a write leaves
+// them as they were: Overlay), so the run is vouched for by those bytes,
+// not copied. A written entry is vouched for only where it is a copy of
+// its token (copying): its kv_c part by the token's kv_c row, its k_pe
+// part by its k_pe row; otherwise its bytes are computed (fp8 codes, or a
+// rounding to the cache's dtype) and it is not. Runs of unwritten entries
+// end at the next written one. Where entries are not runs (DeepSeek-V4's
+// block-split fp8_ds_mla_model1, Layout.Entry, or a suspect's other
+// order: entryOf) a block's bytes interleave its tokens' parts, so the
+// unit is a whole block, vouched for when none of its slots was written.
+func (c *cacheAfter) Settled(lo, n int) (tensor.DType, []byte, int) {
+	d := c.ov.Before.DType
+	sz := d.Size()
+	unit, per := c.e, 1 // elements and slots a unit
+	if !c.runs {
+		per = c.ov.Layout.PageSize
+		unit = per * c.e
+	}
+	u := lo / unit
+	m := min(n, (u+1)*unit-lo)
+	if c.unwritten(u, per) {
+		for m < n && c.unwritten((lo+m)/unit, per) {
+			m = min(n, m+unit)
+		}
+		return d, c.ov.Before.Data[lo*sz : (lo+m)*sz], m
+	}
+	if c.kvc == nil || per > 1 {
+		for m < n && !c.unwritten((lo+m)/unit, per) {
+			m = min(n, m+unit)
+		}
+		return "", nil, m
+	}
+	slot := u
+	t, col, l := c.ov.TokenAt(slot), lo-slot*c.e, c.ov.Layout.L
+	if col < l {
+		m = min(n, l-col)
+		at := t*l + col
+		return d, c.kvc.Data[at*sz : (at+m)*sz], m
+	}
+	r := c.ov.Layout.R
+	at := t*r + col - l
+	return d, c.kpe.Data[at*sz : (at+m)*sz], m
+}
+
+// unwritten reports whether no token was written to the per slots of unit u.
+func (c *cacheAfter) unwritten(u, per int) bool {
+	for s := u * per; s < (u+1)*per; s++ {
+		if c.ov.Find(s) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
 	in, err := Chunked(in)
 	if err != nil {
@@ -299,6 +370,8 @@ func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes Out
 	// vLLM dequantizes to fp32 (e4m3 * scale) and stores in the output dtype.
 	exact := newGathered(c, pages, tensor.F64, tensor.F64)
 	expected := newGathered(c, pages, tensor.F32, out)
+	exact.settle(ct)
+	expected.settle(ct)
 	dd := lay.D()
 	derived := func(idx []int) []Coord {
 		b, t := pages.Request(idx[0])
@@ -335,6 +408,22 @@ type gathered struct {
 	out tensor.DType
 	row int // the row buf holds (-1: none)
 	buf []float64
+	// cache is the cache tensor when a row's values are its bytes' values
+	// unchanged (settle), else nil.
+	cache *tensor.Tensor
+}
+
+// settle makes g a kernel.Settler over the cache tensor t when every value
+// it holds is the value of the cache's own bytes: for the bf16 and fp16
+// layouts (one value of the cache's dtype a column, Cache.Row widens it
+// exactly at every precision) stored as the cache's dtype, as F32 (exact:
+// a 16-bit float widens to fp32 exactly) or F64 (the exact answer). A bf16
+// cache gathered to F16 or the reverse is rounded (At), and fp8 values are
+// products of a code and a scale: those are never settled.
+func (g *gathered) settle(t *tensor.Tensor) {
+	if k := g.c.Layout.Kind; k.IsFloat() && (g.out == t.DType || g.out == tensor.F32 || g.out == tensor.F64) {
+		g.cache = t
+	}
 }
 
 func newGathered(c *kvcache.Cache, pages *kvcache.Pages, deq, out tensor.DType) *gathered {
@@ -342,7 +431,37 @@ func newGathered(c *kvcache.Cache, pages *kvcache.Pages, deq, out tensor.DType) 
 }
 
 // Fork implements Forker.
-func (g *gathered) Fork() Values { return newGathered(g.c, g.pages, g.deq, g.out) }
+func (g *gathered) Fork() Values {
+	f := newGathered(g.c, g.pages, g.deq, g.out)
+	f.cache = g.cache
+	return f
+}
+
+// Settled implements kernel.Settler where settle found the rows to be
+// their bytes: a run of consecutive rows at consecutive slots (a request's
+// tokens within one block) is one run of the cache's bytes, [NB, P, D]
+// row-major (reference/kvcache's bf16 and fp16 layouts).
+func (g *gathered) Settled(lo, n int) (tensor.DType, []byte, int) {
+	d := len(g.buf)
+	r := lo / d
+	m := min(n, (r+1)*d-lo)
+	if g.cache == nil {
+		return "", nil, m
+	}
+	slot := g.slot(r)
+	for k := 1; m < n && g.slot(r+k) == slot+k; k++ {
+		m = min(n, m+d)
+	}
+	sz := g.cache.DType.Size()
+	at := slot*d + lo - r*d
+	return g.cache.DType, g.cache.Data[at*sz : (at+m)*sz], m
+}
+
+// slot is the cache slot (block*P + offset) row r is read from.
+func (g *gathered) slot(r int) int {
+	blk, off := g.pages.Locate(g.pages.Request(r))
+	return blk*g.c.Layout.PageSize + off
+}
 
 // Len implements Values.
 func (g *gathered) Len() int { return g.pages.Total() * len(g.buf) }
