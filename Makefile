@@ -67,6 +67,13 @@ FUZZ_TARGETS ?= ./internal/safetensors:FuzzParse:90000x ./internal/npy:FuzzRead:
 	./internal/npy:FuzzReadZip:60000x ./internal/kernel:FuzzParams:130000x ./cases:FuzzParse:100000x \
 	./internal/check:FuzzKernel:1000x ./internal/check:FuzzPipeline:200x ./internal/check:FuzzEngines:2000x \
 	./internal/check:FuzzStages:5000x ./internal/report:FuzzLoad:4000x
+fuzz-short:
+	@for spec in $(FUZZ_TARGETS); do \
+	  pkg=$${spec%%:*}; rest=$${spec#*:}; target=$${rest%%:*}; budget=$${rest#*:}; \
+	  [ -z "$(FUZZTIME)" ] || budget="$(FUZZTIME)"; \
+	  echo "fuzz $$pkg $$target ($$budget)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $$budget -fuzzminimizetime 2s $$pkg || exit 1; \
+	done
 
 # Go references against numpy float64 on the real sizes (internal/bench/RESULTS.md);
 # make bench BENCHFLAGS=-quick for reduced sizes, BENCHFLAGS=-md FILE for markdown.
