@@ -2,6 +2,7 @@ package check
 
 import (
 	"github.com/kcheck-dev/kcheck/internal/evidence"
+	"slices"
 	"strings"
 	"testing"
 
@@ -104,25 +105,13 @@ func TestFitLinkFlattens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []int{8, 3, 8}; !equalInts(got.Shape, want) {
+	if want := []int{8, 3, 8}; !slices.Equal(got.Shape, want) {
 		t.Errorf("shape %v, want %v", got.Shape, want)
 	}
 }
 
 func kernelSpec(name string, rank int) kernel.TensorSpec {
 	return kernel.TensorSpec{Name: name, Rank: rank}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestFitLinkRefusesOtherCounts(t *testing.T) {

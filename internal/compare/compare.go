@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -236,7 +237,7 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	if o.Exact.Len() != o.Expected.Len() {
 		return Check{}, fmt.Errorf("output %s: the reference has %d exact and %d expected values", o.Name, o.Exact.Len(), o.Expected.Len())
 	}
-	if o.Shape != nil && !equalInts(o.Shape, actual.Shape) {
+	if o.Shape != nil && !slices.Equal(o.Shape, actual.Shape) {
 		return Check{}, fmt.Errorf("output %s has shape %v; the reference has %v", o.Name, actual.Shape, o.Shape)
 	}
 	if o.Expected.Len() != N {
@@ -655,18 +656,6 @@ func ratio(v, bound float64) float64 {
 		return math.Inf(1)
 	}
 	return v / bound
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // item and elemHeap keep the k worst elements (a min-heap on badness).

@@ -195,17 +195,7 @@ func topLeftOutputs(ctx context.Context, in kernel.Inputs, out map[string]*tenso
 	if q == nil || sl == nil || len(q.Shape) != 4 || q.Shape[1] < 2 {
 		return nil
 	}
-	k, err := kernel.Lookup("mla_decode")
-	if err != nil {
-		return err
-	}
-	prec, err := kernel.PrecisionFrom(in.Params)
-	if err != nil {
-		return err
-	}
-	dtypes := map[string]tensor.DType{}
 	for name, t := range out {
-		dtypes[name] = t.DType
 		out[name] = replaced(t)
 	}
 	params := clone(in.Params)
@@ -224,7 +214,7 @@ func topLeftOutputs(ctx context.Context, in kernel.Inputs, out map[string]*tenso
 			li[b] = min(n, int64(i+1))
 		}
 		ts["seq_lens"] = tensor.FromInt64s(sl.DType, sl.Shape, li)
-		res, err := kernel.Produce(ctx, k, kernel.Inputs{Tensors: ts, Params: params}, prec, dtypes)
+		res, err := reproduce(ctx, "mla_decode", in.Params, kernel.Inputs{Tensors: ts, Params: params}, out)
 		if err != nil {
 			return err
 		}

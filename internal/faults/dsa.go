@@ -109,19 +109,7 @@ func causalIgnoredOutputs(ctx context.Context, in kernel.Inputs, out map[string]
 	ts["block_table"] = tensor.FromInt64s(bt.DType, []int{len(rowLens), mb}, rowTable)
 	params := clone(in.Params)
 	params["next_n"] = "1"
-	k, err := kernel.Lookup("dsa_indexer")
-	if err != nil {
-		return err
-	}
-	prec, err := kernel.PrecisionFrom(in.Params)
-	if err != nil {
-		return err
-	}
-	dtypes := map[string]tensor.DType{}
-	for name, t := range out {
-		dtypes[name] = t.DType
-	}
-	res, err := kernel.Produce(ctx, k, kernel.Inputs{Tensors: ts, Params: params}, prec, dtypes)
+	res, err := reproduce(ctx, "dsa_indexer", in.Params, kernel.Inputs{Tensors: ts, Params: params}, out)
 	if err != nil {
 		return err
 	}

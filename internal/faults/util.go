@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"context"
 	"fmt"
 	"math"
 
@@ -90,3 +91,23 @@ func rewrite(t *tensor.Tensor, i int, v float64) { t.SetFloat64(i, v) }
 
 // nan is a quiet NaN.
 var nan = math.NaN()
+
+// reproduce runs kernel name's reference on altered inputs run, at the
+// precision the call's own parameters (of) declare, each output stored in
+// the dtype the faulty output out holds: how a hook recomputes what a
+// kernel with the bug would have written.
+func reproduce(ctx context.Context, name string, of kernel.Params, run kernel.Inputs, out map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
+	k, err := kernel.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	prec, err := kernel.PrecisionFrom(of)
+	if err != nil {
+		return nil, err
+	}
+	dtypes := map[string]tensor.DType{}
+	for n, t := range out {
+		dtypes[n] = t.DType
+	}
+	return kernel.Produce(ctx, k, run, prec, dtypes)
+}

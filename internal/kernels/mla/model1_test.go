@@ -99,7 +99,7 @@ func testSparseV4(t *testing.T, kind kvcache.Kind) {
 		t.Fatal(err)
 	}
 	out := outputNamed(t, outs, "out")
-	if want := []int{1, 1, 64, 512}; !equalInts(out.Shape, want) {
+	if want := []int{1, 1, 64, 512}; !slices.Equal(out.Shape, want) {
 		t.Fatalf("out has shape %v, want %v (V = the whole 512-dim entry)", out.Shape, want)
 	}
 	lay, _ := kvcache.NewLayout(kind, kvcache.M1Nope, kvcache.M1Rope, p)
@@ -244,18 +244,6 @@ func testV4Refused(t *testing.T, kind kvcache.Kind) {
 			t.Errorf("%s over fp8_ds_mla_model1: error %v, want one naming the kernel and the layout", c.kernel, err)
 		}
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func hasCoord(cs []Coord, want Coord) bool {
