@@ -131,17 +131,11 @@ var trtllmMLA = Fix{Doc: "trtllm_batch_decode_with_kv_cache_mla: kv_cache [NB, 1
 	}
 	var notes []string
 	b, sq, h := q.Shape[0], q.Shape[1], q.Shape[2]
-	if kc != nil && len(kc.Shape) == 4 {
-		if kc.Shape[1] != 1 {
-			return nil, fmt.Errorf("tensor %skv_cache has shape %v; %s's cache is [NB, 1, P, D] (one KV head in dimension 1)", v.Prefix, kc.Shape, call)
-		}
-		r, err := reshape(v.Prefix+"kv_cache", kc, kc.Shape[0], kc.Shape[2], kc.Shape[3])
-		if err != nil {
-			return nil, err
-		}
-		v.Set("kv_cache", r)
-		notes = append(notes, fmt.Sprintf("kv_cache %v read as %v (one KV head)", kc.Shape, r.Shape))
+	note, err := dropUnitAxis(v, "kv_cache", 4, 1, call+"'s cache is [NB, 1, P, D] (one KV head in dimension 1)")
+	if err != nil {
+		return nil, err
 	}
+	notes = append(notes, note...)
 	s1, ok, err := scalarParam(v, "bmm1_scale")
 	if err != nil {
 		return nil, err

@@ -18,22 +18,35 @@ func squeezeHeads(names ...string) Fix {
 	return Fix{Doc: "cache [NB, P, 1, D] read as [NB, P, D]", Apply: func(v *View) ([]string, error) {
 		var notes []string
 		for _, n := range names {
-			t := v.T(n)
-			if t == nil || len(t.Shape) != 4 {
-				continue
-			}
-			if t.Shape[2] != 1 {
-				return nil, fmt.Errorf("tensor %s%s has shape %v: an MLA cache has one KV head (dimension 2 must be 1)", v.Prefix, n, t.Shape)
-			}
-			r, err := reshape(v.Prefix+n, t, t.Shape[0], t.Shape[1], t.Shape[3])
+			note, err := dropUnitAxis(v, n, 4, 2, "an MLA cache has one KV head (dimension 2 must be 1)")
 			if err != nil {
 				return nil, err
 			}
-			v.Set(n, r)
-			notes = append(notes, fmt.Sprintf("%s %v read as %v (one KV head)", n, t.Shape, r.Shape))
+			notes = append(notes, note...)
 		}
 		return notes, nil
 	}}
+}
+
+// dropUnitAxis reads tensor name of the given rank without its axis of
+// size 1 (an engine's view with a head or row axis of one), noting it; a
+// tensor of another rank, or absent, is left alone, and an axis that is not
+// 1 is an error saying why it must be (want).
+func dropUnitAxis(v *View, name string, rank, axis int, want string) ([]string, error) {
+	t := v.T(name)
+	if t == nil || len(t.Shape) != rank {
+		return nil, nil
+	}
+	if t.Shape[axis] != 1 {
+		return nil, fmt.Errorf("tensor %s%s has shape %v: %s", v.Prefix, name, t.Shape, want)
+	}
+	shape := append(append([]int(nil), t.Shape[:axis]...), t.Shape[axis+1:]...)
+	r, err := reshape(v.Prefix+name, t, shape...)
+	if err != nil {
+		return nil, err
+	}
+	v.Set(name, r)
+	return []string{fmt.Sprintf("%s %v read as %v (one KV head)", name, t.Shape, r.Shape)}, nil
 }
 
 // decodeRank adds the s_q = 1 axis to a decode captured without it: q [B,
@@ -965,19 +978,11 @@ var flashInferFP4Modes = Fix{Doc: "non-NVFP4 fp4_quantize modes refused", Apply:
 var sglangPoolWrite = Fix{Doc: "SGLang pool write: cache_k_nope/cache_k_rope [T, 1, *], flat kv_buffer, reserved_skip_index, no fp8 scale", Apply: func(v *View) ([]string, error) {
 	var notes []string
 	for _, n := range []string{"kv_c", "k_pe"} {
-		t := v.T(n)
-		if t == nil || len(t.Shape) != 3 {
-			continue
-		}
-		if t.Shape[1] != 1 {
-			return nil, fmt.Errorf("tensor %s%s has shape %v: SGLang's MLA pool writes one KV head (dimension 1 must be 1)", v.Prefix, n, t.Shape)
-		}
-		r, err := reshape(v.Prefix+n, t, t.Shape[0], t.Shape[2])
+		note, err := dropUnitAxis(v, n, 3, 1, "SGLang's MLA pool writes one KV head (dimension 1 must be 1)")
 		if err != nil {
 			return nil, err
 		}
-		v.Set(n, r)
-		notes = append(notes, fmt.Sprintf("%s %v read as %v (one KV head)", n, t.Shape, r.Shape))
+		notes = append(notes, note...)
 	}
 	cache := v.T("cache_after")
 	if kind, ok := v.Param("kv_cache_dtype"); (!ok || kind == "auto") && cache != nil && len(cache.Shape) == 3 {

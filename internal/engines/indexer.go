@@ -129,18 +129,12 @@ func indexerCache(v *View, notes *[]string) error {
 	if kc == nil {
 		return nil
 	}
-	if len(kc.Shape) == 4 {
-		if kc.Shape[2] != 1 {
-			return fmt.Errorf("tensor %sk_cache has shape %v: vLLM's indexer cache view is [NB, P, 1, D + 4] (dimension 2 must be 1)", v.Prefix, kc.Shape)
-		}
-		r, err := reshape(v.Prefix+"k_cache", kc, kc.Shape[0], kc.Shape[1], kc.Shape[3])
-		if err != nil {
-			return err
-		}
-		v.Set("k_cache", r)
-		*notes = append(*notes, fmt.Sprintf("k_cache %v read as %v", kc.Shape, r.Shape))
-		kc = r
+	note, err := dropUnitAxis(v, "k_cache", 4, 2, "vLLM's indexer cache view is [NB, P, 1, D + 4] (dimension 2 must be 1)")
+	if err != nil {
+		return err
 	}
+	*notes = append(*notes, note...)
+	kc = v.T("k_cache")
 	q := v.T("q")
 	if kc.DType != tensor.U8 || v.Declared("k_cache_dtype") || q == nil || len(q.Shape) != 3 || len(kc.Shape) != 3 {
 		return nil
