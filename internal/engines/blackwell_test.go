@@ -88,12 +88,7 @@ func TestTrtllmMLADecodeNames(t *testing.T) {
 			if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 				t.Fatalf("trtllm-named capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 			}
-			notes := strings.Join(got.Notes, "\n")
-			for _, s := range tc.want {
-				if !strings.Contains(notes, s) {
-					t.Errorf("notes do not say %q:\n%s", s, notes)
-				}
-			}
+			wantNotes(t, got.Notes, tc.want...)
 		})
 	}
 }
@@ -202,13 +197,8 @@ func TestCutlassMLADecodeNames(t *testing.T) {
 		if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 			t.Fatalf("%s planted: CUTLASS_MLA-named capture checks differently:\n got %s\nwant %s\nnotes %q", corrupt, g, w, got.Notes)
 		}
-		notes := strings.Join(got.Notes, "\n")
-		for _, s := range []string{"q = q_nope [2 2 512] | q_pe [2 2 64]", "page_table -> block_table", "scale read as softmax_scale",
-			"out [2 128 512] read for q's 2 heads", "lse [2 128] read for q's 2 heads", "softmax_block = 128, p_dtype = bf16", "not mla_decode's num_splits"} {
-			if !strings.Contains(notes, s) {
-				t.Errorf("notes do not say %q:\n%s", s, notes)
-			}
-		}
+		wantNotes(t, got.Notes, "q = q_nope [2 2 512] | q_pe [2 2 64]", "page_table -> block_table", "scale read as softmax_scale",
+			"out [2 128 512] read for q's 2 heads", "lse [2 128] read for q's 2 heads", "softmax_block = 128, p_dtype = bf16", "not mla_decode's num_splits")
 	}
 	meta, ts := capture(t, c, nil, "", 0)
 	for _, tc := range []struct {
@@ -261,12 +251,7 @@ func TestFlashInferCutlassMLANames(t *testing.T) {
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Fatalf("cutlass-backend capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 	}
-	notes := strings.Join(got.Notes, "\n")
-	for _, s := range []string{"kv_len -> seq_lens", "page_table -> block_table", "query -> q", "softmax_block = 128, p_dtype = bf16"} {
-		if !strings.Contains(notes, s) {
-			t.Errorf("notes do not say %q:\n%s", s, notes)
-		}
-	}
+	wantNotes(t, got.Notes, "kv_len -> seq_lens", "page_table -> block_table", "query -> q", "softmax_block = 128, p_dtype = bf16")
 	fm["o_scale"] = "0.5"
 	r := check.Run(evidence.Capture{Name: "cutlass", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
 	if r.Verdict != check.Error || r.Error == nil || !strings.Contains(*r.Error, `o_scale = "0.5"`) {

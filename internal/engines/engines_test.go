@@ -79,6 +79,17 @@ func checksJSON(t *testing.T, r check.Result) string {
 	return string(b)
 }
 
+// wantNotes fails t for each of want that no note of a check contains.
+func wantNotes(t *testing.T, notes []string, want ...string) {
+	t.Helper()
+	all := strings.Join(notes, "\n")
+	for _, s := range want {
+		if !strings.Contains(all, s) {
+			t.Errorf("notes do not say %q:\n%s", s, all)
+		}
+	}
+}
+
 func mustFail(t *testing.T, r check.Result) check.Result {
 	t.Helper()
 	if r.Verdict != check.Fail {
@@ -146,13 +157,8 @@ func TestFlashMLANamesCheckIdentically(t *testing.T) {
 	if got.Verdict != want.Verdict || got.Kernel != "mla_decode" {
 		t.Errorf("verdict %s kernel %s, want %s mla_decode", got.Verdict, got.Kernel, want.Verdict)
 	}
-	notes := strings.Join(got.Notes, "\n")
 	squeezed := fmt.Sprintf("kv_cache %v read as %v", ft["k_cache"].Shape, kc.Shape)
-	for _, s := range []string{"the tensor names say mla_decode", "lse_empty = +inf", "k_cache -> kv_cache", squeezed} {
-		if !strings.Contains(notes, s) {
-			t.Errorf("notes do not say %q:\n%s", s, notes)
-		}
-	}
+	wantNotes(t, got.Notes, "the tensor names say mla_decode", "lse_empty = +inf", "k_cache -> kv_cache", squeezed)
 }
 
 // FlashInfer's MLA decode: q_nope/q_pe, ckv/kpe caches, page lists, base-2
@@ -280,13 +286,8 @@ func TestVLLMTritonMLANames(t *testing.T) {
 		if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 			t.Errorf("%s planted: TRITON_MLA-named capture checks differently:\n got %s\nwant %s\nnotes %q", corrupt, g, w, got.Notes)
 		}
-		notes := strings.Join(got.Notes, "\n")
-		for _, n := range []string{"sm_scale read as softmax_scale", "num_kv_splits read as num_splits", "k_buffer -> kv_cache",
-			"req_to_token -> block_table", "b_seq_len -> seq_lens", "o -> out", "read as partial_out [2 1 2 3 512]"} {
-			if !strings.Contains(notes, n) {
-				t.Errorf("notes do not say %q:\n%s", n, notes)
-			}
-		}
+		wantNotes(t, got.Notes, "sm_scale read as softmax_scale", "num_kv_splits read as num_splits", "k_buffer -> kv_cache",
+			"req_to_token -> block_table", "b_seq_len -> seq_lens", "o -> out", "read as partial_out [2 1 2 3 512]")
 		sg := check.Run(evidence.Capture{Name: "sglang", Metadata: vm, Tensors: copied}, fromOpts(t, "sglang"))
 		if sg.Verdict != check.Error {
 			t.Errorf("--from sglang read vLLM's TRITON_MLA names: verdict %s, notes %q", sg.Verdict, sg.Notes)
@@ -1047,12 +1048,7 @@ func TestSGLangTritonDecode(t *testing.T) {
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("SGLang-named capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 	}
-	notes := strings.Join(got.Notes, "\n")
-	for _, n := range []string{"3 of 9 splits empty, not judged", "split_bounds [3 4] from num_kv_splits [2 1 3]", "one token a page"} {
-		if !strings.Contains(notes, n) {
-			t.Errorf("notes do not say %q:\n%s", n, notes)
-		}
-	}
+	wantNotes(t, got.Notes, "3 of 9 splits empty, not judged", "split_bounds [3 4] from num_kv_splits [2 1 3]", "one token a page")
 	shifted := append([]int64(nil), indices...)
 	copy(shifted[1:lens[0]], indices[2:lens[0]+1]) // request 0's tokens 1.. read one slot late
 	if r := check.Run(sglang(shifted), fromOpts(t, "sglang")); r.Verdict != check.Fail {

@@ -259,12 +259,7 @@ func TestFlashInferFP8MLA(t *testing.T) {
 				t.Fatalf("verdict %s, want %s:\n%s\nnotes %q", got.Verdict, tc.want, strings.Join(worst, "\n"), got.Notes)
 			}
 			t.Logf("%s: %s", got.Verdict, strings.Join(worst, "; "))
-			notes := strings.Join(got.Notes, "\n")
-			for _, s := range []string{"k_scale_rope", "k_scale_dtype = bf16", "kv_cache_dtype = fp8_e4m3"} {
-				if !strings.Contains(notes, s) {
-					t.Errorf("notes do not say %q:\n%s", s, notes)
-				}
-			}
+			wantNotes(t, got.Notes, "k_scale_rope", "k_scale_dtype = bf16", "kv_cache_dtype = fp8_e4m3")
 		})
 	}
 }

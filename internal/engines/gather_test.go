@@ -51,9 +51,7 @@ func TestVLLMCopyGathers(t *testing.T) {
 			if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 				t.Fatalf("vLLM-named gather checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 			}
-			if notes := strings.Join(got.Notes, "\n"); !strings.Contains(notes, tc.note) {
-				t.Errorf("notes do not say %q:\n%s", tc.note, notes)
-			}
+			wantNotes(t, got.Notes, tc.note)
 		})
 	}
 }
