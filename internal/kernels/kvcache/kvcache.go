@@ -373,16 +373,12 @@ func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes Out
 	exact.settle(ct)
 	expected.settle(ct)
 	dd := lay.D()
-	derived := func(idx []int) []Coord {
-		b, t := pages.Request(idx[0])
-		blk, off := pages.Locate(b, t)
-		part := kvcache.PartLatent // a value index here, not an entry column
-		if idx[1] >= lay.L {
-			part = kvcache.PartRope
+	derived := gatheredCoords(pages, lay.PageSize, func(col int) kvcache.Part {
+		if col >= lay.L { // a value index here, not an entry column
+			return kvcache.PartRope
 		}
-		return []Coord{{Kind: KindRequest, Value: b}, {Kind: KindToken, Value: t}, {Kind: KindPage, Value: t / lay.PageSize}, {Kind: KindPageOffset, Value: off},
-			{Kind: "block", Value: blk}, {Kind: "part", Value: int(part)}}
-	}
+		return kvcache.PartLatent
+	})
 	return []Output{{
 		Name:      "gathered",
 		Shape:     []int{pages.Total(), dd},
@@ -520,13 +516,10 @@ func gatherBytes(ct, bt, sl *tensor.Tensor, lay kvcache.Layout) ([]Output, error
 	es := ct.DType.Size()
 	entry := ct.Shape[2] * es
 	raw := &entryBytes{data: ct.Data, pages: pages, entry: entry, page: lay.PageSize}
-	derived := func(idx []int) []Coord {
-		b, t := pages.Request(idx[0])
-		blk, off := pages.Locate(b, t)
-		part, _ := lay.PartOf(idx[1] / es)
-		return []Coord{{Kind: KindRequest, Value: b}, {Kind: KindToken, Value: t}, {Kind: KindPage, Value: t / lay.PageSize}, {Kind: KindPageOffset, Value: off},
-			{Kind: "block", Value: blk}, {Kind: "part", Value: int(part)}}
-	}
+	derived := gatheredCoords(pages, lay.PageSize, func(col int) kvcache.Part {
+		part, _ := lay.PartOf(col / es) // a byte of the entry's element col / es
+		return part
+	})
 	return []Output{{
 		Name:      "gathered",
 		Shape:     []int{pages.Total(), entry},
@@ -559,4 +552,16 @@ func (e *entryBytes) At(i int) float64 {
 	r, j := i/e.entry, i%e.entry
 	blk, off := e.pages.Locate(e.pages.Request(r))
 	return float64(e.data[(blk*e.page+off)*e.entry+j])
+}
+
+// gatheredCoords names a gathered element [row, col]: the request and token
+// its row copies, where the cache holds it, and its column's part (partOf:
+// the dequantized gather's columns are values, the byte copy's bytes).
+func gatheredCoords(pages *kvcache.Pages, pageSize int, partOf func(col int) kvcache.Part) func([]int) []Coord {
+	return func(idx []int) []Coord {
+		b, t := pages.Request(idx[0])
+		blk, off := pages.Locate(b, t)
+		return []Coord{{Kind: KindRequest, Value: b}, {Kind: KindToken, Value: t}, {Kind: KindPage, Value: t / pageSize}, {Kind: KindPageOffset, Value: off},
+			{Kind: "block", Value: blk}, {Kind: "part", Value: int(partOf(idx[1]))}}
+	}
 }
