@@ -19,7 +19,7 @@ SGL_POOL = ("sglang/srt/mem_cache/memory_pool.py@0.5.23:5026-5047 (set_mla_kv_bu
 
 def sglang_pool_write(c, kind, fault, seed):
     run.interpreter()
-    from sglang.kernels.ops.kvcache.mla_buffer import set_mla_kv_buffer_triton
+    from kcheck.worker.sglang import pool_write
 
     g = torch.Generator().manual_seed(seed)
     size, page, L, R = 40, 1, 512, 64
@@ -38,12 +38,7 @@ def sglang_pool_write(c, kind, fault, seed):
     if fault == "loc_off_by_one":
         feed = torch.where(loc > 0, loc + 1, loc)  # an allocator handing out slot + 1
     buf = before.clone()
-    k_nope, k_rope = nope, rope
-    if k_nope.dtype != dtype:  # memory_pool.py:5015-5018
-        k_nope, k_rope = k_nope.to(dtype), k_rope.to(dtype)
-    if store != dtype:  # :5019-5022
-        k_nope, k_rope = k_nope.view(store), k_rope.view(store)
-    set_mla_kv_buffer_triton(buf, feed, k_nope, k_rope)
+    pool_write(buf, feed, nope, rope, dtype, store)  # reserved_skip_index 0, as the pool calls it
     base = f"sglang/pool_write_{kind}"
     meta = {"kcheck.kernel": "kv_cache_write"}
     if kind == "fp8_e4m3":

@@ -34,6 +34,22 @@ def splitk_combine(tensors, meta, opts):
     return {"out": out.reshape(N, L), "lse": lse.reshape(N)}, m
 
 
+def pool_write(pool, loc, nope, rope, dtype, store, reserved_skip_index=0):
+    """MLATokenToKVPool.set_mla_kv_buffer's write into pool ([rows, 1, D]
+    in the pool's storage dtype store), as the pool does it: the tokens cast
+    to the pool's dtype by PyTorch with no scale and viewed as store
+    (memory_pool.py:5014-5024, written out here because the module imports
+    transformers), then SGLang's own scatter set_mla_kv_buffer_triton, which
+    skips a loc equal to reserved_skip_index (mla_buffer.py:41-44, :80)."""
+    from sglang.kernels.ops.kvcache.mla_buffer import set_mla_kv_buffer_triton
+
+    if nope.dtype != dtype:
+        nope, rope = nope.to(dtype), rope.to(dtype)
+    if store != dtype:
+        nope, rope = nope.view(store), rope.view(store)
+    set_mla_kv_buffer_triton(pool, loc, nope.contiguous(), rope.contiguous(), reserved_skip_index=reserved_skip_index)
+
+
 def kv_cache_write(tensors, meta, opts):
     """bf16, fp16 and fp8_e4m3 caches: SGLang's MLA pool write
     (MLATokenToKVPool.set_mla_kv_buffer, sglang/srt/mem_cache/memory_pool.py
@@ -68,16 +84,10 @@ def kv_cache_write(tensors, meta, opts):
     T = slots.shape[0]
     if (slots >= NB * P).any():
         raise BadInput("slot_mapping has a slot outside the cache")
-    from sglang.kernels.ops.kvcache.mla_buffer import set_mla_kv_buffer_triton
-
-    pool = before.reshape(NB * P, 1, D).clone().view(store) if store == torch.uint8 else before.reshape(NB * P, 1, D).clone()
-    nope, rope = kv_c[:T].reshape(T, 1, -1), k_pe[:T].reshape(T, 1, -1)
-    if nope.dtype != dtype:
-        nope, rope = nope.to(dtype), rope.to(dtype)
-    if store != dtype:
-        nope, rope = nope.view(store), rope.view(store)
+    pool = before.reshape(NB * P, 1, D).clone()
+    pool = pool.view(store) if store == torch.uint8 else pool
     loc = torch.where(slots < 0, torch.full_like(slots, -1), slots)
-    set_mla_kv_buffer_triton(pool, loc, nope.contiguous(), rope.contiguous(), reserved_skip_index=-1)
+    pool_write(pool, loc, kv_c[:T].reshape(T, 1, -1), k_pe[:T].reshape(T, 1, -1), dtype, store, reserved_skip_index=-1)
     m = provenance("sglang", "sglang", "MLATokenToKVPool.set_mla_kv_buffer's cast (memory_pool.py:5014-5024) and "
                    "sglang.kernels.ops.kvcache.mla_buffer.set_mla_kv_buffer_triton")
     return {"cache_after": pool.view(before.dtype).reshape(NB, P, D)}, m
