@@ -47,7 +47,11 @@ type StageRow struct {
 	LocalFloor compare.Float `json:"local_floor"`
 	// LocalExcess is the worst element's error over its tolerance.
 	LocalExcess compare.Float `json:"local_excess"`
-	// Propagated* are absent for the first stage (nothing propagates into it).
+	// Propagated* are absent for the first stage (nothing propagates into
+	// it). PropagatedVerdict is the propagated check's verdict against this
+	// stage's own tolerance; before a culprit (or with none) a fail there is
+	// the earlier stages' accepted deviations carried forward, never a
+	// fault (carriedWithinTolerance), and the table prints it as "over".
 	PropagatedVerdict compare.Verdict      `json:"propagated_verdict,omitempty"`
 	PropagatedError   *compare.Float       `json:"propagated_error,omitempty"`
 	PropagatedFloor   *compare.Float       `json:"propagated_floor,omitempty"`
@@ -134,7 +138,10 @@ func FromCheck(res check.Result, contextLens map[int]int) *Report {
 		if w, e, f := worstOf(st.Propagated); w != nil {
 			pe, pf := compare.Float(e), compare.Float(f)
 			row.PropagatedVerdict, row.PropagatedError, row.PropagatedFloor = verdictOf(st.Propagated), &pe, &pf
-			if row.Signature == nil {
+			// The pattern of a propagated error names something only when
+			// it is a culprit's error carried forward; before a culprit it is
+			// the pattern of deviations every earlier check accepted.
+			if row.Signature == nil && att.Culprit != nil {
 				row.Signature = w.Signature
 			}
 		}
@@ -158,7 +165,11 @@ func FromCheck(res check.Result, contextLens map[int]int) *Report {
 	rep.Capture = att
 
 	// The per-step curve: a step's error is its last stage's propagated
-	// error (the end of the chain so far), or its local one.
+	// error (the end of the chain so far), or its local one. A step is off
+	// the floor when a stage of it is wrong on its own inputs, or carries a
+	// culprit's error past its tolerance; a propagated excess before any
+	// culprit is not: see carriedWithinTolerance.
+	afterCulprit := false
 	for _, row := range att.Stages {
 		if len(rep.Steps) == 0 || rep.Steps[len(rep.Steps)-1].Step != row.Step {
 			rep.Steps = append(rep.Steps, StepResult{Step: row.Step, ContextLen: contextLens[row.Step]})
@@ -168,37 +179,54 @@ func FromCheck(res check.Result, contextLens map[int]int) *Report {
 		if row.PropagatedError != nil {
 			sr.Error, sr.Floor = *row.PropagatedError, *row.PropagatedFloor
 		}
-		sr.OffFloor = sr.OffFloor || row.Verdict == check.Fail || row.PropagatedVerdict == check.Fail
+		afterCulprit = afterCulprit || (att.Culprit != nil && row.Prefix == *att.Culprit)
+		sr.OffFloor = sr.OffFloor || row.Verdict == check.Fail || (afterCulprit && row.PropagatedVerdict == check.Fail)
 	}
-	// The first step that goes wrong is the culprit's when there is one: it
-	// is the first stage wrong on its own inputs, and every stage before it
-	// is correct on what it was given. A propagated-only failure before it
-	// (the chain's answer fed forward, which an earlier stage's deviation
-	// within its tolerance can push past a later stage's tolerance) does not
-	// make an earlier step the start. Without a culprit, the first step off
-	// the floor by any measure is the start.
-	f := firstOff(rep.Steps)
+	// The first step that goes wrong is the culprit's: the first stage wrong
+	// on its own inputs, every stage before it correct on what it was given.
+	// Without a culprit no step goes wrong.
 	if att.Culprit != nil {
-		c := stepOf(*att.Culprit)
-		f = &c
-	}
-	if f != nil {
+		f := stepOf(*att.Culprit)
 		for _, s := range rep.Steps {
-			if s.Step == *f {
+			if s.Step == f {
 				c := s.ContextLen
-				rep.FirstStep, rep.FirstContextLen = f, &c
+				rep.FirstStep, rep.FirstContextLen = &f, &c
 			}
 		}
 	}
 	return rep
 }
 
+// carriedWithinTolerance lists the stages before the culprit (every stage
+// when there is none) whose propagated check fails or is inconclusive.
+//
+// Such an excess is never a fault. The propagated check feeds a stage the
+// reference chain's outputs where the capture links an earlier stage, and
+// the same stored tensors as the local check everywhere else, so the two
+// runs differ only by the earlier stages' outputs, none of which its own
+// local check failed. Their deviations within their tolerances, carried
+// through this stage, can exceed this stage's own, much tighter, tolerance:
+// a correct SGLang decode's attention partials, within their bf16-P
+// tolerance, move its merged output past the merge's f32 rounding
+// (python/tests/test_capture_sglang_e2e.py).
+func carriedWithinTolerance(att *CaptureAttribution) []string {
+	var carried []string
+	for _, r := range att.Stages {
+		if att.Culprit != nil && r.Prefix == *att.Culprit {
+			break
+		}
+		if r.PropagatedVerdict == check.Fail || r.PropagatedVerdict == check.Inconclusive {
+			carried = append(carried, r.Prefix)
+		}
+	}
+	return carried
+}
+
 func explain(att *CaptureAttribution) string {
 	if att.Culprit == nil {
-		for _, r := range att.Stages {
-			if r.PropagatedVerdict == check.Fail {
-				return fmt.Sprintf("every stage is correct on its own captured inputs, yet %s fails against the reference chain: an input the capture does not link (or a link to the wrong tensor) differs", r.Prefix)
-			}
+		if carried := carriedWithinTolerance(att); len(carried) > 0 {
+			return fmt.Sprintf("every stage is correct on its own captured inputs; against the reference chain %s %s past %s own tolerance by the earlier stages' deviations, none of which fails its own check, carried forward (a measurement, not a fault)",
+				strings.Join(carried, ", "), plural(len(carried), "goes", "go"), plural(len(carried), "its", "their"))
 		}
 		return "every stage is correct on its own captured inputs and against the reference chain"
 	}

@@ -47,11 +47,19 @@ func (r *Report) WriteText(w io.Writer) {
 
 func writeStageTable(w io.Writer, a *CaptureAttribution) {
 	fmt.Fprintf(w, "\n  %-12s %-18s %-30s %-30s %s\n", "stage", "kernel", "local error (floor)", "propagated error (floor)", "signature")
+	carried := map[string]bool{}
+	for _, p := range carriedWithinTolerance(a) {
+		carried[p] = true
+	}
 	for _, r := range a.Stages {
 		local := fmt.Sprintf("%-4s %s (%s)", short(string(r.Verdict)), fmtErr(float64(r.LocalError)), fmtErr(float64(r.LocalFloor)))
 		prop := "-"
 		if r.PropagatedError != nil {
-			prop = fmt.Sprintf("%-4s %s (%s)", short(string(r.PropagatedVerdict)), fmtErr(float64(*r.PropagatedError)), fmtErr(float64(*r.PropagatedFloor)))
+			v := short(string(r.PropagatedVerdict))
+			if carried[r.Prefix] {
+				v = "over"
+			}
+			prop = fmt.Sprintf("%-4s %s (%s)", v, fmtErr(float64(*r.PropagatedError)), fmtErr(float64(*r.PropagatedFloor)))
 		}
 		sig := ""
 		if r.Signature != nil && r.Signature.Pattern != "none" {
@@ -65,6 +73,9 @@ func writeStageTable(w io.Writer, a *CaptureAttribution) {
 			mark = ">"
 		}
 		fmt.Fprintf(w, "%s %-12s %-18s %-30s %-30s %s\n", mark, esc(r.Prefix), esc(r.Kernel), local, prop, sig)
+	}
+	if len(carried) > 0 {
+		fmt.Fprintf(w, "  over: past the stage's own tolerance against the reference chain, by earlier stages' deviations that no check failed, carried forward: not a fault\n")
 	}
 	for _, c := range a.Evidence {
 		fmt.Fprintf(w, "\n  evidence: %s %s %v: %s\n", esc(c.Tensor), esc(string(c.DType)), c.Shape, esc(c.Reason))

@@ -82,6 +82,11 @@ def test_healthy_pipeline_diagnoses_clean(healthy, kcheck_bin):
     p = subprocess.run([kcheck_bin, "diagnose", "--json", pipe], capture_output=True, text=True)
     rep = json.loads(p.stdout)
     assert p.returncode == 0 and rep["verdict"] == "pass" and rep["stage"] is None, p.stdout[-2000:]
+    # The merges' propagated excess is the attention's accepted deviation
+    # carried forward: no step goes wrong, and nothing says an input differs.
+    assert rep["first_step"] is None and not any(s["off_floor"] for s in rep["steps"]), rep["steps"]
+    assert "not a fault" in rep["reason"], rep["reason"]
+    assert "differs" not in rep["reason"], rep["reason"]
     stages = [r["prefix"] for r in rep["capture"]["stages"]]
     assert stages[:3] == ["s0.attn", "s0.combine", "s0.combine2"], stages
 
