@@ -267,7 +267,6 @@ func candidates(c cases.Case) []candidate {
 			return true
 		})
 		for i := 0; i < b; i++ {
-			i := i
 			add(fmt.Sprintf("requests %d -> %d (drop request %d)", b, b-1, i), func(n *cases.Case) bool {
 				n.SeqLens = append(n.SeqLens[:i], n.SeqLens[i+1:]...)
 				n.Batch = len(n.SeqLens)
@@ -279,9 +278,7 @@ func candidates(c cases.Case) []candidate {
 	}
 	// Context: halve, drop a page, drop a token (each request).
 	for i, s := range c.SeqLens {
-		i, s := i, s
 		for _, to := range []int{s / 2, s - c.PageSize, s - 1} {
-			to := to
 			if to < 1 || to >= s {
 				continue
 			}
