@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/evidence"
@@ -37,6 +38,18 @@ func Capture(ctx context.Context, be Backend, name, kname string, in kernel.Inpu
 	outs, bmeta, err := RunWithMeta(ctx, be, kname, in)
 	if err != nil {
 		return evidence.Capture{}, fmt.Errorf("backend %s: %w", be.Name(), err)
+	}
+	if bmeta[kernel.LayoutKey] != "" {
+		// OUT is the engine's own call (its inputs and outputs in its
+		// names), judged alone: only kcheck's provenance keys of the case
+		// go with it, not the contract's parameters it was made from.
+		own := map[string]string{}
+		for k, v := range meta {
+			if strings.HasPrefix(k, "kcheck.") {
+				own[k] = v
+			}
+		}
+		return evidence.Assemble(name, nil, outs, own, bmeta), nil
 	}
 	return evidence.Assemble(name, in.Tensors, outs, meta, bmeta), nil
 }

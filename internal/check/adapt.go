@@ -43,9 +43,25 @@ func (o Options) forStage(prefix, kind string) Options {
 // tensor aliases, the engine adapter, then the metadata conventions (the
 // file's own keys win). The caller's maps are not modified.
 func prepare(c evidence.Capture, opts Options) (evidence.Capture, []string, error) {
+	var notes []string
+	if layout := c.Metadata[kernel.LayoutKey]; layout != "" {
+		switch {
+		case opts.Adapt != nil && opts.From != layout:
+			return c, nil, fmt.Errorf("metadata %s = %q: the file holds %s's names and layouts, not those --from %s reads", kernel.LayoutKey, layout, layout, opts.From)
+		case opts.Adapt == nil && opts.Engine == nil:
+			return c, nil, fmt.Errorf("metadata %s = %q: this checker was given no engine layouts to read it with", kernel.LayoutKey, layout)
+		case opts.Adapt == nil:
+			conventions, adapt, err := opts.Engine(layout)
+			if err != nil {
+				return c, nil, fmt.Errorf("metadata %s: %v", kernel.LayoutKey, err)
+			}
+			opts.Conventions, opts.Adapt, opts.From = conventions, adapt, layout
+			notes = append(notes, fmt.Sprintf("read as --from %s reads a capture: the file declares %s = %s", layout, kernel.LayoutKey, layout))
+		}
+	}
 	if len(opts.Aliases) == 0 && opts.Adapt == nil {
 		c.Metadata = withConventions(c.Metadata, opts.Conventions)
-		return c, nil, nil
+		return c, notes, nil
 	}
 	meta := make(map[string]string, len(c.Metadata))
 	for k, v := range c.Metadata {
@@ -55,7 +71,6 @@ func prepare(c evidence.Capture, opts Options) (evidence.Capture, []string, erro
 	for k, v := range c.Tensors {
 		ts[k] = v
 	}
-	var notes []string
 	if len(opts.Aliases) > 0 {
 		n, err := applyAliases(ts, opts.Aliases)
 		if err != nil {

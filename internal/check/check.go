@@ -93,6 +93,13 @@ type Options struct {
 	// from an engine's conventions to the contract's and returns notes
 	// saying what it did (internal/engines: --from).
 	Adapt func(meta map[string]string, tensors map[string]*tensor.Tensor) ([]string, error)
+	// From names the engine whose adapter Adapt is ("" when none).
+	From string
+	// Engine, when set, finds an engine's conventions and adapter by name,
+	// for a file that declares the layout it is in (kcheck.worker.layout:
+	// a worker's OUT written in its engine's own names), read as From
+	// would read it.
+	Engine func(name string) (conventions map[string]string, adapt func(meta map[string]string, tensors map[string]*tensor.Tensor) ([]string, error), err error)
 	// Hint, when set and Adapt is not, says what a check that went wrong
 	// (verdict error, or tensors the contract ignores) might have needed
 	// instead, from the capture's metadata and tensor names: the engine
@@ -267,6 +274,15 @@ func runSingle(c evidence.Capture, kname string, meta map[string]string, opts Op
 		return errorResult(c.Name, kname, err)
 	}
 	notes = append(notes, outputNotes("", refs, outs)...)
+	notWritten, err := kernel.NotWritten(k, meta)
+	if err != nil {
+		return errorResult(c.Name, kname, err)
+	}
+	for _, s := range k.Spec().Outputs {
+		if _, ok := outs[s.Name]; !ok && notWritten[s.Name] {
+			notes = append(notes, fmt.Sprintf("%s: not judged; the kernel that made this file writes none (%s)", s.Name, kernel.NotWrittenKey))
+		}
+	}
 	return Result{
 		File: c.Name, Kernel: kname, Verdict: compare.FileVerdict(checks), Checks: checks,
 		Notes: notes, Precision: precisionInfo(prec), Policy: opts.policy().Name(),

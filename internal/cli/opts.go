@@ -27,14 +27,12 @@ func checkOpts(policy, from string, worstK int) (check.Options, error) {
 	if err != nil {
 		return check.Options{}, err
 	}
-	opts := check.Options{Policy: pol, WorstK: worstK, Hint: engines.Hint}
+	opts := check.Options{Policy: pol, WorstK: worstK, Hint: engines.Hint, Engine: engines.Layout}
 	if from != "" {
-		e, err := engines.Lookup(from)
-		if err != nil {
+		if opts.Conventions, opts.Adapt, err = engines.Layout(from); err != nil {
 			return opts, err
 		}
-		opts.Conventions = e.Conventions()
-		opts.Adapt = e.Adapt
+		opts.From = from
 	}
 	return opts, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/compare"
+	"github.com/kcheck-dev/kcheck/internal/engines"
 	"github.com/kcheck-dev/kcheck/internal/faults"
 	"github.com/kcheck-dev/kcheck/internal/printable"
 	"github.com/kcheck-dev/kcheck/internal/progress"
@@ -246,7 +247,7 @@ func (o *runOptions) run(ctx context.Context) error {
 	}
 	code := ExitPass
 	enc := json.NewEncoder(o.io.Out)
-	opts := sink.options(check.Options{WorstK: o.worstK})
+	opts := sink.options(check.Options{WorstK: o.worstK, Engine: engines.Layout})
 	if opts.MaxMemory, err = o.bounds.limit(); err != nil {
 		return exitWith(o.io, ExitUsage, o.bisect, err)
 	}

@@ -235,6 +235,16 @@ func (e *Engine) Conventions() map[string]string {
 	return out
 }
 
+// Layout is check.Options.Engine: the named engine's conventions and
+// adapter, as --from NAME applies them.
+func Layout(name string) (map[string]string, func(map[string]string, map[string]*tensor.Tensor) ([]string, error), error) {
+	e, err := Lookup(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return e.Conventions(), e.Adapt, nil
+}
+
 // Adapt rewrites a capture (its metadata and tensors, both modified in
 // place: pass copies) from the engine's conventions to the contract's and
 // returns notes saying what it did. It is check.Options.Adapt.

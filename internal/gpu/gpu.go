@@ -360,10 +360,27 @@ func readOutputs(path string, contract kernel.Kernel, in kernel.Inputs) (map[str
 		return nil, nil, "the worker exited 0 but its output is unreadable: " + err.Error()
 	}
 	defer f.Close()
+	if f.Metadata[kernel.LayoutKey] != "" {
+		return engineCapture(f)
+	}
+	notWritten, err := kernel.NotWritten(contract, f.Metadata)
+	if err != nil {
+		return nil, nil, "the worker exited 0 but its output's " + err.Error()
+	}
+	written := 0
 	for _, o := range contract.Spec().Outputs {
-		if _, ok := f.Tensors[o.Name]; !ok && !o.Optional {
+		_, ok := f.Tensors[o.Name]
+		switch {
+		case ok && notWritten[o.Name]:
+			return nil, nil, fmt.Sprintf("the worker exited 0 but its output both holds %s and declares it not written (%s)", o.Name, kernel.NotWrittenKey)
+		case ok:
+			written++
+		case !o.Optional && !notWritten[o.Name]:
 			return nil, nil, fmt.Sprintf("the worker exited 0 but its output has no tensor %s", o.Name)
 		}
+	}
+	if written == 0 {
+		return nil, nil, "the worker exited 0 but its output holds none of the kernel's outputs"
 	}
 	isOutput := map[string]bool{}
 	for _, o := range contract.Spec().Outputs {
@@ -379,6 +396,28 @@ func readOutputs(path string, contract kernel.Kernel, in kernel.Inputs) (map[str
 		// the worker made or changed it (split_bounds).
 		if old, ok := in.Tensors[name]; ok && !isOutput[name] && old.DType == t.DType && equalShape(old.Shape, t.Shape) && bytes.Equal(old.Data, t.Data) {
 			continue
+		}
+		outs[name] = t.Clone()
+	}
+	meta := make(map[string]string, len(f.Metadata))
+	for k, v := range f.Metadata {
+		meta[k] = v
+	}
+	return outs, meta, ""
+}
+
+// engineCapture reads an OUT that declares kernel.LayoutKey: a capture of
+// the engine's own call, whose every tensor is kept (its names are the
+// engine's, read by the checker through that engine's table, so they are
+// not held to the contract's here).
+func engineCapture(f *safetensors.File) (map[string]*tensor.Tensor, map[string]string, string) {
+	if len(f.Tensors) == 0 {
+		return nil, nil, fmt.Sprintf("the worker exited 0 but its output, declared in %s's layout (%s), holds no tensor", f.Metadata[kernel.LayoutKey], kernel.LayoutKey)
+	}
+	outs := make(map[string]*tensor.Tensor, len(f.Tensors))
+	for name, t := range f.Tensors {
+		if err := t.Check(); err != nil {
+			return nil, nil, fmt.Sprintf("output tensor %s: %v", name, err)
 		}
 		outs[name] = t.Clone()
 	}

@@ -572,3 +572,41 @@ func (a *Adapter) Validate(in Inputs) (Problem, error) { return Checked{in}, nil
 func (a *Adapter) Reference(ctx context.Context, p Problem, prec Precision, out OutDTypes) ([]Output, error) {
 	return a.Compute(ctx, p.Inputs(), prec, out)
 }
+
+// NotWrittenKey is the output-file metadata key in which a worker names
+// the contract outputs its kernel does not produce (comma-separated), as
+// SGLang's Triton decode writes no final lse (its stage 2 stores o only).
+// Those outputs are absent by declaration, not by accident: the rest are
+// judged and the result says which were not (reference/CONTRACTS.md §9.1).
+const NotWrittenKey = "kcheck.worker.not_written"
+
+// LayoutKey is the output-file metadata key by which a worker says its OUT
+// is a capture of the engine's own call, in that engine's names and
+// layouts (SGLang's k_buffer, kv_indptr, attn_logits, ...): kcheck then
+// judges OUT alone, read as `kcheck check --from ENGINE` reads a capture of
+// that engine, so a run of the engine and a capture of it are read by the
+// one engine table (reference/CONTRACTS.md §9.1).
+const LayoutKey = "kcheck.worker.layout"
+
+// NotWritten parses meta's NotWrittenKey for kernel k: the set of outputs
+// declared unwritten, or an error naming a name that is not one of k's
+// outputs.
+func NotWritten(k Kernel, meta map[string]string) (map[string]bool, error) {
+	v, ok := meta[NotWrittenKey]
+	if !ok || v == "" {
+		return nil, nil
+	}
+	outputs := map[string]bool{}
+	for _, o := range k.Spec().Outputs {
+		outputs[o.Name] = true
+	}
+	set := map[string]bool{}
+	for _, name := range strings.Split(v, ",") {
+		name = strings.TrimSpace(name)
+		if !outputs[name] {
+			return nil, fmt.Errorf("metadata %s = %q: %q is not an output of %s", NotWrittenKey, v, name, k.Spec().Name)
+		}
+		set[name] = true
+	}
+	return set, nil
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/check"
 	"github.com/kcheck-dev/kcheck/internal/cli"
 	"github.com/kcheck-dev/kcheck/internal/compare"
+	"github.com/kcheck-dev/kcheck/internal/engines"
 	"github.com/kcheck-dev/kcheck/internal/gpu"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/safetensors"
@@ -96,7 +97,13 @@ func fakeWorker(mode string, args []string) int {
 		switch mode {
 		case "missing_output":
 			continue
-		case "wrong":
+		case "lse_not_written", "lse_not_written_wrong", "declares_unknown":
+			if k == "lse" {
+				continue
+			}
+		}
+		switch mode {
+		case "wrong", "lse_not_written_wrong", "flashinfer_layout_wrong":
 			// A real bug: the first output's first element negated.
 			if k == "out" {
 				v = v.Clone()
@@ -106,8 +113,32 @@ func fakeWorker(mode string, args []string) int {
 		all[k] = v
 	}
 	meta := map[string]string{"source": "kcheck test worker"}
-	if mode == "declares" {
+	if strings.HasPrefix(mode, "flashinfer_layout") {
+		// OUT as FlashInfer's merge_states call: v [T, S, H, D], s [T, S,
+		// H], v_merged [T, H, D], s_merged [T, H] (H = 1 here), in its own
+		// names, none of the contract's; lse in base e, declared.
+		po, pl := f.Tensors["partial_out"], f.Tensors["partial_lse"]
+		n, sp := pl.Shape[0], pl.Shape[1]
+		all = map[string]*tensor.Tensor{
+			"v":        {DType: po.DType, Shape: []int{n, sp, 1, po.Shape[2]}, Data: po.Data},
+			"s":        {DType: pl.DType, Shape: []int{n, sp, 1}, Data: pl.Data},
+			"v_merged": {DType: all["out"].DType, Shape: []int{n, 1, po.Shape[2]}, Data: all["out"].Data},
+			"s_merged": {DType: all["lse"].DType, Shape: []int{n, 1}, Data: all["lse"].Data},
+		}
+		meta = map[string]string{"kcheck.format": "1", "kcheck.kernel": *name, kernel.LayoutKey: "flashinfer", "lse_base": "e"}
+		if mode == "flashinfer_layout_unknown" {
+			meta[kernel.LayoutKey] = "tensorrt-9"
+		}
+	}
+	switch mode {
+	case "declares":
 		meta["softmax_block"] = "32"
+	case "lse_not_written", "lse_not_written_wrong", "lse_declared_but_written":
+		meta[kernel.NotWrittenKey] = "lse"
+	case "declares_unknown":
+		meta[kernel.NotWrittenKey] = "lsee"
+	case "missing_output":
+		meta[kernel.NotWrittenKey] = "out,lse"
 	}
 	if err := safetensors.Write(*outPath, meta, all, safetensors.WriteOptions{}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -162,7 +193,22 @@ func TestExecStatuses(t *testing.T) {
 		{"crash", check.Error, gpu.StatusCrash, "signal"},
 		{"hang", check.Error, gpu.StatusHang, "no result after"},
 		{"garbage", check.Error, gpu.StatusGarbage, "unreadable"},
-		{"missing_output", check.Error, gpu.StatusGarbage, "has no tensor out"},
+		{"missing_output", check.Error, gpu.StatusGarbage, "holds none of the kernel's outputs"},
+		// An output the kernel does not write, declared so, is left out of
+		// the judgement and named in the notes; the rest is still judged
+		// (the wrong out still fails); a declaration that names no output
+		// of the kernel, or one the file holds, is garbage.
+		{"lse_not_written", check.Pass, gpu.StatusOK, ""},
+		{"lse_not_written_wrong", check.Fail, gpu.StatusOK, ""},
+		{"declares_unknown", check.Error, gpu.StatusGarbage, `"lsee" is not an output of splitk_combine`},
+		{"lse_declared_but_written", check.Error, gpu.StatusGarbage, "both holds lse and declares it not written"},
+		// An OUT in an engine's own names, declared so, is read through
+		// that engine's table, as a capture of it is (--from): judged
+		// alone, passing when right and failing when wrong; an engine
+		// kcheck has no table for is named.
+		{"flashinfer_layout", check.Pass, gpu.StatusOK, ""},
+		{"flashinfer_layout_wrong", check.Fail, gpu.StatusOK, ""},
+		{"flashinfer_layout_unknown", check.Error, gpu.StatusOK, "kcheck.worker.layout"},
 		{"exit7", check.Error, gpu.StatusCrash, "exit 7"},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
@@ -171,7 +217,7 @@ func TestExecStatuses(t *testing.T) {
 				t.Fatal(err)
 			}
 			start := time.Now()
-			res := cli.RunCase(context.Background(), c, be, check.Options{WorstK: 1}, time.Minute, "", false)
+			res := cli.RunCase(context.Background(), c, be, check.Options{WorstK: 1, Engine: engines.Layout}, time.Minute, "", false)
 			if res.Verdict != tc.verdict {
 				t.Fatalf("verdict %s, want %s (error %v)", res.Verdict, tc.verdict, deref(res.Error))
 			}
@@ -179,9 +225,31 @@ func TestExecStatuses(t *testing.T) {
 				t.Errorf("the hang took %v to end (timeout 3s)", time.Since(start))
 			}
 			if tc.verdict != check.Error {
+				judged := map[string]bool{}
+				for _, ch := range res.Checks {
+					judged[ch.Tensor] = true
+				}
+				if strings.HasPrefix(tc.mode, "flashinfer_layout") {
+					if !strings.Contains(strings.Join(res.Notes, "\n"), "read as --from flashinfer reads a capture") {
+						t.Errorf("notes %q do not say the file was read as --from flashinfer", res.Notes)
+					}
+				}
+				notWritten := strings.HasPrefix(tc.mode, "lse_not_written")
+				if judged["lse"] == notWritten || !judged["out"] {
+					t.Errorf("judged %v; want out, and lse only when it was written", judged)
+				}
+				if said := strings.Contains(strings.Join(res.Notes, "\n"), "lse: not judged"); said != notWritten {
+					t.Errorf("notes %q: a note on the unwritten lse is %v, want %v", res.Notes, said, notWritten)
+				}
 				return
 			}
 			msg := deref(res.Error)
+			if tc.status == gpu.StatusOK { // the run went well; the checker refused its OUT
+				if !strings.Contains(msg, tc.says) {
+					t.Errorf("error %q: want %q", msg, tc.says)
+				}
+				return
+			}
 			if !strings.Contains(msg, ": "+string(tc.status)) || !strings.Contains(msg, tc.says) {
 				t.Errorf("error %q: want status %s and %q", msg, tc.status, tc.says)
 			}

@@ -51,7 +51,8 @@ RUNS = [
      ["mla_decode/deepseek-v3/tp8/bf16/p16/ctx-P+1"],
      ["mla_decode/deepseek-v3/tp8/bf16/*", "mla_decode/split/deepseek-v3/tp8/s4/*", "mla_decode/deepseek-v3/tp8/fp8_e4m3/p16/ctx-P+1",
       "mla_decode/mtp/deepseek-v3/sq2/bf16/ctx-3"],
-     "no final lse: every run ends in 'no tensor lse' until mla_decode's lse is optional (issue 16); fp8 and s_q > 1 refused"),
+     "no final lse (stage 2 stores o only: declared in kcheck.worker.not_written, out and the partials judged);"
+     " fp8 and s_q > 1 refused"),
     ("SGLang Triton merge_state", "worker:sglang", "splitk_combine", None,
      ["splitk_combine/deepseek-v3/tp8/s2"], ["splitk_combine/*"], "two states only (S = 2)"),
     ("SGLang DSA fp8_ds_mla quantizer", "worker:sglang", "kv_cache_write", None,

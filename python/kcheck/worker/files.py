@@ -23,13 +23,17 @@ def read(path):
 
 def write(path, inputs, outputs, meta, out_meta):
     """OUT = the inputs, then the outputs (on the CPU, contiguous), and the
-    input metadata with the worker's provenance added."""
+    input metadata with the worker's provenance added. An OUT in an
+    engine's own layout (out_meta declares kcheck.worker.layout) is the
+    engine's call alone: its tensors and the worker's metadata, none of the
+    contract's inputs or parameters (reference/CONTRACTS.md §9.1)."""
     from safetensors.torch import save_file
 
-    all_t = {k: v for k, v in inputs.items()}
+    own_layout = "kcheck.worker.layout" in out_meta
+    all_t = {} if own_layout else {k: v for k, v in inputs.items()}
     for k, v in outputs.items():
         all_t[k] = v.detach().to("cpu").contiguous()
-    m = dict(meta)
+    m = {"kcheck.format": "1"} if own_layout else dict(meta)
     m.update({k: str(v) for k, v in out_meta.items()})
     tmp = path + ".tmp"
     save_file(all_t, tmp, metadata=m)

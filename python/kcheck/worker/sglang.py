@@ -127,20 +127,11 @@ def _dsa_quantize_write(tensors, meta, opts):
     return {"cache_after": after}, m
 
 
-# SGLang's split length is rounded up to whole 32-token blocks
-# (sglang/kernels/ops/attention/decode_attention.py, _MIN_BLOCK_KV = 32,
-# kv_len_per_split = cdiv(cdiv(seq_len, kv_splits), MIN_BLOCK_KV) *
-# MIN_BLOCK_KV in stage 1 and stage 2).
-MIN_BLOCK_KV = 32
 # TritonAttnBackend.max_kv_splits (sglang/srt/layers/attention/
 # triton_backend.py, `get_exec().kernel.triton_attention_num_kv_splits`),
 # 8 as SGLang's own attention tests set it; without a device core count
 # (the CPU) get_num_kv_splits fills every request's count with it.
 DEFAULT_KV_SPLITS = 8
-
-
-def _cdiv(a, b):
-    return -(-a // b)
 
 
 def mla_decode(tensors, meta, opts):
@@ -162,12 +153,15 @@ def mla_decode(tensors, meta, opts):
     - o [B, H, L] in q's dtype, sm_scale_withk = softmax_scale (bf16 cache:
       k_scale 1), v_scale 1.
 
-    Outputs: out [B, 1, H, L]; partial_out [B, 1, H, S, L] and partial_lse
-    [B, 1, H, S] from attn_logits and attn_lse; split_bounds [B, S+1], the
-    token ranges the kernel split each request into (its 32-token rounding),
-    which is the partials' layout, not a result. SGLang's decode computes
-    no final lse (stage 2 stores o only), so OUT has none: kcheck's
-    mla_decode contract requires one today, and says so.
+    OUT is the call in SGLang's names (q [B, H, D], k_buffer, kv_indptr,
+    kv_indices, num_kv_splits, o, attn_logits, attn_lse, sm_scale, ...)
+    and declares kcheck.worker.layout = sglang: kcheck reads it with the
+    engine table `--from sglang` reads a capture with, which maps
+    attn_logits/attn_lse to the partials with the kernel's 32-token-rounded
+    split bounds and leaves the splits the kernel never writes unjudged
+    (reference/CONTRACTS.md §3.6.1, §9.1). SGLang's decode computes no
+    final lse (_fwd_kernel_stage2 stores o only), declared in
+    kcheck.worker.not_written: o and the partials are judged.
 
     Refused: fp8 caches (stage 1 rounds q to the cache's fp8 dtype,
     `q_k = q.to(K_Buffer.dtype.element_ty)`, line 661, and P to it,
@@ -227,18 +221,19 @@ def mla_decode(tensors, meta, opts):
         q.reshape(B, H, D).contiguous(), k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_logits, attn_lse,
         num_kv_splits, S, scale, 1.0, has_mla=True, page_size=1,
     )
-    bounds = torch.zeros(B, S + 1, dtype=torch.int32)
-    for b, n in enumerate(lens):
-        per = _cdiv(_cdiv(n, S), MIN_BLOCK_KV) * MIN_BLOCK_KV
-        bounds[b] = torch.tensor([min(k * per, n) for k in range(S + 1)], dtype=torch.int32)
+    # OUT is the call as SGLang made it, in its own names: kcheck reads it
+    # as `kcheck check --from sglang` reads a capture of this call
+    # (internal/engines sglangTritonDecode: the token lists back to a block
+    # table, attn_logits/attn_lse to the partials, num_kv_splits to the
+    # 32-token-rounded split bounds, the empty splits the kernel never
+    # writes left unjudged), so a run and a capture are read the same.
     outs = {
-        "out": o.reshape(B, 1, H, L),
-        "partial_out": attn_logits.reshape(B, 1, H, S, L),
-        "partial_lse": attn_lse.reshape(B, 1, H, S),
-        "split_bounds": bounds,
+        "q": q.reshape(B, H, D), "k_buffer": k_buffer, "kv_indptr": kv_indptr, "kv_indices": kv_indices,
+        "num_kv_splits": num_kv_splits, "o": o, "attn_logits": attn_logits, "attn_lse": attn_lse,
     }
     m = provenance("sglang", "sglang", "sglang.kernels.ops.attention.decode_attention.decode_attention_fwd_grouped (as TritonAttnBackend.forward_decode, has_mla)")
-    m["num_kv_splits"] = str(S)
+    m.update({"kcheck.kernel": "mla_decode", "kcheck.worker.layout": "sglang", "kcheck.worker.not_written": "lse",
+              "sm_scale": repr(scale), "k_scale": "1.0", "v_scale": "1.0", "max_kv_splits": str(S), "v_head_dim": str(L)})
     m["kcheck.worker.num_kv_splits_from"] = why
     # Declared precision (decode_attention.py, _fwd_grouped_kernel_stage1):
     # fp32 tl.dot accumulation (lines 690, 762), P rounded to V's dtype,
