@@ -831,8 +831,24 @@ var sglangTritonDecode = Fix{Doc: "SGLang Triton decode: token pool, kv_indptr/k
 	v.Set("split_bounds", tensor.FromInt64s(tensor.I32, []int{b, s + 1}, bv))
 	v.Del("num_kv_splits")
 	notes = append(notes, fmt.Sprintf("split_bounds %v from num_kv_splits %v, splits rounded up to %d tokens", []int{b, s + 1}, per, minBlockKV))
-	return append(notes, unwrittenSplits(v, "SGLang's Triton decode", bounds, b, h, s, l)...), nil
+	notes = append(notes, unwrittenSplits(v, "SGLang's Triton decode", bounds, b, h, s, l)...)
+	// A request with no token has every split empty: stage 2 stores
+	// `acc / e_sum * v_scale` with both still 0 (decode_attention.py lines
+	// 981-983, 1014-1018), NaN.
+	return append(notes, nanEmptyRows(v, "SGLang's Triton decode stage 2 stores acc / e_sum, 0/0 (decode_attention.py lines 981-983, 1014-1018)")...), nil
 }}
+
+// nanEmptyRows declares empty_row = nan for mla_decode, unless the file
+// declares it: the engine's stage 2 divides an empty row's zero
+// accumulator by its zero sum, so a row that sees no token holds NaN there
+// (and its lse e_max + log(e_sum) = -inf, the contract's lse_empty).
+func nanEmptyRows(v *View, why string) []string {
+	if v.Declared("empty_row") {
+		return nil
+	}
+	v.SetParam("empty_row", "nan")
+	return []string{"empty_row = nan: " + why}
+}
 
 // fp4QuantLayout names the scale_layout of an NVFP4 quantize capture from
 // the call's own arguments, when the file does not set scale_layout:
@@ -1101,7 +1117,7 @@ var tritonMLAPrecision = Fix{Doc: "TRITON_MLA's declared precision: K (and V, it
 	if len(set) > 0 {
 		notes = append(notes, "TRITON_MLA's precision (triton_decode_attention.py lines 391-437, 505): "+strings.Join(set, ", "))
 	}
-	return notes, nil
+	return append(notes, nanEmptyRows(v, "TRITON_MLA's stage 2 stores acc / e_sum, 0/0 for a row with no token (triton_decode_attention.py lines 599-601, 626-633)")...), nil
 }}
 
 // flashMLAScaleRead declares how FlashMLA's sparse decode read an

@@ -32,8 +32,9 @@
 //  6. out = fp32(acc·fp32(1/sum)) rounded to the output dtype;
 //     lse = fp32(m·scale + logf(sum)) (base 2: m·scale·log2e + log2f(sum)).
 //
-// Empty rows (no token visible) have out 0 and lse = lse_empty; empty split-K
-// partials have out 0 and lse -inf whatever lse_empty says.
+// Empty rows (no token visible) have out 0 (NaN when Config.EmptyRowNaN
+// declares it) and lse = lse_empty; empty split-K partials have out 0 and
+// lse -inf whatever lse_empty says.
 //
 // Cost and determinism: the cache is read through kvcache.Cache one row at a
 // time, each row decoded once per unit of work and used for every head and
@@ -83,6 +84,12 @@ type Config struct {
 	Causal bool
 	// LSE is the lse base and the empty-row lse of the final lse.
 	LSE splitk.Convention
+	// EmptyRowNaN makes out NaN for a row that sees no token (and lse
+	// LSE.Empty), as a stage 2 that divides the empty row's zero
+	// accumulator by its zero sum with no guard writes it (vLLM's and
+	// SGLang's Triton decode); false: out 0, the contract's empty row.
+	// The split-K partials of an empty split are 0 either way.
+	EmptyRowNaN bool
 	// Workers bounds the goroutines (0: GOMAXPROCS). It never changes results.
 	Workers int
 	// ValueDims is V, the leading columns of each cache row that are its
@@ -93,6 +100,14 @@ type Config struct {
 	// by gathered_kv[..., :d_v] (tests/ref.py:90), with d_qk = 512 for the
 	// MODEL1 cache, so V = D there (deepseek-ai/FlashMLA@9241ae3).
 	ValueDims int
+}
+
+// emptyOut is out for a row that sees no token.
+func (c *Config) emptyOut() float64 {
+	if c.EmptyRowNaN {
+		return math.NaN()
+	}
+	return 0
 }
 
 // V is the value width over a cache of latent width l.
@@ -352,7 +367,7 @@ func Decode(ctx context.Context, p *Dense, cfg Config, prec Precision) (exact, e
 	if err := checkPages(p.Pages, p.Cache, q.B); err != nil {
 		return nil, nil, err
 	}
-	e := newEngine(ctx, p.Cache, q, cfg, prec, cfg.LSE.Empty, prec.Out, prec.LSE, q.B*q.SQ*q.H)
+	e := newEngine(ctx, p.Cache, q, cfg, prec, cfg.LSE.Empty, cfg.emptyOut(), prec.Out, prec.LSE, q.B*q.SQ*q.H)
 	L := e.v
 	g := headGroup(q.H, q.B, e.workers)
 	for b := 0; b < q.B; b++ {
@@ -397,7 +412,7 @@ func DecodePartials(ctx context.Context, p *Dense, cfg Config, prec Precision, s
 	if err := CheckBounds(bounds, p.Pages.SeqLens, s); err != nil {
 		return nil, nil, err
 	}
-	e := newEngine(ctx, p.Cache, q, cfg, prec, math.Inf(-1), prec.PartialOut, prec.PartialLSE, q.B*q.SQ*q.H*s)
+	e := newEngine(ctx, p.Cache, q, cfg, prec, math.Inf(-1), 0, prec.PartialOut, prec.PartialLSE, q.B*q.SQ*q.H*s)
 	L := e.v
 	g := headGroup(q.H, q.B*s, e.workers)
 	for b := 0; b < q.B; b++ {
@@ -482,7 +497,7 @@ func DecodeSparse(ctx context.Context, p *Sparse, cfg Config, prec Precision) (e
 			return nil, nil, fmt.Errorf("tensor extra_topk_length has %d entries; B = %d requests need one each", len(x.TopKLength), q.B)
 		}
 	}
-	e := newEngine(ctx, p.Cache, q, cfg, prec, cfg.LSE.Empty, prec.Out, prec.LSE, q.B*q.SQ*q.H)
+	e := newEngine(ctx, p.Cache, q, cfg, prec, cfg.LSE.Empty, cfg.emptyOut(), prec.Out, prec.LSE, q.B*q.SQ*q.H)
 	if p.Extra != nil {
 		e.noteCache(p.Extra.Cache)
 	}
@@ -583,7 +598,8 @@ type engine struct {
 	// exact in float64 (at most 52 bits, exponents far from the ends) and
 	// may be fused with its addition without changing a bit.
 	exactProducts bool
-	empty         float64
+	empty         float64 // the lse of a row that sees no token
+	emptyOut      float64 // and its out
 	outDT, lseDT  tensor.DType
 	ex, xp        sink
 	units         []unit
@@ -594,7 +610,7 @@ type engine struct {
 	scale32, scaleLog2 float64
 }
 
-func newEngine(ctx context.Context, c *kvcache.Cache, q *Query, cfg Config, prec Precision, empty float64, outDT, lseDT tensor.DType, rows int) *engine {
+func newEngine(ctx context.Context, c *kvcache.Cache, q *Query, cfg Config, prec Precision, empty, emptyOut float64, outDT, lseDT tensor.DType, rows int) *engine {
 	acc, _ := modeOf("", prec.Acc)
 	pm, _ := modeOf("", prec.P)
 	L := cfg.V(c.Layout.L)
@@ -611,7 +627,7 @@ func newEngine(ctx context.Context, c *kvcache.Cache, q *Query, cfg Config, prec
 		deqSame:       c.Layout.Kind.IsFloat() || prec.KVDequant == tensor.F64,
 		pv32:          acc == r32 && narrowP(pm) && (c.Layout.Kind.IsFloat() || prec.KVDequant == tensor.BF16 || prec.KVDequant == tensor.F16),
 		exactProducts: allFloat32(q.Data),
-		empty:         empty, outDT: outDT, lseDT: lseDT,
+		empty:         empty, emptyOut: emptyOut, outDT: outDT, lseDT: lseDT,
 		ex:      sink{make([]float64, rows*L), make([]float64, rows)},
 		xp:      sink{make([]float64, rows*L), make([]float64, rows)},
 		v:       L,
@@ -911,8 +927,9 @@ func (w *worker) finish(rs rowSpec, ex, xp *state) {
 	L := e.v
 	exOut, xpOut := e.ex.out[rs.out:rs.out+L], e.xp.out[rs.out:rs.out+L]
 	if rs.limit <= 0 {
-		clear(exOut)
-		clear(xpOut)
+		for l := range exOut {
+			exOut[l], xpOut[l] = e.emptyOut, e.emptyOut
+		}
 		e.ex.lse[rs.lse] = e.empty
 		e.xp.lse[rs.lse] = splitk.RoundTo(e.lseDT, e.empty)
 		return

@@ -87,6 +87,7 @@ func init() {
 			{Name: "latent_dim", Kind: ParamInt, Doc: "L, for bf16 and fp8_e4m3 caches whose D is not L + 64 (default: D - 64 when D > 64, else D)"},
 			{Name: "lse_base", Kind: ParamEnum, Default: "e", Allowed: []string{"e", "2"}, Doc: "the base the lse outputs are in"},
 			{Name: "lse_empty", Kind: ParamEnum, Default: "-inf", Allowed: []string{"-inf", "+inf", "inf"}, Doc: "the lse of a row that sees no token"},
+			{Name: "empty_row", Kind: ParamEnum, Default: "zero", Allowed: []string{"zero", "nan"}, Doc: "the out of a row that sees no token: zero (the contract), or nan, a stage 2 dividing its zero accumulator by its zero sum (vLLM's and SGLang's Triton decode; reference/CONTRACTS.md §3.6)"},
 			{Name: "num_splits", Kind: ParamInt, Doc: "S, asking for the split-K partials; captured partials or split_bounds give it by their shape, and all that are given must agree (reference/CONTRACTS.md §3.6.1)"},
 		},
 	}, Compute: mlaDecode}})
@@ -293,6 +294,10 @@ func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes, scaled bool) 
 	if err != nil {
 		return nil, err
 	}
+	emptyRow := in.Params.String("empty_row", "zero")
+	if emptyRow != "zero" && emptyRow != "nan" {
+		return nil, fmt.Errorf("parameter empty_row = %q: want zero or nan", emptyRow)
+	}
 	mp := mla.DefaultPrecision()
 	mp.Acc, mp.P, mp.KVDequant, mp.SoftmaxBlock = prec.Acc, prec.P, prec.KVDequant, prec.SoftmaxBlock
 	// out defaults to BF16, or to F16 for an F16 query (an fp16 model's
@@ -316,7 +321,7 @@ func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes, scaled bool) 
 	}
 	q := mla.Query{B: qt.Shape[0], SQ: qt.Shape[1], H: qt.Shape[2], D: d, Data: qt.Float64s()}
 	return &mlaCommon{q: q, cache: cache, lay: lay, prec: mp, qShape: qt.Shape,
-		cfg: mla.Config{SoftmaxScale: scale, Causal: causal, LSE: splitk.Convention{Base: base, Empty: empty}}}, nil
+		cfg: mla.Config{SoftmaxScale: scale, Causal: causal, LSE: splitk.Convention{Base: base, Empty: empty}, EmptyRowNaN: emptyRow == "nan"}}, nil
 }
 
 func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {

@@ -620,3 +620,61 @@ func roundToDType(d tensor.DType, v float64) float64 {
 	}
 	return v
 }
+
+// A request that sees no token: out 0 (the contract), or NaN where
+// empty_row = nan declares a stage 2 that divides its zero accumulator by
+// its zero sum (vLLM's and SGLang's Triton decode); lse is lse_empty
+// either way, and the request that sees tokens is unchanged.
+func TestMLADecodeEmptyRow(t *testing.T) {
+	k, _ := Lookup("mla_decode")
+	base := mlaInputs(rand.New(rand.NewPCG(7, 8)), []int{5, 0}, 1, 2, 12, 4, 4)
+	zero, err := Evaluate(context.Background(), k, base, DefaultPrecision(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		emptyRow string
+		wantOut  func(float64) bool
+		err      string
+	}{
+		{"zero", func(v float64) bool { return v == 0 }, ""},
+		{"nan", math.IsNaN, ""},
+		{"maybe", nil, `parameter empty_row = "maybe": want zero or nan`},
+	} {
+		t.Run(tc.emptyRow, func(t *testing.T) {
+			in := Inputs{Tensors: base.Tensors, Params: Params{}}
+			for key, v := range base.Params {
+				in.Params[key] = v
+			}
+			in.Params["empty_row"] = tc.emptyRow
+			outs, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, lse := outputNamed(t, outs, "out"), outputNamed(t, outs, "lse")
+			half := out.Exact.Len() / 2 // request 1's rows: 2 heads of L = 12
+			want := outputNamed(t, zero, "out")
+			for i := 0; i < out.Exact.Len(); i++ {
+				for _, v := range []struct{ got, zero Values }{{out.Exact, want.Exact}, {out.Expected, want.Expected}} {
+					if i >= half && !tc.wantOut(v.got.At(i)) {
+						t.Fatalf("out[%d] = %v for the empty request", i, v.got.At(i))
+					}
+					if i < half && v.got.At(i) != v.zero.At(i) {
+						t.Fatalf("out[%d] = %v, %v with empty_row = zero: the request with tokens changed", i, v.got.At(i), v.zero.At(i))
+					}
+				}
+			}
+			for i := lse.Exact.Len() / 2; i < lse.Exact.Len(); i++ {
+				if !math.IsInf(lse.Exact.At(i), -1) || !math.IsInf(lse.Expected.At(i), -1) {
+					t.Fatalf("lse[%d] = %v / %v for the empty request, want -inf", i, lse.Exact.At(i), lse.Expected.At(i))
+				}
+			}
+		})
+	}
+}

@@ -91,7 +91,10 @@ def _triton_mla_precision(q_dtype, cache_dtype):
         "kv_dequant_dtype": q_name,
         "p_dtype": q_name if fp8 else _PRECISION_DTYPES.get(cache_dtype, q_name),
         "softmax_block": "32",
-        "kcheck.worker.precision_source": "vllm/v1/attention/ops/triton_decode_attention.py (vllm 0.33.0) lines 391-437, 505",
+        # stage 2 stores acc / e_sum with both still 0 for a request with no
+        # token (lines 599-601, 626-633): NaN, declared (reference/CONTRACTS.md §3.6)
+        "empty_row": "nan",
+        "kcheck.worker.precision_source": "vllm/v1/attention/ops/triton_decode_attention.py (vllm 0.33.0) lines 391-437, 505, 599-633",
     }
 
 
