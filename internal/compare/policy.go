@@ -274,7 +274,7 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	if cnt > 0 {
 		gF /= float64(cnt)
 	}
-	scale := func(i int) float64 {
+	floorScale := func(i int) float64 {
 		if gF == 0 {
 			return 0
 		}
@@ -282,6 +282,23 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 			return math.Sqrt(gF)
 		}
 		return math.Sqrt(rowF[i/C] * colF[i%C] / gF)
+	}
+	// A correct kernel's noise that Expected does not share (Output.Noise)
+	// is one more independent draw beside the floor's.
+	scale := floorScale
+	var noise2 float64
+	if o.Noise != nil {
+		if o.Noise.Len() != N {
+			panic(fmt.Sprintf("compare: output %s has %d values and %d noise values", o.Name, N, o.Noise.Len()))
+		}
+		scale = func(i int) float64 {
+			return math.Hypot(floorScale(i), o.Noise.At(i))
+		}
+		for i := range N {
+			if x, e := o.Exact.At(i), o.Expected.At(i); finite(x) && finite(e) {
+				noise2 += sq(o.Noise.At(i))
+			}
+		}
 	}
 	// Tol is computed on demand, not stored: a capture's output can have
 	// tens of millions of elements.
@@ -316,7 +333,11 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 			}
 		}
 	})
-	E := rho*math.Sqrt(gF*float64(cnt)) + math.Sqrt(ulp2) + math.Sqrt(acc2)
+	E := rho*math.Sqrt(gF*float64(cnt)+noise2) + math.Sqrt(ulp2) + math.Sqrt(acc2)
+	noiseText := ""
+	if o.Noise != nil {
+		noiseText = fmt.Sprintf("; s_i taken with the kernel's own noise in quadrature, hypot(s_i, n_i), n_i = %s (rms %.3g), and the aggregates' floor with it", o.NoiseWhat, math.Sqrt(noise2/float64(max(cnt, 1))))
+	}
 	agg := &Aggregate{}
 	if cnt > 0 {
 		agg.RMSE = E / math.Sqrt(float64(cnt))
@@ -344,7 +365,7 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 			"γ = %.3g = min(Higham γ_n = nu/(1-nu) = %.3g, Higham-Mary λ√n·u = %.3g) for n = %d %s additions, "+
 			"mag_i = max(|exact_i|, row rms of exact). Fail beyond %g·tol_i; aggregates: rmse ≤ %.3g (%g×floor + 1 ulp + γ), "+
 			"cos_diff ≤ %.3g (floor %.3g)",
-			d, math.Sqrt(gF), model, kappa, N, alpha, g, gDet, gPr, n, acc, band, agg.RMSE, rho, agg.CosDiff, agg.FloorCosDiff),
+			d, math.Sqrt(gF), model, kappa, N, alpha, g, gDet, gPr, n, acc, band, agg.RMSE, rho, agg.CosDiff, agg.FloorCosDiff) + noiseText,
 	}
 }
 

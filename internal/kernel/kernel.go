@@ -229,6 +229,14 @@ type Output struct {
 	// Reduction is the length of the longest reduction behind one element
 	// (K for a GEMM, tokens for attention), for the gamma_n bounds.
 	Reduction int
+	// Noise, when set, is the rms of the error a correct kernel makes at
+	// each element that Expected does not make the same way: an
+	// accumulation whose order is the kernel's own (an lse's fp32 scores,
+	// reference/mla ScoreNoise). The three-way policy adds it to the
+	// floor's typical size, as another independent draw; NoiseWhat names
+	// it for the tolerance's explanation.
+	Noise     Values
+	NoiseWhat string
 	// Coords names the element's coordinates in the kernel's terms.
 	Coords Coords
 	// Before, for an output written in place (a cache after a write), is

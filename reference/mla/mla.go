@@ -192,6 +192,34 @@ type SparseScope struct {
 // lse axes are ordered as FlashMLA stores them).
 type Outputs struct {
 	Out, LSE []float64
+	// LSENoise (exact answer only) is, for each lse, the typical size of
+	// the error a correct kernel's own score accumulation puts into it
+	// (ScoreNoise): Expected sums its scores in MMA-sized blocks of 16
+	// exact products, so its floor misses what another fp32 order does.
+	LSENoise []float64
+}
+
+// ScoreNoise is the rms error of an fp32 (unit roundoff u) accumulation
+// of the D products x_d = q_d·k_d of one score, in an order kcheck does not
+// know: to first order the error is Σ_k δ_k·S_k over the partial sums
+// S_k, with δ_k independent and uniform on [-u, u] (variance u²/3). For
+// the terms in random order E[S_k²] ≤ (k/D)·‖x‖₂² + (k/D)²·s² (s = Σx),
+// so Σ_k E[S_k²] ≤ (D/2)·‖x‖₂² + (D/3)·s², and the rms error is at most
+// (u/√3)·(√(D/2)·‖x‖₂ + √(D/3)·|s|). x2bound bounds ‖x‖₂: the engine
+// passes ‖q‖∞·‖k‖₂, so nothing per product is kept and each cache row's
+// norm is one pass over it. An lse moves by
+// Σ_j p_j·Δs_j: its noise is the p-weighted mean of its scores' (errors
+// taken as fully correlated, the larger case), times the softmax scale.
+func ScoreNoise(u float64, d int, x2bound, s float64) float64 {
+	c1, c2 := scoreNoiseCoefs(u, d)
+	return c1*x2bound + c2*math.Abs(s)
+}
+
+// scoreNoiseCoefs are ScoreNoise's two coefficients, u/√3·√(D/2) and
+// u/√3·√(D/3).
+func scoreNoiseCoefs(u float64, d int) (c1, c2 float64) {
+	n := float64(d)
+	return u / math.Sqrt(3) * math.Sqrt(n/2), u / math.Sqrt(3) * math.Sqrt(n/3)
 }
 
 // Partials are split-K intermediates: Out [B, SQ, H, S, L] (each split
@@ -201,6 +229,7 @@ type Partials struct {
 	S        int
 	Bounds   []int
 	Out, LSE []float64
+	LSENoise []float64 // as Outputs.LSENoise, for each split's lse
 }
 
 // Visible is the number of tokens query i of sq sees in a request of seqLen
@@ -388,7 +417,7 @@ func Decode(ctx context.Context, p *Dense, cfg Config, prec Precision) (exact, e
 	if err := e.run(); err != nil {
 		return nil, nil, err
 	}
-	return &Outputs{Out: e.ex.out, LSE: e.ex.lse}, &Outputs{Out: e.xp.out, LSE: e.xp.lse}, nil
+	return &Outputs{Out: e.ex.out, LSE: e.ex.lse, LSENoise: e.lseNoise}, &Outputs{Out: e.xp.out, LSE: e.xp.lse}, nil
 }
 
 // DecodePartials computes the split-K partials of a dense decode over S
@@ -437,7 +466,7 @@ func DecodePartials(ctx context.Context, p *Dense, cfg Config, prec Precision, s
 		return nil, nil, err
 	}
 	bc := append([]int(nil), bounds...)
-	return &Partials{S: s, Bounds: bc, Out: e.ex.out, LSE: e.ex.lse},
+	return &Partials{S: s, Bounds: bc, Out: e.ex.out, LSE: e.ex.lse, LSENoise: e.lseNoise},
 		&Partials{S: s, Bounds: bc, Out: e.xp.out, LSE: e.xp.lse}, nil
 }
 
@@ -537,7 +566,7 @@ func DecodeSparse(ctx context.Context, p *Sparse, cfg Config, prec Precision) (e
 	if err := e.run(); err != nil {
 		return nil, nil, err
 	}
-	return &Outputs{Out: e.ex.out, LSE: e.ex.lse}, &Outputs{Out: e.xp.out, LSE: e.xp.lse}, nil
+	return &Outputs{Out: e.ex.out, LSE: e.ex.lse, LSENoise: e.lseNoise}, &Outputs{Out: e.xp.out, LSE: e.xp.lse}, nil
 }
 
 // headGroup chooses how many heads one unit handles: enough units to keep
@@ -597,15 +626,17 @@ type engine struct {
 	// fp32 scale; values rounded to KVDequant), so each product q·k is
 	// exact in float64 (at most 52 bits, exponents far from the ends) and
 	// may be fused with its addition without changing a bit.
-	exactProducts bool
-	empty         float64 // the lse of a row that sees no token
-	emptyOut      float64 // and its out
-	outDT, lseDT  tensor.DType
-	ex, xp        sink
-	units         []unit
-	v             int // the value columns of a row (Config.V)
-	workers       int
-	block         int // tokens of one online-softmax step
+	exactProducts  bool
+	empty          float64 // the lse of a row that sees no token
+	emptyOut       float64 // and its out
+	outDT, lseDT   tensor.DType
+	ex, xp         sink
+	lseNoise       []float64 // Outputs.LSENoise, one a row
+	noise1, noise2 float64   // ScoreNoise's coefficients for Precision.Acc and D
+	units          []unit
+	v              int // the value columns of a row (Config.V)
+	workers        int
+	block          int // tokens of one online-softmax step
 	// fp32 constants of the Expected softmax
 	scale32, scaleLog2 float64
 }
@@ -622,21 +653,24 @@ func newEngine(ctx context.Context, c *kvcache.Cache, q *Query, cfg Config, prec
 	if w <= 0 {
 		w = runtime.GOMAXPROCS(0)
 	}
-	return &engine{
+	e := &engine{
 		ctx: ctx, cache: c, q: q, cfg: cfg, prec: prec, acc: acc, pm: pm,
 		deqSame:       c.Layout.Kind.IsFloat() || prec.KVDequant == tensor.F64,
 		pv32:          acc == r32 && narrowP(pm) && (c.Layout.Kind.IsFloat() || prec.KVDequant == tensor.BF16 || prec.KVDequant == tensor.F16),
 		exactProducts: allFloat32(q.Data),
 		empty:         empty, emptyOut: emptyOut, outDT: outDT, lseDT: lseDT,
-		ex:      sink{make([]float64, rows*L), make([]float64, rows)},
-		xp:      sink{make([]float64, rows*L), make([]float64, rows)},
-		v:       L,
-		workers: w,
-		block:   block,
-		scale32: float64(float32(cfg.SoftmaxScale)),
+		ex:       sink{make([]float64, rows*L), make([]float64, rows)},
+		xp:       sink{make([]float64, rows*L), make([]float64, rows)},
+		lseNoise: make([]float64, rows),
+		v:        L,
+		workers:  w,
+		block:    block,
+		scale32:  float64(float32(cfg.SoftmaxScale)),
 		// host-side double product, cast once (FlashMLA's scale_softmax_log2)
 		scaleLog2: float64(float32(cfg.SoftmaxScale * math.Log2E)),
 	}
+	e.noise1, e.noise2 = scoreNoiseCoefs(prec.Acc.UnitRoundoff(), q.D)
+	return e
 }
 
 // noteCache makes the engine fit a second cache it reads rows of (a sparse
@@ -679,6 +713,9 @@ func (e *engine) run() error {
 type state struct {
 	m, sum float64
 	acc    []float64
+	// noise is Σ_j exp(s_j - m)·ScoreNoise_j, rescaled with sum (exact
+	// state only): noise/sum is the p-weighted score noise of the lse.
+	noise float64
 }
 
 // A worker holds one goroutine's scratch space, reused from unit to unit.
@@ -703,6 +740,8 @@ type worker struct {
 	a32    []float32 // the Expected accumulators of a run of rows, in float32
 	p32    []float32 // their probabilities [rows][Block] in float32
 	junk   []float64 // the dropped half of a score pass (when !e.deqSame)
+	// for ScoreNoise: the rows' ‖q‖∞, the block's exact rows' ‖k‖₂
+	qInf, k2 []float64
 }
 
 func (w *worker) do(u *unit) {
@@ -725,6 +764,10 @@ func (w *worker) do(u *unit) {
 		w.acc = make([]float64, 2*n*L)
 		w.px, w.pr = make([]float64, n*w.e.block), make([]float64, n*w.e.block)
 		w.nj = make([]int, n)
+		w.qInf = make([]float64, n)
+	}
+	if w.k2 == nil {
+		w.k2 = make([]float64, w.e.block)
 	}
 	if len(w.sx) < w.e.block*w.q.stride {
 		w.sx, w.sr = make([]float64, w.e.block*w.q.stride), make([]float64, w.e.block*w.q.stride)
@@ -733,6 +776,9 @@ func (w *worker) do(u *unit) {
 		}
 	}
 	w.ex, w.xp, w.nj = w.ex[:n], w.xp[:n], w.nj[:n]
+	for r := range n {
+		w.qInf[r] = normInf(w.q.rows[r*D : (r+1)*D])
+	}
 	maxLim := 0
 	for r := range u.rows {
 		a := w.acc[2*r*L : (2*r+2)*L]
@@ -759,6 +805,9 @@ func (w *worker) do(u *unit) {
 			if !e.deqSame {
 				c.Row(blk, off, w.kr[(t-c0)*D:(t-c0+1)*D], e.prec.KVDequant)
 			}
+		}
+		for t := range nj {
+			w.k2[t] = norm2(w.kx[t*D : (t+1)*D])
 		}
 		minV := 0.0
 		if e.pv32 {
@@ -867,6 +916,7 @@ func (w *worker) softmaxExact(r, nj int) {
 		if st.sum != 0 {
 			a := expDef(st.m - bm)
 			st.sum *= a
+			st.noise *= a
 			for l := range st.acc {
 				st.acc[l] *= a
 			}
@@ -881,6 +931,38 @@ func (w *worker) softmaxExact(r, nj int) {
 	for _, x := range p {
 		st.sum += x
 	}
+	c1, c2 := e.noise1*w.qInf[r], e.noise2
+	for j, x := range p {
+		st.noise += x * (c1*w.k2[j] + c2*math.Abs(w.sx[j*stride+r]))
+	}
+}
+
+// norm2 is ‖v‖₂, four partial sums at a time (it runs over every cache
+// row a unit decodes).
+func norm2(v []float64) float64 {
+	var a, b, c, d float64
+	i := 0
+	for ; i+4 <= len(v); i += 4 {
+		a += v[i] * v[i]
+		b += v[i+1] * v[i+1]
+		c += v[i+2] * v[i+2]
+		d += v[i+3] * v[i+3]
+	}
+	for ; i < len(v); i++ {
+		a += v[i] * v[i]
+	}
+	return math.Sqrt(a + b + c + d)
+}
+
+// normInf is ‖v‖∞.
+func normInf(v []float64) float64 {
+	var m float64
+	for _, x := range v {
+		if a := math.Abs(x); a > m {
+			m = a
+		}
+	}
+	return m
 }
 
 // softmaxExpected is the Expected step (package doc, steps 3 and 4): the
@@ -947,10 +1029,13 @@ func (w *worker) finish(rs rowSpec, ex, xp *state) {
 		exOut[l] = a / ex.sum * exSink
 	}
 	lse := ex.m + math.Log(ex.sum)
+	noise := math.Abs(e.cfg.SoftmaxScale) * ex.noise / ex.sum
 	if e.cfg.LSE.Base == splitk.Base2 {
 		lse *= math.Log2E
+		noise *= math.Log2E
 	}
 	e.ex.lse[rs.lse] = lse
+	e.lseNoise[rs.lse] = noise
 
 	inv := float64(float32(1 / xp.sum))
 	for l, a := range xp.acc {

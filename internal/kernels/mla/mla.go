@@ -370,7 +370,7 @@ func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTyp
 		},
 		{
 			Name: "lse", Shape: []int{B, H, SQ}, DType: c.prec.LSE, Exact: Dense(ex.LSE), Expected: Dense(xp.LSE),
-			Mode: Numeric, Reduction: maxSeq,
+			Mode: Numeric, Reduction: maxSeq, Noise: Dense(ex.LSENoise), NoiseWhat: scoreNoiseWhat,
 			Coords: Coords{Axes: []CoordKind{KindRequest, KindHead, KindQPos}, Derived: func(idx []int) []Coord {
 				return rowCoords(idx[0], idx[2], idx[1])
 			}},
@@ -411,7 +411,7 @@ func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTyp
 		},
 		Output{
 			Name: "partial_lse", Shape: []int{B, SQ, H, s}, DType: c.prec.PartialLSE, Exact: Dense(pex.LSE), Expected: Dense(pxp.LSE),
-			Mode: Numeric, Reduction: maxSplit,
+			Mode: Numeric, Reduction: maxSplit, Noise: Dense(pex.LSENoise), NoiseWhat: scoreNoiseWhat,
 			Coords: Coords{Axes: []CoordKind{KindRequest, KindQPos, KindHead, KindSplit}, Derived: func(idx []int) []Coord {
 				return splitCoords(idx[0], idx[1], idx[2], idx[3])
 			}},
@@ -706,13 +706,22 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 		},
 		{
 			Name: "lse", Shape: []int{B, H, SQ}, DType: c.prec.LSE, Exact: Dense(ex.LSE), Expected: Dense(xp.LSE),
-			Mode: Numeric, Reduction: red, Suspects: lseSus, Notes: notes["lse"],
+			Mode: Numeric, Reduction: red, Suspects: lseSus, Notes: notes["lse"], Noise: Dense(ex.LSENoise), NoiseWhat: scoreNoiseWhat,
 			Coords: Coords{Axes: []CoordKind{KindRequest, KindHead, KindQPos}, Derived: func(idx []int) []Coord {
 				return rowCoords(idx[0], idx[2], idx[1])
 			}},
 		},
 	}, nil
 }
+
+// scoreNoiseWhat names an lse's Output.Noise: its scores are D-term dots
+// in the accumulator dtype whose order is the kernel's own. Expected sums
+// them in MMA-sized blocks of 16 exact products (reference/mla), so its
+// floor can sit far below another correct order's error: SGLang 0.5.23's
+// Triton decode (decode_attention.py, a 512 + 64 tl.dot pair) erred by 13
+// fp32 ulp on an lse over three tokens (Σ_d|q_d·k_d| = 363 for a score of
+// 6.6) where the floor alone allowed 4.
+const scoreNoiseWhat = "the p-weighted rms error of the scores' fp32 accumulation in an order of the kernel's own (reference/mla ScoreNoise)"
 
 // scaleReadLoss says how far reading the tile scales as read moves the
 // exact output from the stored-F32 reading's: max abs and rms of the
