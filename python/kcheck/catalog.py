@@ -44,7 +44,8 @@ RUNS = [
      " a sample, not the full set"),
     ("vLLM TRITON_MLA decode_attention_fwd, as forward_mqa calls it", "worker:vllm", "mla_decode", None,
      None, ["mla_decode/deepseek-v3/tp8/bf16/p16/ctx-P+1", "mla_decode/fp16/*", "mla_decode/split/deepseek-v3/tp8/s4/*"],
-     "o and lse in the query's dtype (bf16, or fp16 over an fp16 cache) and attn_logits partials"),
+     "o and lse in the query's dtype (bf16, or fp16 over an fp16 cache) and attn_logits partials, read as --from vllm"
+     " reads a capture (the splits the kernel never writes unjudged)"),
     ("vLLM Triton merge_attn_states", "worker:vllm", "splitk_combine", None,
      ["splitk_combine/deepseek-v3/tp8/s2"], ["splitk_combine/*"], "two states only (S = 2)"),
     ("SGLang Triton grouped decode decode_attention_fwd_grouped", "worker:sglang", "mla_decode", None,

@@ -106,15 +106,22 @@ def mla_decode(tensors, meta, opts):
     o, lse, block_table, seq_lens, attn_logits, num_kv_splits, scale,
     PAGE_SIZE, k_scale=, v_scale=k_scale, is_mla=True).
 
-    Outputs, moved into the contract's layout (data movement only):
-    out [B, s_q, H, L] from o; lse [B, H, s_q] from lse, in the dtype the
-    buffer had (option lse_dtype: `query`, TRITON_MLA's, or `f32`, the same
-    kernel handed an fp32 buffer); partial_out [B, s_q, H, S, L] and
-    partial_lse [B, s_q, H, S] from attn_logits[..., :L] and [..., L]
-    (option partials=off leaves them out). attn_logits is filled with NaN
-    before the call, so a split the kernel never writes (an empty split:
-    the store is inside `if split_kv_end > split_kv_start`) is visibly not
-    data.
+    OUT is the call as TRITON_MLA made it, in vLLM's names, and declares
+    kcheck.worker.layout = vllm: kcheck reads it with the engine table
+    `--from vllm` reads a capture with (internal/engines withTritonMLA,
+    tritonAttnLogits, tritonMLAPrecision), the same names a capture of
+    forward_mqa has (python/kcheck/corpus/decode.py): q [rows, H, D],
+    kv_c_and_k_pe_cache [NB, P, D] (before forward_mqa's unsqueeze(2)),
+    block_table and seq_lens per row, k_scale, o [rows, H, L], lse [rows, H]
+    in the dtype the buffer had (option lse_dtype: `query`, TRITON_MLA's, or
+    `f32`, the same kernel handed an fp32 buffer), attn_logits [rows, H, S,
+    L+1] (option partials=off leaves it out), and the layer's scale,
+    num_kv_splits, kv_cache_dtype (vLLM's: auto for a 16-bit cache),
+    page_size and kv_lora_rank. attn_logits is filled with NaN before the
+    call, as torch.empty may leave anything there; the table leaves the
+    splits the kernel never writes (`if split_kv_end > split_kv_start`)
+    unjudged. With s_q > 1 the rows are forward_mqa's (request, query)
+    pairs, each judged against its own block table and length.
     """
     require_convention(meta, "vllm", "mla_decode", "lse_base", "e")
     kind = param(meta, "kv_cache_dtype", "bf16")
@@ -184,14 +191,14 @@ def mla_decode(tensors, meta, opts):
         qf, kv, kv[..., :L], o, lse, bt, sl, attn_logits, S, scale, P,
         k_scale=k_scale, v_scale=k_scale, is_mla=True,
     )
-    outs = {
-        "out": o.reshape(B, s_q, H, L),
-        "lse": lse.reshape(B, s_q, H).permute(0, 2, 1),
-    }
+    outs = {"q": qf, "kv_c_and_k_pe_cache": need(tensors, "kv_cache"), "block_table": bt, "seq_lens": sl, "o": o, "lse": lse}
+    if k_scale is not None:
+        outs["k_scale"] = k_scale
     if partials == "on":
-        outs["partial_out"] = attn_logits[..., :L].reshape(B, s_q, H, S, L)
-        outs["partial_lse"] = attn_logits[..., L].reshape(B, s_q, H, S)
+        outs["attn_logits"] = attn_logits
     m = provenance("vllm", "vllm", "vllm.v1.attention.ops.triton_decode_attention.decode_attention_fwd (as TRITON_MLA forward_mqa)", shim)
+    m.update({"kcheck.kernel": "mla_decode", "kcheck.worker.layout": "vllm", "scale": repr(scale), "page_size": str(P),
+              "kv_lora_rank": str(L), "kv_cache_dtype": "fp8_e4m3" if kind == "fp8_e4m3" else "auto"})
     m["num_kv_splits"] = str(S)
     m["kcheck.worker.num_kv_splits_from"] = why
     m["kcheck.worker.lse_dtype"] = str(lse.dtype).replace("torch.", "")
