@@ -143,3 +143,33 @@ def test_d576_finding_reproduces(worker_env):
     assert p.returncode == 0, p.stderr[-2000:]
     assert "head_dim 512: ran, out finite: True" in p.stdout, p.stdout
     assert "head_dim 576:" in p.stdout and "arange's range must be a power of 2" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("dense, limits, want", [
+    # -1 padding after the valid slots: each row its leading slots, as the backend's stream
+    ([[5, 9, -1, -1], [7, 3, 2, 1]], [4, 4], [[5, 9], [7, 3, 2, 1]]),
+    # topk_length cuts a row before its padding
+    ([[5, 9, 4, -1], [7, 3, 2, 1]], [2, 3], [[5, 9], [7, 3, 2]]),
+    # a row with no valid slot is empty (the kernel writes it 0)
+    ([[-1, -1, -1, -1]], [4], [[]]),
+    # a slot past the cache stays: the kernel masks it itself (slot < num_kv)
+    ([[5, 10**6, -1, -1]], [4], [[5, 10**6]]),
+    # a valid slot after a -1 has no backend stream (vLLM reads slot 0 there): refused
+    ([[5, -1, 9, -1]], [4], "slot 9 at position 2 follows an invalid entry at 1"),
+    # ... unless topk_length ends the row before it
+    ([[5, -1, 9, -1]], [2], [[5]]),
+])
+def test_sparse_rows(dense, limits, want):
+    import torch
+
+    from kcheck.worker import Unsupported
+    from kcheck.worker.vllm import _sparse_rows
+
+    t = torch.tensor(dense, dtype=torch.int64)
+    if isinstance(want, str):
+        with pytest.raises(Unsupported, match=want):
+            _sparse_rows(t, limits)
+        return
+    rows, counts = _sparse_rows(t, limits)
+    assert [r.tolist() for r in rows] == want
+    assert counts == [len(w) for w in want]
