@@ -9,7 +9,7 @@ prints one Markdown table row per entry: cases run, pass / fail /
 inconclusive / error counts, and the refused cases (worker exit 4,
 `unsupported`) with the worker's reason. The `ci` subset is what .ci/run
 runs: one case for each worker and kernel (every worker process imports its
-engine, 20-120 s on two busy cores), twelve in all; `full` is every catalog
+engine, 20-120 s on two busy cores), fourteen in all; `full` is every catalog
 case the kernel maps to, except where an entry's note says why not.
 --only runs the entries whose label holds any of the given strings, and
 --append adds this run's block to an --md file written by an earlier one.
@@ -71,6 +71,15 @@ RUNS = [
      "the catalog's BF16 q and cache lie off the fp8 grid the kernel reads: refused, not quantized;"
      " the same cases on the fp8 grid are judged in the next entry; the dsa_indexer/fp8/* cases are the kernel's own"
      " layout (fp8 q, block-split fp8 cache), handed to it as they are"),
+    ("vLLM ROCM_AITER_MLA_SPARSE Triton sparse decode rocm_sparse_attn_decode_bf16", "worker:vllm", "mla_decode_sparse", None,
+     ["mla_decode_sparse/v4/deepseek-v4/bf16/topk512/ctx-4000"], ["mla_decode_sparse/*"],
+     "out only (the kernel writes no lse: kcheck.worker.not_written); the split count the backend computes, run where"
+     " it is above 1 (a row of 512 slots or more: fewer go to rocm_sparse_attn_prefill, refused); D = 576 (DeepSeek-V3.2,"
+     " GLM-5) refused (the reduce's tl.arange(0, D) needs a power of two), and fp8 caches (AITER's, not this kernel)"),
+    ("vLLM ROCM_AITER_MLA_SPARSE Triton sparse decode rocm_sparse_attn_decode_bf16, 3 splits forced", "worker:vllm,num_splits=3",
+     "mla_decode_sparse", None, None, ["mla_decode_sparse/v4/deepseek-v4/bf16/*"],
+     "the same kernel with option num_splits=3 on the bf16 cases the backend would send to its single-pass prefill"
+     " kernel (rows under 512 slots): split boundaries off the 32-slot tiles"),
     ("torchao nvfp4_quantize", "worker:torchao", "nvfp4_quantize", None,
      ["nvfp4_quantize/m16/k2048/swizzled_128x4"], ["nvfp4_quantize/*"], "linear and to_blocked scales"),
     ("torchao NVFP4Tensor.dequantize", "worker:torchao", "nvfp4_dequantize", None,

@@ -546,5 +546,233 @@ def dsa_indexer(tensors, meta, opts):
 dsa_indexer.options = ("past_seq_len",)
 
 
+def _without_cpu_assert(mod, name):
+    """mod.NAME recompiled from the installed package's own source with its
+    one `assert not q.is_cpu and ...` statement dropped, and nothing else:
+    the launcher refuses CPU tensors, which are what Triton's interpreter
+    runs on. Returns (function, line of the dropped assert). Refuses
+    (RuntimeError) unless exactly one such statement is found, so a vLLM
+    that moves or adds one is noticed, not silently half-patched."""
+    import ast
+    import inspect
+    import types
+
+    fn = getattr(mod, name)
+    lines, first = inspect.getsourcelines(fn)
+    tree = ast.parse("".join(lines))
+    ast.increment_lineno(tree, first - 1)
+    (fdef,) = tree.body
+    cpu_asserts = [n for n in fdef.body if isinstance(n, ast.Assert)
+                   and any(isinstance(a, ast.Attribute) and a.attr == "is_cpu" for a in ast.walk(n.test))]
+    if len(cpu_asserts) != 1:
+        raise RuntimeError(f"{name}: found {len(cpu_asserts)} is_cpu asserts at its top level, want exactly 1 to drop")
+    fdef.body = [n for n in fdef.body if n is not cpu_asserts[0]]
+    ns = dict(mod.__dict__)  # the def's annotations resolve against the module's names
+    exec(compile(tree, inspect.getsourcefile(fn), "exec"), ns)
+    built = ns[name]
+    patched = types.FunctionType(built.__code__, mod.__dict__, name, built.__defaults__, built.__closure__)
+    patched.__kwdefaults__ = built.__kwdefaults__
+    return patched, cpu_asserts[0].lineno
+
+
+def _sparse_rows(dense, limits):
+    """The ragged stream ROCM_AITER_MLA_SPARSE hands its decode, built from
+    the contract's dense global slots [R, topk]: row r is its first n_r
+    slots, n_r the position of its first negative entry (or limits[r]).
+
+    vLLM builds it so (vllm 0.33.0, backends/mla/rocm_aiter_mla_sparse.py):
+    generate_sparse_seqlen_kernel (lines 295-322) gives each query
+    min(seq_len, topk_tokens) slots, the cumsum of which is paged_kv_indptr
+    (line 638), and triton_convert_req_index_to_global_index (lines 226-292)
+    copies that many leading top-k entries into paged_kv_indices, a -1
+    among them becoming slot 0 (`tl.where(is_invalid_tok | ~valid_block, 0,
+    ...)`, lines 205, 216-218): the indexer's top-k puts its -1 past seq_len. A
+    row with a valid slot after a -1 has no such stream (vLLM would attend
+    slot 0 in the hole), so it is refused, not repaired."""
+    R, topk = dense.shape
+    rows, counts = [], []
+    for r in range(R):
+        lim = int(limits[r])
+        row = dense[r, :lim]
+        neg = (row < 0).nonzero()
+        n = int(neg[0]) if len(neg) else lim
+        after = row[n:]
+        if bool((after >= 0).any()):
+            j = n + int((after >= 0).nonzero()[0])
+            raise Unsupported(
+                f"tensor indices row {r}: slot {int(row[j])} at position {j} follows an invalid entry at {n}; ROCM_AITER_MLA_SPARSE's "
+                "ragged stream is each query's first min(seq_len, topk) top-k entries, a -1 among them read as slot 0 "
+                "(backends/mla/rocm_aiter_mla_sparse.py lines 205, 216-218, 295-322), so only -1 padding after the valid slots maps onto it")
+        rows.append(row[:n])
+        counts.append(n)
+    return rows, counts
+
+
+def mla_decode_sparse(tensors, meta, opts):
+    """ROCM_AITER_MLA_SPARSE's Triton sparse decode, rocm_sparse_attn_decode_bf16
+    (vllm/v1/attention/ops/rocm_aiter_mla_sparse.py lines 4495-4558), called
+    as _forward_mla calls it (vllm/v1/attention/backends/mla/
+    rocm_aiter_mla_sparse.py lines 926-963), all line numbers vllm 0.33.0:
+
+    - q [R, H, D], R = B * s_q rows, one a query token (forward_mqa concatenates
+      ql_nope | q_pe, lines 1168-1180; the sparse decode takes a row per
+      token, qo_indptr = arange, line 485);
+    - kv = the cache viewed as [NB * P, 1, D] rows (line 940, after
+      flat_kv_row_view, sparse_utils.py lines 50-69: a slot is block *
+      block_stride_rows + offset, block_stride_rows = P for a cache whose
+      blocks are contiguous, which is the contract's global slot);
+    - scale = self.scale (line 953), the contract's softmax_scale;
+    - head_dim = D, nope_head_dim = kv_lora_rank, rope_head_dim = D -
+      kv_lora_rank (lines 954-956), output [R, H, kv_lora_rank] in
+      attn_out_dtype (lines 928-932): the contract's V columns, so
+      nope = V, rope = D - V, output q's dtype;
+    - ragged_indices / ragged_indptr: see _sparse_rows;
+    - num_splits = rocm_sparse_decode_bf16_num_splits(R, H, min(max_seq_len,
+      topk_tokens)) (lines 941-949), the longest ragged row here; at 1 the
+      backend calls rocm_sparse_attn_prefill instead (lines 964-977), and
+      the case is refused unless option num_splits sets a count;
+    - attn_sink: the case's, [H] F32 (the backend's triton_sinks, lines
+      933-939, sliced to H by the wrapper, line 4551).
+
+    Outputs: out [B, s_q, H, V]. The kernel computes no lse (the reduce,
+    lines 3371-3531, stores the output only): kcheck.worker.not_written =
+    lse. An empty row (all splits hold m = -FLT_MAX, l = 0) is written as
+    0 (line 3488): the contract's empty row.
+    """
+    kind = param(meta, "kv_cache_dtype", "bf16")
+    if kind not in ("bf16", "fp16", "auto"):
+        raise Unsupported(f"kv_cache_dtype {kind}: ROCM_AITER_MLA_SPARSE takes its Triton path only for a cache that is not fp8 "
+                          "(_use_rocm_sparse_triton, backends/mla/rocm_aiter_mla_sparse.py line 68); fp8 caches go to AITER's kernels")
+    for name in ("extra_k_cache", "extra_indices_in_kvcache", "extra_topk_length"):
+        if name in tensors:
+            raise Unsupported(f"tensor {name}: rocm_sparse_attn_decode_bf16 attends one cache (rocm_aiter_mla_sparse.py lines 4495-4507), "
+                              "no extra KV scope")
+    splits_opt = opts.get("num_splits")
+    q = need(tensors, "q")
+    cache = need(tensors, "kv_cache")
+    indices = need(tensors, "indices")
+    if q.dim() != 4:
+        raise BadInput(f"tensor q has shape {tuple(q.shape)}; want [B, s_q, H, D]")
+    B, s_q, H, D = q.shape
+    if cache.dim() != 3 or cache.shape[2] != D:
+        raise BadInput(f"tensor kv_cache has shape {tuple(cache.shape)}; want [NB, P, {D}]")
+    if indices.dim() != 3 or tuple(indices.shape[:2]) != (B, s_q):
+        raise BadInput(f"tensor indices has shape {tuple(indices.shape)}; want [{B}, {s_q}, topk]")
+    want = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(kind, cache.dtype)
+    if cache.dtype not in (torch.bfloat16, torch.float16) or cache.dtype != want:
+        raise BadInput(f"tensor kv_cache has dtype {cache.dtype}; kv_cache_dtype {kind} wants a {want} cache")
+    if q.dtype != cache.dtype:
+        raise Unsupported(f"q is {q.dtype} over a {cache.dtype} cache: the partial kernel's tl.dot(q, tl.trans(kv)) (line 2354) takes "
+                          "both in the model's dtype, as the backend's bf16 path feeds them")
+    L = _int_param(meta, "latent_dim", str(D - 64 if D > 64 else D))
+    V = _int_param(meta, "head_dim_v", str(L))
+    if not 1 <= V <= D:
+        raise BadInput(f"parameter head_dim_v = {V}: want 1 <= V <= D = {D}")
+    if D & (D - 1):
+        raise Unsupported(f"head dim D = {D}: the reduce kernel's tl.arange(0, COMB_DIM) with COMB_DIM = nope + rope = D "
+                          "(rocm_aiter_mla_sparse.py line 3407; launched with COMB_DIM=comb_dim, line 4003) needs a power of two, and Triton "
+                          "refuses it ('arange's range must be a power of 2'); see fixtures/engines/README.md, sparse MLA decode")
+    sink = tensors.get("attn_sink")
+    if V < D and sink is None:
+        raise Unsupported(f"head_dim_v {V} < D {D} with no attn_sink: ROCM_AITER_MLA_SPARSE takes the Triton path with rope dims only as "
+                          "its sink fallback (triton_sink_fallback, backends/mla/rocm_aiter_mla_sparse.py lines 892-905); a rope-free head "
+                          "(head_size == kv_lora_rank, line 69) is its sinkless Triton path, V = D")
+    topk = indices.shape[2]
+    R = B * s_q
+    dense = indices.reshape(R, topk).to(torch.int64)
+    limits = [topk] * R
+    if "topk_length" in tensors:
+        tl_ = need(tensors, "topk_length").to(torch.int64).reshape(-1)
+        if tl_.numel() != B:
+            raise BadInput(f"tensor topk_length has {tl_.numel()} values; want [{B}]")
+        limits = [min(max(int(tl_[r // s_q]), 0), topk) for r in range(R)]
+    rows, counts = _sparse_rows(dense, limits)
+    NB, P, _ = cache.shape
+    kv = cache.contiguous().reshape(NB * P, 1, D)
+    ragged = torch.cat(rows).to(torch.int32) if rows else torch.zeros(0, dtype=torch.int32)
+    indptr = torch.zeros(R + 1, dtype=torch.int32)
+    indptr[1:] = torch.cumsum(torch.tensor(counts, dtype=torch.int64), 0).to(torch.int32)
+    ragged, indptr = ragged.to(q.device), indptr.to(q.device)
+    if sink is not None:
+        sink = sink.to(q.device, torch.float32).reshape(-1)
+        if sink.numel() != H:
+            raise BadInput(f"tensor attn_sink has {sink.numel()} values; want [{H}]")
+
+    mod, shim = _load_without_runtime("vllm.v1.attention.ops.rocm_aiter_mla_sparse")
+    sparse_len = max(counts) if counts else 0
+    if splits_opt is not None:
+        try:
+            S = int(splits_opt)
+        except ValueError:
+            raise BadInput(f"option num_splits={splits_opt!r} is not an integer") from None
+        if S < 1:
+            raise BadInput(f"option num_splits={S}: want at least 1")
+        why = "option num_splits"
+    else:
+        S = mod.rocm_sparse_decode_bf16_num_splits(R, H, sparse_len)
+        why = f"rocm_sparse_decode_bf16_num_splits({R}, {H}, {sparse_len}) with _decode_cu_count() = {mod._decode_cu_count()}"
+        if S <= 1:
+            raise Unsupported(f"the longest row attends {sparse_len} slots: rocm_sparse_decode_bf16_num_splits returns 1 below "
+                              f"_SPARSE_DECODE_BF16_MIN_SPLIT_LEN = {mod._SPARSE_DECODE_BF16_MIN_SPLIT_LEN} (rocm_aiter_mla_sparse.py lines "
+                              "3842, 3861), and then the backend calls rocm_sparse_attn_prefill, not this kernel (backends/mla/"
+                              "rocm_aiter_mla_sparse.py lines 950, 964-977); option num_splits=N runs it anyway")
+    bypass = None
+    if q.is_cpu:
+        launcher, line = _without_cpu_assert(mod, "_rocm_sparse_attn_decode_ragged_bf16_triton")
+        mod._rocm_sparse_attn_decode_ragged_bf16_triton = launcher
+        bypass = (f"_rocm_sparse_attn_decode_ragged_bf16_triton run without its line {line} `assert not q.is_cpu and not kv.is_cpu "
+                  "and not indices.is_cpu and not indptr.is_cpu` (recompiled from the installed source with that one statement "
+                  "dropped; Triton's interpreter runs on CPU tensors), the rest of it and of rocm_sparse_attn_decode_bf16 as installed")
+    qf = q.reshape(R, H, D).contiguous()
+    # NaN, so a value the kernel never stores is visibly not data.
+    out = torch.full((R, H, V), float("nan"), dtype=q.dtype, device=q.device)
+    mod.rocm_sparse_attn_decode_bf16(
+        q=qf, kv=kv, scale=float_param(meta, "softmax_scale"), head_dim=D, nope_head_dim=V, rope_head_dim=D - V,
+        attn_sink=sink, output=out, ragged_indices=ragged, ragged_indptr=indptr, num_splits=S,
+    )
+    m = provenance("vllm", "vllm", "vllm.v1.attention.ops.rocm_aiter_mla_sparse.rocm_sparse_attn_decode_bf16 "
+                   "(as ROCM_AITER_MLA_SPARSE _forward_mla calls it)",
+                   "; ".join(x for x in (shim, bypass) if x) or None)
+    m["kcheck.worker.not_written"] = "lse"
+    m["num_splits_kernel"] = str(S)
+    m["kcheck.worker.num_splits_from"] = why
+    m["kcheck.worker.note"] = (f"ragged rows {counts} (the leading valid slots of each query); nope_head_dim {V}, rope_head_dim {D - V}; "
+                               "q heads not padded (AiterMLAHelper.get_mla_padded_q, rocm_aiter_mla.py lines 2084-2107, repeats heads, "
+                               "and each head is computed alone: head_mask only)")
+    m.update(_sparse_bf16_precision(cache.dtype))
+    return {"out": out.reshape(B, s_q, H, V)}, m
+
+
+mla_decode_sparse.options = ("num_splits",)
+
+
+def _sparse_bf16_precision(cache_dtype):
+    """The declared precision of _sparse_attn_decode_ragged_bf16_partial_kernel
+    and _sparse_attn_decode_reduce_kernel (vllm 0.33.0,
+    vllm/v1/attention/ops/rocm_aiter_mla_sparse.py):
+
+    - acc_dtype f32: `scores = tl.dot(q, tl.trans(kv)) * scale` (line 2354)
+      and `acc = acc * alpha[:, None] + tl.dot(p.to(kv.dtype), kv)` (line
+      2364) accumulate in fp32, and the reduce sums the splits' fp32
+      partials in fp32 (lines 3448, 3486-3488);
+    - p_dtype = the cache's dtype: `p.to(kv.dtype)` (line 2364);
+    - softmax_block 32: the running max m_i advances once per BLOCK_K =
+      _SPARSE_DECODE_BF16_BLOCK_K = 32 slots (lines 2335, 2357-2358, 3844),
+      from each split's first slot.
+
+    The softmax is natural-base, `p = tl.exp(scores - m_new)` (line 2360),
+    where kcheck's model is exp2 of log2e-scaled scores: a few fp32 ulp of
+    P, below its 16-bit rounding, not declared.
+    """
+    p = _PRECISION_DTYPES.get(cache_dtype)
+    return {
+        "acc_dtype": "f32",
+        "p_dtype": p,
+        "softmax_block": "32",
+        "kcheck.worker.precision_source": "vllm/v1/attention/ops/rocm_aiter_mla_sparse.py (vllm 0.33.0) lines 2335, 2354-2364, 3448, 3486-3488, 3844",
+    }
+
+
 def kernels(name):
-    return {"mla_decode": mla_decode, "splitk_combine": splitk_combine, "dsa_indexer": dsa_indexer}
+    return {"mla_decode": mla_decode, "mla_decode_sparse": mla_decode_sparse, "splitk_combine": splitk_combine,
+            "dsa_indexer": dsa_indexer}
