@@ -139,9 +139,9 @@ func (s *Sim) baseline(ctx context.Context, th Thresholds, free bool) (*Baseline
 	if err != nil {
 		return nil, fmt.Errorf("reference run: %w", err)
 	}
-	ex, err := s.RunForced(ctx, Exact{}, ref)
+	ex, err := s.RunForced(ctx, backend.Exact{}, ref)
 	if free {
-		ex, err = s.Run(ctx, Exact{})
+		ex, err = s.Run(ctx, backend.Exact{})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("exact run: %w", err)
@@ -316,7 +316,7 @@ func (s *Sim) Diagnose(ctx context.Context, be backend.Backend, opts DiagnoseOpt
 	}
 	// Swap each stage for its reference.
 	for _, stage := range Stages {
-		str, note, err := s.runBroken(ctx, Swapped{Base: be, Stage: stage}, base)
+		str, note, err := s.runBroken(ctx, backend.Swapped{Base: be, Stage: stage}, base)
 		if err != nil {
 			return nil, err
 		}
@@ -347,7 +347,7 @@ func (s *Sim) Diagnose(ctx context.Context, be backend.Backend, opts DiagnoseOpt
 	// No single swap helps: more than one stage drifts. Run each alone.
 	var alone []string
 	for _, stage := range Stages {
-		str, note, err := s.runBroken(ctx, Only{Base: be, Stage: stage}, base)
+		str, note, err := s.runBroken(ctx, backend.Only{Base: be, Stage: stage}, base)
 		if err != nil {
 			return nil, err
 		}

@@ -236,7 +236,7 @@ func TestSimulationNoFalseAlarm(t *testing.T) {
 		cfg := tableConfig()
 		cfg.KVCacheDType = dtype
 		s, base := cachedSim(t, cfg)
-		bes := []backend.Backend{backend.Reference{}, Exact{}, precise{}, resplit{}}
+		bes := []backend.Backend{backend.Reference{}, backend.Exact{}, precise{}, resplit{}}
 		if raceEnabled || testing.Short() {
 			bes = bes[2:]
 		}
