@@ -10,9 +10,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kcheck-dev/kcheck/internal/backend"
+	"github.com/kcheck-dev/kcheck/internal/bisect"
 	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/diagnose"
 	"github.com/kcheck-dev/kcheck/internal/printable"
+	"github.com/kcheck-dev/kcheck/internal/shrink"
 )
 
 func init() { extraCommands = append(extraCommands, newBisectCmd) }
@@ -92,7 +94,7 @@ func (o *bisectOptions) run(ctx context.Context) error {
 		return exitWith(o.io, ExitUsage, false, err)
 	}
 	fault := plantedFault(be)
-	var res *diagnose.BisectResult
+	var res *bisect.Result
 	if fault != nil && o.simulate {
 		if err := fault.Simulated(diagnose.SimKernels...); err != nil {
 			return exitWith(o.io, ExitUsage, false, err)
@@ -130,7 +132,7 @@ func (o *bisectOptions) run(ctx context.Context) error {
 			return exitWith(o.io, ExitUsage, false, err)
 		}
 		opts.MaxMemory = o.sim.MaxMemory
-		if res, err = diagnose.BisectContext(ctx, sel[0], be, opts); err != nil {
+		if res, err = shrink.BisectContext(ctx, sel[0], be, opts); err != nil {
 			return o.searchFailed(err)
 		}
 	}
