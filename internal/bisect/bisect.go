@@ -2,10 +2,9 @@
 // answer: the first configuration (a decode step of the simulated decoder,
 // a context length of a case) where a backend's error leaves the floor.
 // The searches themselves live with what they run: the step search with
-// the simulation (internal/diagnose, until the simulation gets a package of
-// its own), the context search with the case runs it shrinks
-// (internal/shrink); both answer in this package's Result, which the
-// command prints the same way for either.
+// the simulation (internal/sim), the context search with the case runs it
+// shrinks (internal/shrink); both answer in this package's Result, which
+// the command prints the same way for either.
 package bisect
 
 import "github.com/kcheck-dev/kcheck/internal/compare"
