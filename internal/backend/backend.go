@@ -1,7 +1,9 @@
 // Package backend runs kernels by contract name on contract tensors: the Go
-// reference at a declared precision, the CUDA kernels through the GPU
-// worker, or a reference with a planted fault. Every backend's outputs are
-// judged by the same checker, so a backend is only ever a producer.
+// reference at a declared precision, the exact chain (the noise floor's
+// other end), one stage swapped for the reference or run alone on another
+// backend, the CUDA kernels through the GPU worker, or a reference with a
+// planted fault. Every backend's outputs are judged by the same checker, so
+// a backend is only ever a producer.
 package backend
 
 import (

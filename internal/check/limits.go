@@ -138,7 +138,7 @@ func estimate(kname string, s kernel.Shapes, p kernel.Params) kernel.Estimate {
 }
 
 // Estimator adds up an estimate outside this package (the simulated
-// decoder's, internal/diagnose) with the same saturating arithmetic and
+// decoder's, internal/sim) with the same saturating arithmetic and
 // the same fixed costs.
 type Estimator struct{ es estimator }
 

@@ -10,9 +10,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kcheck-dev/kcheck/internal/backend"
+	"github.com/kcheck-dev/kcheck/internal/bisect"
 	"github.com/kcheck-dev/kcheck/internal/compare"
-	"github.com/kcheck-dev/kcheck/internal/diagnose"
 	"github.com/kcheck-dev/kcheck/internal/printable"
+	"github.com/kcheck-dev/kcheck/internal/shrink"
+	"github.com/kcheck-dev/kcheck/internal/sim"
 )
 
 func init() { extraCommands = append(extraCommands, newBisectCmd) }
@@ -26,7 +28,7 @@ type bisectOptions struct {
 	json      bool
 	set       []string
 	timeout   time.Duration
-	sim       diagnose.SimConfig
+	sim       sim.Config
 	bounds    bounds // --max-memory (signals.go)
 }
 
@@ -92,9 +94,9 @@ func (o *bisectOptions) run(ctx context.Context) error {
 		return exitWith(o.io, ExitUsage, false, err)
 	}
 	fault := plantedFault(be)
-	var res *diagnose.BisectResult
+	var res *bisect.Result
 	if fault != nil && o.simulate {
-		if err := fault.Simulated(diagnose.SimKernels...); err != nil {
+		if err := fault.Simulated(sim.Kernels...); err != nil {
 			return exitWith(o.io, ExitUsage, false, err)
 		}
 	}
@@ -104,11 +106,11 @@ func (o *bisectOptions) run(ctx context.Context) error {
 				return exitWith(o.io, ExitUsage, false, err)
 			}
 		}
-		sim, err := diagnose.NewSim(o.sim)
+		decoder, err := sim.New(o.sim)
 		if err != nil {
 			return exitWith(o.io, ExitUsage, false, err)
 		}
-		if res, err = sim.BisectSteps(ctx, be, nil, diagnose.DefaultThresholds()); err != nil {
+		if res, err = decoder.BisectSteps(ctx, be, nil, sim.DefaultThresholds()); err != nil {
 			return o.searchFailed(err)
 		}
 	} else {
@@ -130,7 +132,7 @@ func (o *bisectOptions) run(ctx context.Context) error {
 			return exitWith(o.io, ExitUsage, false, err)
 		}
 		opts.MaxMemory = o.sim.MaxMemory
-		if res, err = diagnose.BisectContext(ctx, sel[0], be, opts); err != nil {
+		if res, err = shrink.BisectContext(ctx, sel[0], be, opts); err != nil {
 			return o.searchFailed(err)
 		}
 	}

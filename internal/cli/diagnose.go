@@ -16,6 +16,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/faults"
 	"github.com/kcheck-dev/kcheck/internal/printable"
 	"github.com/kcheck-dev/kcheck/internal/report"
+	"github.com/kcheck-dev/kcheck/internal/sim"
 )
 
 func init() { extraCommands = append(extraCommands, newDiagnoseCmd) }
@@ -33,17 +34,17 @@ type diagnoseOptions struct {
 	policy   string
 	worstK   int
 	timeout  time.Duration
-	sim      diagnose.SimConfig
+	sim      sim.Config
 	files    []string
 	report   string
 	force    bool
 	bounds   bounds // --max-memory (signals.go)
 }
 
-// simFlags are the simulation's settings by flag name; SimConfig.Set reads
+// simFlags are the simulation's settings by flag name; sim.Config.Set reads
 // the same names, so a fault's Simulate settings are these flags.
-func addSimFlags(f *pflag.FlagSet, c *diagnose.SimConfig) {
-	d := diagnose.DefaultSimConfig()
+func addSimFlags(f *pflag.FlagSet, c *sim.Config) {
+	d := sim.DefaultConfig()
 	*c = d
 	f.StringVar(&c.Preset, "preset", d.Preset, "model preset (deepseek-v3, kimi-k2, glm-5)")
 	f.IntVar(&c.TP, "tp", d.TP, "tensor parallelism: the heads one GPU holds are the preset's divided by it")
@@ -163,15 +164,15 @@ func (o *diagnoseOptions) run(ctx context.Context, flags *pflag.FlagSet) error {
 	}
 	fault := plantedFault(be)
 	if fault != nil {
-		if err := fault.Simulated(diagnose.SimKernels...); err != nil {
+		if err := fault.Simulated(sim.Kernels...); err != nil {
 			return exitWith(o.io, ExitUsage, o.bisect, err)
 		}
 	}
-	sim, err := diagnose.NewSim(o.sim)
+	decoder, err := sim.New(o.sim)
 	if err != nil {
 		return exitWith(o.io, ExitUsage, o.bisect, err)
 	}
-	rep, err := sim.Diagnose(ctx, be, diagnose.DiagnoseOptions{Quick: o.quick, Free: o.free})
+	d, err := decoder.Diagnose(ctx, be, sim.DiagnoseOptions{Quick: o.quick, Free: o.free})
 	switch {
 	case err != nil && errors.Is(err, context.Canceled):
 		fmt.Fprintln(o.io.Err, "kcheck: interrupted:", printable.Escape(err.Error()))
@@ -184,10 +185,11 @@ func (o *diagnoseOptions) run(ctx context.Context, flags *pflag.FlagSet) error {
 	if fault != nil {
 		// A planted bug that changed no step would pass, and the pass
 		// would be taken for a proof.
-		if err := fault.Showed(rep.Changed()); err != nil {
+		if err := fault.Showed(d.Changed()); err != nil {
 			return exitWith(o.io, ExitUsage, o.bisect, err)
 		}
 	}
+	rep := diagnose.FromSim(d)
 	if err := o.emit(rep); err != nil {
 		return err
 	}
@@ -244,7 +246,7 @@ func (o *diagnoseOptions) captures(ctx context.Context, sink *reportSink) (ExitC
 				err = fmt.Errorf("%w (the time limit of the whole diagnosis; raise it with --timeout)", err)
 			}
 			msg := err.Error()
-			rep = &diagnose.Report{Mode: "capture", File: path, Verdict: check.Error, Error: &msg, Reason: msg, Steps: []diagnose.StepResult{}}
+			rep = &diagnose.Report{Mode: "capture", File: path, Verdict: check.Error, Error: &msg, Reason: msg, Steps: []sim.StepResult{}}
 		} else {
 			res := check.RunLoaded(ctx, c, closeFn, opts)
 			rep = diagnose.FromCheck(res, lens)

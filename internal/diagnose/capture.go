@@ -12,6 +12,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/signature"
+	"github.com/kcheck-dev/kcheck/internal/sim"
 )
 
 // CaptureAttribution is a pipeline capture's stage table: for each stage
@@ -111,7 +112,7 @@ func stepOf(prefix string) int {
 // contextLens gives each step's longest context (from the capture's
 // seq_lens), when known.
 func FromCheck(res check.Result, contextLens map[int]int) *Report {
-	rep := &Report{Mode: "capture", File: res.File, Verdict: res.Verdict, Thresholds: DefaultThresholds(), Notes: res.Notes, Steps: []StepResult{}}
+	rep := &Report{Mode: "capture", File: res.File, Verdict: res.Verdict, Thresholds: sim.DefaultThresholds(), Notes: res.Notes, Steps: []sim.StepResult{}}
 	if res.Error != nil {
 		rep.Error = res.Error
 		rep.Reason = *res.Error
@@ -172,7 +173,7 @@ func FromCheck(res check.Result, contextLens map[int]int) *Report {
 	afterCulprit := false
 	for _, row := range att.Stages {
 		if len(rep.Steps) == 0 || rep.Steps[len(rep.Steps)-1].Step != row.Step {
-			rep.Steps = append(rep.Steps, StepResult{Step: row.Step, ContextLen: contextLens[row.Step]})
+			rep.Steps = append(rep.Steps, sim.StepResult{Step: row.Step, ContextLen: contextLens[row.Step]})
 		}
 		sr := &rep.Steps[len(rep.Steps)-1]
 		sr.Error, sr.Floor = row.LocalError, row.LocalFloor

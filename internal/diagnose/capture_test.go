@@ -23,6 +23,14 @@ func load(t *testing.T, name string) evidence.Capture {
 
 // The shipped pipeline examples: the culprit, the stage table's shape
 // (local fails only at the culprit, later stages fail only propagated).
+// deref prints a culprit stage, "null" for none (as --json does).
+func deref(s *string) string {
+	if s == nil {
+		return "null"
+	}
+	return *s
+}
+
 func TestCaptureAttribution(t *testing.T) {
 	tests := []struct {
 		file, verdict, culprit string

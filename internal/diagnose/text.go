@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kcheck-dev/kcheck/internal/printable"
+	"github.com/kcheck-dev/kcheck/internal/sim"
 )
 
 // WriteText writes the report for a person: the verdict and culprit first,
@@ -150,7 +151,7 @@ func writeDrift(w io.Writer, r *Report) {
 	}
 }
 
-func swapLine(s SwapResult, yes, no string) string {
+func swapLine(s sim.SwapResult, yes, no string) string {
 	verb := no
 	if s.RemovesDrift {
 		verb = yes

@@ -1,5 +1,5 @@
 //go:build !race
 
-package diagnose
+package sim
 
 const raceEnabled = false

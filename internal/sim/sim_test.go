@@ -1,4 +1,4 @@
-package diagnose
+package sim
 
 import (
 	"context"
@@ -21,8 +21,8 @@ import (
 // state (K/16 = 5 scale columns: the swizzled layout pads them). Small
 // enough that the whole fault table runs in seconds; the second prompt is
 // what stale-page bugs need.
-func tableConfig() SimConfig {
-	return SimConfig{TP: 64, Prompts: 2, Steps: 4, Hidden: 80}
+func tableConfig() Config {
+	return Config{TP: 64, Prompts: 2, Steps: 4, Hidden: 80}
 }
 
 // simCache shares simulations and their baselines between tests: both
@@ -33,15 +33,15 @@ var simCache = struct {
 	bases map[string]*Baseline
 }{sims: map[string]*Sim{}, bases: map[string]*Baseline{}}
 
-func cachedSim(t *testing.T, cfg SimConfig) (*Sim, *Baseline) {
+func cachedSim(t *testing.T, cfg Config) (*Sim, *Baseline) {
 	t.Helper()
 	key := cfg.withDefaults().String()
 	simCache.Lock()
 	defer simCache.Unlock()
 	if simCache.sims[key] == nil {
-		s, err := NewSim(cfg)
+		s, err := New(cfg)
 		if err != nil {
-			t.Fatalf("NewSim(%s): %v", key, err)
+			t.Fatalf("New(%s): %v", key, err)
 		}
 		b, err := s.Baseline(context.Background(), DefaultThresholds())
 		if err != nil {
@@ -53,7 +53,7 @@ func cachedSim(t *testing.T, cfg SimConfig) (*Sim, *Baseline) {
 }
 
 // configFor applies a fault's Simulate settings to the table configuration.
-func configFor(t *testing.T, f *faults.Fault) SimConfig {
+func configFor(t *testing.T, f *faults.Fault) Config {
 	cfg := tableConfig()
 	for k, v := range f.Simulate {
 		if err := cfg.Set(k, v); err != nil {
@@ -73,7 +73,7 @@ func TestSimulationAttributesEveryFault(t *testing.T) {
 		}
 		seen[f.Stage] = true
 		t.Run(f.Name, func(t *testing.T) {
-			if err := f.Simulated(SimKernels...); (err != nil) != (f.NotSimulated != "") {
+			if err := f.Simulated(Kernels...); (err != nil) != (f.NotSimulated != "") {
 				t.Errorf("Simulated: %v, with not_simulated %q", err, f.NotSimulated)
 			}
 			if f.NotSimulated != "" {
@@ -125,10 +125,10 @@ func (r *recorder) Run(ctx context.Context, name string, in kernel.Inputs) (map[
 	return r.Backend.Run(ctx, name, in)
 }
 
-// SimKernels is what the simulated decoder calls, and a backend that plants
+// Kernels is what the simulated decoder calls, and a backend that plants
 // no bug changes no step: what kcheck diagnose's refusal of a planted
 // fault that cannot show relies on.
-func TestSimKernelsAndChanged(t *testing.T) {
+func TestKernelsAndChanged(t *testing.T) {
 	s, base := cachedSim(t, tableConfig())
 	rec := &recorder{Backend: backend.Reference{}, calls: map[string]bool{}}
 	rep, err := s.Diagnose(context.Background(), rec, DiagnoseOptions{Baseline: base, Quick: true})
@@ -136,11 +136,11 @@ func TestSimKernelsAndChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]bool{}
-	for _, k := range SimKernels {
+	for _, k := range Kernels {
 		want[k] = true
 	}
 	if !maps.Equal(rec.calls, want) {
-		t.Errorf("the simulation calls %v; SimKernels lists %v", slices.Sorted(maps.Keys(rec.calls)), SimKernels)
+		t.Errorf("the simulation calls %v; Kernels lists %v", slices.Sorted(maps.Keys(rec.calls)), Kernels)
 	}
 	if rep.Changed() {
 		t.Errorf("the reference backend changed a step: %+v", rep.Steps)
@@ -236,7 +236,7 @@ func TestSimulationNoFalseAlarm(t *testing.T) {
 		cfg := tableConfig()
 		cfg.KVCacheDType = dtype
 		s, base := cachedSim(t, cfg)
-		bes := []backend.Backend{backend.Reference{}, Exact{}, precise{}, resplit{}}
+		bes := []backend.Backend{backend.Reference{}, backend.Exact{}, precise{}, resplit{}}
 		if raceEnabled || testing.Short() {
 			bes = bes[2:]
 		}
@@ -312,7 +312,7 @@ func TestAllocatorIsLIFO(t *testing.T) {
 	}
 }
 
-func TestSimConfig(t *testing.T) {
+func TestConfig(t *testing.T) {
 	tests := []struct {
 		set  [2]string
 		want string // error substring, "" for success
@@ -325,26 +325,26 @@ func TestSimConfig(t *testing.T) {
 		{[2]string{"bogus", "1"}, "unknown simulation setting"},
 	}
 	for _, tc := range tests {
-		cfg := DefaultSimConfig()
+		cfg := DefaultConfig()
 		err := cfg.Set(tc.set[0], tc.set[1])
 		if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Set(%s, %s) = %v, want %q", tc.set[0], tc.set[1], err, tc.want)
 		}
 	}
 	bad := []struct {
-		cfg  SimConfig
+		cfg  Config
 		want string
 	}{
-		{SimConfig{Preset: "gpt-2"}, "unknown preset"},
-		{SimConfig{TP: 3}, "does not divide"},
-		{SimConfig{Hidden: 100}, "multiple of 16"},
-		{SimConfig{KVCacheDType: "int4"}, "kv-cache-dtype"},
-		{SimConfig{ScaleLayout: "tiled"}, "scale-layout"},
-		{SimConfig{ActCalib: -1}, "act-calib"},
+		{Config{Preset: "gpt-2"}, "unknown preset"},
+		{Config{TP: 3}, "does not divide"},
+		{Config{Hidden: 100}, "multiple of 16"},
+		{Config{KVCacheDType: "int4"}, "kv-cache-dtype"},
+		{Config{ScaleLayout: "tiled"}, "scale-layout"},
+		{Config{ActCalib: -1}, "act-calib"},
 	}
 	for _, tc := range bad {
-		if _, err := NewSim(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("NewSim(%+v) = %v, want an error about %q", tc.cfg, err, tc.want)
+		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error about %q", tc.cfg, err, tc.want)
 		}
 	}
 }
@@ -353,8 +353,8 @@ func TestSimConfig(t *testing.T) {
 func TestSimulationIsDeterministic(t *testing.T) {
 	cfg := tableConfig()
 	cfg.Prompts, cfg.Steps = 1, 2
-	a, _ := NewSim(cfg)
-	b, _ := NewSim(cfg)
+	a, _ := New(cfg)
+	b, _ := New(cfg)
 	ta, err := a.Run(context.Background(), backend.Reference{})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package diagnose
+package sim
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 // Stages are the spec's stage names in pipeline order.
 var Stages = []string{kernel.StageQuant, kernel.StageCache, kernel.StageAttn, kernel.StageCombine}
 
-// SimKernels are the kernels the simulated decoder calls on its backend (a
+// Kernels are the kernels the simulated decoder calls on its backend (a
 // test records them): a planted fault that lives in none of them cannot
 // show in a simulation.
-var SimKernels = []string{"nvfp4_dequantize", "nvfp4_quantize", "nvfp4_gemm", "kv_cache_write", "mla_decode", "splitk_combine"}
+var Kernels = []string{"nvfp4_dequantize", "nvfp4_quantize", "nvfp4_gemm", "kv_cache_write", "mla_decode", "splitk_combine"}
 
 // Thresholds decide when a step's error has left the noise floor.
 //
@@ -86,33 +86,30 @@ type PromptSummary struct {
 	FirstStep *int          `json:"first_step"`
 }
 
-// Report is `kcheck diagnose`'s answer (reference/CONTRACTS.md §7.5: verdict, stage,
-// first_step, first_context_len, steps).
-type Report struct {
-	Mode    string          `json:"mode"` // "simulation" or "capture"
-	Backend string          `json:"backend,omitempty"`
-	File    string          `json:"file,omitempty"`
-	Verdict compare.Verdict `json:"verdict"`
-	// Stage is the culprit stage (null when nothing drifts).
-	Stage           *string         `json:"stage"`
-	FirstStep       *int            `json:"first_step"`
-	FirstContextLen *int            `json:"first_context_len"`
-	Steps           []StepResult    `json:"steps"`
-	Prompts         []PromptSummary `json:"prompts,omitempty"`
+// Diagnosis is a simulation's answer: where its error leaves the floor and
+// which stage's swap removes the drift (reference/CONTRACTS.md §7.5:
+// verdict, stage, first_step, first_context_len, steps). internal/diagnose
+// lays it out as `kcheck diagnose --simulate` prints it.
+type Diagnosis struct {
+	Backend string
+	Verdict compare.Verdict
+	// Stage is the culprit stage (nil when nothing drifts).
+	Stage           *string
+	FirstStep       *int
+	FirstContextLen *int
+	Steps           []StepResult
+	Prompts         []PromptSummary
 	// Swaps: each stage swapped for its reference, one at a time.
-	Swaps []SwapResult `json:"swaps,omitempty"`
+	Swaps []SwapResult
 	// Isolated: each stage alone on the backend, run when no single swap
 	// removes the drift.
-	Isolated []SwapResult `json:"isolated,omitempty"`
-	Reason   string       `json:"reason"`
-	Notes    []string     `json:"notes,omitempty"`
-	Config   *SimConfig   `json:"config,omitempty"`
+	Isolated []SwapResult
+	Reason   string
+	Notes    []string
+	Config   Config
 	// FreeRunning: each chain chose its own tokens (else teacher-forced).
-	FreeRunning bool       `json:"free_running,omitempty"`
-	Thresholds  Thresholds `json:"thresholds"`
-	// Capture holds the per-stage check of a pipeline capture.
-	Capture *CaptureAttribution `json:"capture,omitempty"`
-	Error   *string             `json:"error"`
+	FreeRunning bool
+	Thresholds  Thresholds
 }
 
 // Baseline is what every diagnosis of one simulation compares against:
@@ -139,9 +136,9 @@ func (s *Sim) baseline(ctx context.Context, th Thresholds, free bool) (*Baseline
 	if err != nil {
 		return nil, fmt.Errorf("reference run: %w", err)
 	}
-	ex, err := s.RunForced(ctx, Exact{}, ref)
+	ex, err := s.RunForced(ctx, backend.Exact{}, ref)
 	if free {
-		ex, err = s.Run(ctx, Exact{})
+		ex, err = s.Run(ctx, backend.Exact{})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("exact run: %w", err)
@@ -272,7 +269,7 @@ type DiagnoseOptions struct {
 // Diagnose runs the simulation on be beside the reference and the exact
 // chain, finds where the error leaves the floor, and swaps each stage for
 // its reference to find the one whose swap removes the drift.
-func (s *Sim) Diagnose(ctx context.Context, be backend.Backend, opts DiagnoseOptions) (*Report, error) {
+func (s *Sim) Diagnose(ctx context.Context, be backend.Backend, opts DiagnoseOptions) (*Diagnosis, error) {
 	th := opts.Thresholds
 	if th.FloorFactor == 0 {
 		th = DefaultThresholds()
@@ -284,8 +281,7 @@ func (s *Sim) Diagnose(ctx context.Context, be backend.Backend, opts DiagnoseOpt
 			return nil, err
 		}
 	}
-	cfg := s.cfg
-	rep := &Report{Mode: "simulation", Backend: be.Name(), Config: &cfg, Thresholds: th, FreeRunning: base.Free}
+	rep := &Diagnosis{Backend: be.Name(), Config: s.cfg, Thresholds: th, FreeRunning: base.Free}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -316,7 +312,7 @@ func (s *Sim) Diagnose(ctx context.Context, be backend.Backend, opts DiagnoseOpt
 	}
 	// Swap each stage for its reference.
 	for _, stage := range Stages {
-		str, note, err := s.runBroken(ctx, Swapped{Base: be, Stage: stage}, base)
+		str, note, err := s.runBroken(ctx, backend.Swapped{Base: be, Stage: stage}, base)
 		if err != nil {
 			return nil, err
 		}
@@ -347,7 +343,7 @@ func (s *Sim) Diagnose(ctx context.Context, be backend.Backend, opts DiagnoseOpt
 	// No single swap helps: more than one stage drifts. Run each alone.
 	var alone []string
 	for _, stage := range Stages {
-		str, note, err := s.runBroken(ctx, Only{Base: be, Stage: stage}, base)
+		str, note, err := s.runBroken(ctx, backend.Only{Base: be, Stage: stage}, base)
 		if err != nil {
 			return nil, err
 		}
@@ -373,7 +369,7 @@ func (s *Sim) Diagnose(ctx context.Context, be backend.Backend, opts DiagnoseOpt
 
 // Changed reports whether the backend changed any step's output: a
 // backend that plants a bug and changed none proved nothing.
-func (r *Report) Changed() bool {
+func (r *Diagnosis) Changed() bool {
 	for _, s := range r.Steps {
 		if s.Error != 0 {
 			return true

@@ -1,4 +1,4 @@
-package diagnose
+package sim
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // (issue 11 item 8). It stops before its next kernel call once the
 // context is done, and says why.
 func TestSimulationStopsAtTheContext(t *testing.T) {
-	s, err := NewSim(DefaultSimConfig())
+	s, err := New(DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,8 @@
-package diagnose
+package backend
 
 import (
 	"context"
 
-	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -23,10 +22,10 @@ import (
 // large jump into the floor instead of the precision noise it measures.
 type Exact struct{}
 
-// Name implements backend.Backend.
+// Name implements Backend.
 func (Exact) Name() string { return "exact" }
 
-// Run implements backend.Backend.
+// Run implements Backend.
 func (Exact) Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
 	k, err := kernel.Lookup(name)
 	if err != nil {
@@ -49,48 +48,4 @@ func (Exact) Run(ctx context.Context, name string, in kernel.Inputs) (map[string
 		res[o.Name] = kernel.Materialize(o.DType, o.Shape, v)
 	}
 	return res, nil
-}
-
-// Swapped runs the kernels of one stage on the reference and every other
-// kernel on Base: "swap the stage for its reference".
-type Swapped struct {
-	Base  backend.Backend
-	Stage string
-}
-
-// Name implements backend.Backend.
-func (s Swapped) Name() string { return s.Base.Name() + " with " + s.Stage + " on the reference" }
-
-// Run implements backend.Backend.
-func (s Swapped) Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
-	k, err := kernel.Lookup(name)
-	if err != nil {
-		return nil, err
-	}
-	if k.Spec().Stage == s.Stage {
-		return backend.Reference{}.Run(ctx, name, in)
-	}
-	return s.Base.Run(ctx, name, in)
-}
-
-// Only runs one stage on Base and every other on the reference: used when
-// no single swap removes the drift (more than one stage is at fault).
-type Only struct {
-	Base  backend.Backend
-	Stage string
-}
-
-// Name implements backend.Backend.
-func (o Only) Name() string { return o.Base.Name() + " in " + o.Stage + " only" }
-
-// Run implements backend.Backend.
-func (o Only) Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
-	k, err := kernel.Lookup(name)
-	if err != nil {
-		return nil, err
-	}
-	if k.Spec().Stage != o.Stage {
-		return backend.Reference{}.Run(ctx, name, in)
-	}
-	return o.Base.Run(ctx, name, in)
 }

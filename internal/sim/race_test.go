@@ -1,6 +1,6 @@
 //go:build race
 
-package diagnose
+package sim
 
 // raceEnabled: the race detector slows the simulation about fifteenfold, so
 // the fault table runs one fault a stage under it (the full table runs in

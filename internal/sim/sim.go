@@ -1,4 +1,4 @@
-package diagnose
+package sim
 
 import (
 	"context"
@@ -18,9 +18,9 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-// SimConfig describes the simulated decoder. Zero fields take the defaults
-// of DefaultSimConfig.
-type SimConfig struct {
+// Config describes the simulated decoder. Zero fields take the defaults
+// of DefaultConfig.
+type Config struct {
 	Preset string `json:"preset"`
 	TP     int    `json:"tp"`
 	// Prompts run one after another; each frees its pages when it ends, and
@@ -54,22 +54,22 @@ type SimConfig struct {
 	// Params are added to every kernel's parameters (--set KEY=VALUE).
 	Params map[string]string `json:"params,omitempty"`
 	// MaxMemory bounds the simulation's estimated working set in bytes
-	// (EstimateSim), as check.Options.MaxMemory bounds a check's: 0 means
+	// (Estimate), as check.Options.MaxMemory bounds a check's: 0 means
 	// check.DefaultMaxMemory(), negative means no bound. It is a bound of
 	// the machine, not a setting of the simulation, so reports omit it.
 	MaxMemory int64 `json:"-"`
 }
 
-// DefaultSimConfig is DeepSeek-V3 at TP8 (16 heads, L = 512, R = 64): three
+// DefaultConfig is DeepSeek-V3 at TP8 (16 heads, L = 512, R = 64): three
 // prompts of three requests, 12 decode steps each, pages of 16, 8 splits.
-func DefaultSimConfig() SimConfig {
-	return SimConfig{Preset: "deepseek-v3", TP: 8, Prompts: 3, Steps: 12, Batch: 3, Prefill: 13, PageSize: 16,
+func DefaultConfig() Config {
+	return Config{Preset: "deepseek-v3", TP: 8, Prompts: 3, Steps: 12, Batch: 3, Prefill: 13, PageSize: 16,
 		Splits: 8, SQ: 1, KVCacheDType: "bf16", ScaleLayout: "swizzled_128x4", Hidden: 272, ActCalib: 2, Seed: 1}
 }
 
 // withDefaults fills zero fields.
-func (c SimConfig) withDefaults() SimConfig {
-	d := DefaultSimConfig()
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
 	if c.Preset == "" {
 		c.Preset = d.Preset
 	}
@@ -102,7 +102,7 @@ func (c SimConfig) withDefaults() SimConfig {
 // Set applies one setting by its command-line name (the flag without
 // dashes: "kv-cache-dtype", "s-q", "set" for KEY=VALUE...). It is how a
 // fault's Simulate settings reach the simulation.
-func (c *SimConfig) Set(name, value string) error {
+func (c *Config) Set(name, value string) error {
 	ints := map[string]*int{"tp": &c.TP, "prompts": &c.Prompts, "steps": &c.Steps, "batch": &c.Batch,
 		"prefill": &c.Prefill, "page-size": &c.PageSize, "splits": &c.Splits, "s-q": &c.SQ, "hidden": &c.Hidden}
 	if p, ok := ints[name]; ok {
@@ -148,7 +148,7 @@ func (c *SimConfig) Set(name, value string) error {
 }
 
 // Validate reports settings the simulation cannot run.
-func (c SimConfig) Validate() error {
+func (c Config) Validate() error {
 	p, err := cases.LookupPreset(c.Preset)
 	if err != nil {
 		return err
@@ -185,7 +185,7 @@ func (c SimConfig) Validate() error {
 }
 
 // String is the configuration in command-line form, for reports.
-func (c SimConfig) String() string {
+func (c Config) String() string {
 	s := fmt.Sprintf("--preset %s --tp %d --prompts %d --steps %d --batch %d --prefill %d --page-size %d --splits %d --s-q %d --kv-cache-dtype %s --scale-layout %s --hidden %d --act-calib %g --seed %d",
 		c.Preset, c.TP, c.Prompts, c.Steps, c.Batch, c.Prefill, c.PageSize, c.Splits, c.SQ, c.KVCacheDType, c.ScaleLayout, c.Hidden, c.ActCalib, c.Seed)
 	keys := make([]string, 0, len(c.Params))
@@ -219,7 +219,7 @@ func (c SimConfig) String() string {
 // an engine stores bf16, identical in every run, so runs differ only where
 // the kernels do.
 type Sim struct {
-	cfg            SimConfig
+	cfg            Config
 	heads, l, r, d int
 	nope           int                       // qk_nope_head_dim: the query width W_UK absorbs
 	n              int                       // projection width H·(nope + R) + L + R
@@ -236,14 +236,14 @@ type Sim struct {
 	lens           []int // prefill length of each request
 }
 
-// NewSim builds the simulated decoder: weights, inputs and static scales,
+// New builds the simulated decoder: weights, inputs and static scales,
 // all from cfg.Seed.
-func NewSim(cfg SimConfig) (*Sim, error) {
+func New(cfg Config) (*Sim, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e, err := EstimateSim(cfg)
+	e, err := Estimate(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +346,7 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 }
 
 // Config returns the configuration with defaults filled in.
-func (s *Sim) Config() SimConfig { return s.cfg }
+func (s *Sim) Config() Config { return s.cfg }
 
 // Heads returns the query heads the simulation runs (after TP).
 func (s *Sim) Heads() int { return s.heads }

@@ -1,4 +1,4 @@
-package diagnose
+package sim
 
 import (
 	"fmt"
@@ -21,10 +21,10 @@ import (
 // reference run, the exact chain, the backend's run and one swapped run.
 const tracesHeld = 4
 
-// EstimateSim estimates the simulation of cfg (defaults filled in; cfg must
+// Estimate estimates the simulation of cfg (defaults filled in; cfg must
 // be valid): its weights and inputs, the cache and traces of the runs it
 // holds at once, and the largest kernel reference one of its steps calls.
-func EstimateSim(cfg SimConfig) (kernel.Estimate, error) {
+func Estimate(cfg Config) (kernel.Estimate, error) {
 	cfg = cfg.withDefaults()
 	p, err := cases.LookupPreset(cfg.Preset)
 	if err != nil {
