@@ -11,13 +11,13 @@ import (
 	"errors"
 	"fmt"
 	"github.com/kcheck-dev/kcheck/internal/evidence"
-	"math"
 	"runtime/debug"
 	"sort"
 	"strings"
 
 	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/parallel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -384,26 +384,57 @@ func inputAnomalies(k kernel.Kernel, in kernel.Inputs) []string {
 			}
 			read = r
 		}
-		nan, inf, first := 0, 0, -1
-		for i := 0; i < t.Len(); i++ {
-			v := t.Float64At(i)
-			if !s.Anomalous(v) || !read(i) {
-				continue
-			}
-			if math.IsNaN(v) {
-				nan++
-			} else {
-				inf++
-			}
-			if first < 0 {
-				first = i
-			}
-		}
-		if nan+inf > 0 {
-			notes = append(notes, fmt.Sprintf("input anomaly: tensor %s holds %d NaN and %d Inf (first at %v)", s.Name, nan, inf, tensor.Unravel(first, t.Shape)))
+		if a := scanAnomalies(t, s, read); a.nan+a.inf > 0 {
+			notes = append(notes, fmt.Sprintf("input anomaly: tensor %s holds %d NaN and %d Inf (first at %v)", s.Name, a.nan, a.inf, tensor.Unravel(a.first, t.Shape)))
 		}
 	}
 	return notes
+}
+
+// anomalyChunk is how many elements one goroutine scans at a time: fixed,
+// so the chunks, and their merge in order, are the same whatever
+// GOMAXPROCS.
+const anomalyChunk = 1 << 16
+
+// anomalies is what a scan found: the counts and the first flat index
+// (-1: none).
+type anomalies struct{ nan, inf, first int }
+
+// scanAnomalies counts the elements of t that spec s calls anomalous and
+// the kernel reads, scanning t's bits in parallel chunks merged in chunk
+// order. read is asked only about the special elements, as the serial
+// scan through Float64At did.
+func scanAnomalies(t *tensor.Tensor, s kernel.TensorSpec, read func(int) bool) anomalies {
+	n := t.Len()
+	chunks := make([]anomalies, (n+anomalyChunk-1)/anomalyChunk)
+	// Nothing here can be interrupted for long: a chunk is a read of its
+	// bytes at memory speed.
+	_ = parallel.Each(context.Background(), len(chunks), func(c int) {
+		a := anomalies{first: -1}
+		t.ScanSpecial(c*anomalyChunk, min((c+1)*anomalyChunk, n), func(i int, sp tensor.Special) {
+			if !s.Anomalous(sp.Value()) || !read(i) {
+				return
+			}
+			if sp == tensor.NaN {
+				a.nan++
+			} else {
+				a.inf++
+			}
+			if a.first < 0 {
+				a.first = i
+			}
+		})
+		chunks[c] = a
+	})
+	all := anomalies{first: -1}
+	for _, a := range chunks {
+		all.nan += a.nan
+		all.inf += a.inf
+		if all.first < 0 {
+			all.first = a.first
+		}
+	}
+	return all
 }
 
 // compareOutputs runs the reference on in and compares each captured

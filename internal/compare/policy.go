@@ -2,10 +2,12 @@ package compare
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/reference/parallel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -224,42 +226,65 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	}
 	C = max(C, 1)
 	R := max(N/C, 1)
-	rowF, colF := make([]float64, R), make([]float64, C)
-	rowX, rowCnt, colCnt := make([]float64, R), make([]int, R), make([]int, C)
-	var gF, normX2, normE2 float64
-	var cnt int
-	// Both passes read the values a block at a time (the same bits as At,
-	// decoded once where both references vouch for the same bytes:
-	// readPair), and follow the row and column of each element as they
-	// go rather than dividing its index.
-	xs, es := make([]float64, min(N, parallelChunk)), make([]float64, min(N, parallelChunk))
-	blocks := func(f func(lo int, xb, eb []float64)) {
-		for lo := 0; lo < N; lo += len(xs) {
-			xb, eb := xs[:min(len(xs), N-lo)], es[:min(len(es), N-lo)]
-			readPair(o.Exact, o.Expected, lo, xb, eb)
-			f(lo, xb, eb)
-		}
+	rowF, rowX, rowCnt := make([]float64, R), make([]float64, R), make([]int, R)
+	var colF []float64
+	var colCnt []int
+	if sep {
+		colF, colCnt = make([]float64, C), make([]int, C)
 	}
-	blocks(func(lo int, xb, eb []float64) {
+	// Both passes share the output out in units of whole rows (or, for a
+	// 1-D output, of elements) fixed by the shape alone, and add the units'
+	// partial sums in unit order: the same additions in the same order,
+	// whichever goroutine took a unit and whatever GOMAXPROCS is. A row's
+	// own sums are its unit's, in index order, as a serial pass makes
+	// them; the column and global sums are sums of the units' sums.
+	units := newBoundsUnits(o, R, C, sep)
+	parts := make([]boundsPart, units.n)
+	units.run(func(lo int, xb, eb []float64, part *boundsPart) {
+		if sep && part.colF == nil {
+			part.colF, part.colCnt = make([]float64, C), make([]int32, C)
+		}
+		// the sums go on in locals, which the compiler keeps in registers
+		f2, x2, e2, cnt := part.f2, part.x2, part.e2, part.cnt
+		colF, colCnt := part.colF, part.colCnt
 		r, c := lo/C, lo%C
 		for k, x := range xb {
 			if e := eb[k]; finite(x) && finite(e) {
 				f := math.Abs(e - x)
-				rowF[r] += f * f
-				colF[c] += f * f
-				rowX[r] += x * x
-				rowCnt[r]++
-				colCnt[c]++
-				gF += f * f
-				normX2 += x * x
-				normE2 += e * e
+				if sep {
+					rowF[r] += f * f
+					rowX[r] += x * x
+					rowCnt[r]++
+					colF[c] += f * f
+					colCnt[c]++
+				}
+				f2 += f * f
+				x2 += x * x
+				e2 += e * e
 				cnt++
 			}
 			if c++; c == C {
 				r, c = r+1, 0
 			}
 		}
-	})
+		part.f2, part.x2, part.e2, part.cnt = f2, x2, e2, cnt
+	}, parts)
+	var gF, normX2, normE2 float64
+	var cnt int
+	for _, part := range parts {
+		gF += part.f2
+		normX2 += part.x2
+		normE2 += part.e2
+		cnt += part.cnt
+		for c, f := range part.colF {
+			colF[c] += f
+			colCnt[c] += int(part.colCnt[c])
+		}
+	}
+	if !sep {
+		// the one row is the whole output
+		rowF[0], rowX[0], rowCnt[0] = gF, normX2, cnt
+	}
 	for r := range rowF {
 		if rowCnt[r] > 0 {
 			rowF[r] /= float64(rowCnt[r])
@@ -314,8 +339,11 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 		am = g * max(math.Abs(x), rowX[i/C])
 		return ulp + max(2*math.Abs(e-x), kappa*scale(i)) + am, ulp, am
 	}
-	var ulp2, acc2 float64
-	blocks(func(lo int, xb, eb []float64) {
+	for u := range parts {
+		parts[u] = boundsPart{}
+	}
+	units.run(func(lo int, xb, eb []float64, part *boundsPart) {
+		ulp2, acc2 := part.f2, part.x2
 		r, c := lo/C, lo%C
 		for k, x := range xb {
 			// tolAt's ulp and γ·mag terms; an element it gives 0 for adds 0
@@ -332,7 +360,13 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 				r, c = r+1, 0
 			}
 		}
-	})
+		part.f2, part.x2 = ulp2, acc2
+	}, parts)
+	var ulp2, acc2 float64
+	for _, part := range parts {
+		ulp2 += part.f2
+		acc2 += part.x2
+	}
 	E := rho*math.Sqrt(gF*float64(cnt)+noise2) + math.Sqrt(ulp2) + math.Sqrt(acc2)
 	noiseText := ""
 	if o.Noise != nil {
@@ -367,6 +401,71 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 			"cos_diff ≤ %.3g (floor %.3g)",
 			d, math.Sqrt(gF), model, kappa, N, alpha, g, gDet, gPr, n, acc, band, agg.RMSE, rho, agg.CosDiff, agg.FloorCosDiff) + noiseText,
 	}
+}
+
+// boundsPart is one unit's partial sums in ThreeWay.Bounds' passes: the
+// floor's, exact's and expected's squares and their count, and the
+// floor's squares by column (the first pass), or the ulp's and γ·mag's
+// squares in f2 and x2 (the second).
+type boundsPart struct {
+	f2, x2, e2 float64
+	cnt        int
+	colF       []float64
+	colCnt     []int32
+}
+
+// boundsUnitRows is the fewest rows in a unit of Bounds' passes: a unit's
+// column sums are added to the whole serially, C additions against the
+// unit's rows·C, and each unit holds its own until then (12 bytes a
+// column: under 1/20 of a byte an element of the output).
+const boundsUnitRows = 256
+
+// boundsUnits is how Bounds shares out an output: n units of whole rows
+// (rows rows each, the last shorter) of a separable output, or of
+// 1<<16 elements of a 1-D one.
+type boundsUnits struct {
+	o       kernel.Output
+	n, size int // units, elements per unit
+	total   int
+}
+
+func newBoundsUnits(o kernel.Output, R, C int, sep bool) boundsUnits {
+	N := o.Exact.Len()
+	size := 1 << 16
+	if sep {
+		size = max(boundsUnitRows, (1<<14+C-1)/C) * C
+	}
+	return boundsUnits{o: o, n: (N + size - 1) / size, size: size, total: N}
+}
+
+// run calls pass on every unit's elements a block at a time (read by
+// readPair, the same bits as At), with the unit's part to add to, on
+// GOMAXPROCS goroutines that each read forks of the values
+// (kernel.Fork), or on this one where they cannot be forked.
+func (us boundsUnits) run(pass func(lo int, xb, eb []float64, part *boundsPart), parts []boundsPart) {
+	workers := 0
+	if _, ok1 := kernel.Fork(us.o.Exact); !ok1 {
+		workers = 1
+	} else if _, ok2 := kernel.Fork(us.o.Expected); !ok2 {
+		workers = 1
+	}
+	block := min(us.size, parallelChunk)
+	_ = parallel.Run(context.Background(), us.n, workers, func() func(int) {
+		exact, expected := us.o.Exact, us.o.Expected
+		if workers != 1 {
+			exact, _ = kernel.Fork(exact)
+			expected, _ = kernel.Fork(expected)
+		}
+		xs, es := make([]float64, min(block, us.total)), make([]float64, min(block, us.total))
+		return func(u int) {
+			end := min((u+1)*us.size, us.total)
+			for lo := u * us.size; lo < end; lo += block {
+				xb, eb := xs[:min(block, end-lo)], es[:min(block, end-lo)]
+				readPair(exact, expected, lo, xb, eb)
+				pass(lo, xb, eb, &parts[u])
+			}
+		}
+	})
 }
 
 // readPair fills xb and eb with the exact and expected values from lo on,
@@ -413,6 +512,9 @@ func orDefault(v, def float64) float64 {
 	return v
 }
 
-func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+// finite reports whether x is neither NaN nor an infinity: an exponent
+// that is not all ones, one test where IsNaN and IsInf make three (the
+// passes over a whole output ask it twice an element).
+func finite(x float64) bool { return math.Float64bits(x)&(0x7FF<<52) != 0x7FF<<52 }
 
 func sq(x float64) float64 { return x * x }

@@ -327,7 +327,8 @@ type TensorSpec struct {
 	// into) may hold anything; engines and kcheck's own generator poison
 	// them with NaN on purpose. nil: every element is read. An error (an
 	// unusable block table) means the reference will refuse the inputs
-	// with a better message.
+	// with a better message. The function it returns is called from
+	// several goroutines at once (the scan is parallel), so it only reads.
 	Read func(in Inputs) (func(flat int) bool, error)
 	// Meaningful are the special values the contract gives a meaning to in
 	// this input (-inf in partial_lse: an empty split): not anomalies.

@@ -155,6 +155,21 @@ func (f *Minifloat) Round(x float64, ov Overflow) (float64, Accuracy) {
 // Encode converts x to the nearest code of f, ties to even. E2M1 has no NaN
 // or infinity and always saturates; NaN input gives E2M1 code 0.
 func (f *Minifloat) Encode(x float64, ov Overflow) (uint8, Accuracy) {
+	switch f {
+	case E2M1:
+		return e2m1Bits.encode(x, ov)
+	case E4M3FN:
+		return e4m3fnBits.encode(x, ov)
+	case E5M2:
+		return e5m2Bits.encode(x, ov)
+	}
+	return f.encodeGeneral(x, ov)
+}
+
+// encodeGeneral is Encode for any Minifloat, by arithmetic on the value:
+// the definition the bit-level encoders (bitEncoder) are tested against
+// for every input that can tell them apart.
+func (f *Minifloat) encodeGeneral(x float64, ov Overflow) (uint8, Accuracy) {
 	var sign uint8
 	if math.Signbit(x) {
 		sign = f.signBit()
@@ -184,6 +199,97 @@ func (f *Minifloat) Encode(x float64, ov Overflow) (uint8, Accuracy) {
 		}
 	}
 	return sign | f.magCode(r), accOf(r, ax, sign != 0)
+}
+
+// bitEncoder is Encode for one Minifloat by integer arithmetic on x's
+// float64 bits and a table of its values, the way a hardware converter
+// rounds: about a tenth of encodeGeneral's Frexp, Ldexp and divisions,
+// which were half the nvfp4_quantize check's time (issue 17). It gives the
+// same code and Accuracy as encodeGeneral for every float64
+// (formats_test.go: every float32 of the formats' ranges, every midpoint
+// and its neighbours).
+type bitEncoder struct {
+	f         *Minifloat
+	minNormal float64 // 2^(1-Bias): below it the code is a count of the smallest subnormal
+	subScale  float64 // 1 / the smallest subnormal, a power of two
+	shift     uint    // float64 mantissa bits dropped
+	rebias    uint64  // float64's exponent bias over f's, as a code offset
+	maxCode   uint64  // the largest finite magnitude code
+	values    [128]float64
+}
+
+var (
+	e2m1Bits   = newBitEncoder(E2M1)
+	e4m3fnBits = newBitEncoder(E4M3FN)
+	e5m2Bits   = newBitEncoder(E5M2)
+)
+
+func newBitEncoder(f *Minifloat) *bitEncoder {
+	e := &bitEncoder{
+		f:         f,
+		minNormal: math.Ldexp(1, 1-f.Bias),
+		subScale:  1 / f.SmallestSubnormal(),
+		shift:     52 - f.MantBits,
+		rebias:    uint64(1023-f.Bias) << f.MantBits,
+		maxCode:   uint64(f.magCode(f.MaxFinite())),
+	}
+	for c := range e.maxCode + 1 {
+		e.values[c] = f.Decode(uint8(c))
+	}
+	return e
+}
+
+func (e *bitEncoder) encode(x float64, ov Overflow) (uint8, Accuracy) {
+	f := e.f
+	bits := math.Float64bits(x)
+	neg := bits>>63 != 0
+	sign := uint8(bits>>63) << (f.ExpBits + f.MantBits) // no branch: a weight's sign is a coin toss
+	abits := bits &^ (1 << 63)
+	ax := math.Float64frombits(abits)
+	if abits > 0x7FF<<52 { // NaN
+		if f.NoNaN {
+			return 0, Exact
+		}
+		return sign | f.nanCode(), Exact
+	}
+	var code uint64
+	if ax < e.minNormal {
+		// a subnormal of f (or 0, or the least normal when it rounds up):
+		// the scaling by a power of two is exact, and so is RoundToEven
+		code = uint64(math.RoundToEven(ax * e.subScale))
+	} else {
+		// round the float64 mantissa to f's, nearest even; a carry out of
+		// it steps the exponent, as it should, and past the largest
+		// binade (or from an infinity) lands above maxCode
+		half := uint64(1)<<(e.shift-1) - 1
+		code = (abits+half+(abits>>e.shift)&1)>>e.shift - e.rebias
+	}
+	if code > e.maxCode {
+		switch {
+		case ov == Saturate || f.NoNaN:
+			code = e.maxCode
+		case f.HasInf:
+			return sign | f.infCode(), accOf(math.Inf(1), ax, neg)
+		default:
+			return sign | f.nanCode(), Exact
+		}
+	}
+	return sign | uint8(code), accOfBits(e.values[code], ax, bits>>63)
+}
+
+// accOfBits is accOf without branches, for the bit-level encoders: whether
+// the stored value lies below or above the input is as unpredictable as
+// the input's sign.
+func accOfBits(stored, input float64, sign uint64) Accuracy {
+	a := int8(b2i(stored > input)) - int8(b2i(stored < input))
+	return Accuracy(a * (1 - 2*int8(sign)))
+}
+
+func b2i(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func accOf(stored, input float64, neg bool) Accuracy {

@@ -174,14 +174,20 @@ func TestFP8EncodeNVIDIA(t *testing.T) {
 			{formats.E5M2, formats.NoSaturate},
 		} {
 			want := uint8(parseHex(t, r[2+i]))
-			got, _ := c.f.Encode(x, c.mode)
-			if got != want {
-				t.Errorf("%s.Encode(%v [%s], %s) = %#02x, CUDA gives %#02x",
-					c.f.Name, x, r[0], modeName(c.mode), got, want)
+			// Encode's bit-level encoder and the arithmetic one it is
+			// tested against (encode_bits_test.go) both answer to CUDA.
+			for _, enc := range []struct {
+				name   string
+				encode func(float64, formats.Overflow) (uint8, formats.Accuracy)
+			}{{"Encode", c.f.Encode}, {"EncodeGeneral", c.f.EncodeGeneral}} {
+				if got, _ := enc.encode(x, c.mode); got != want {
+					t.Errorf("%s.%s(%v [%s], %s) = %#02x, CUDA gives %#02x",
+						c.f.Name, enc.name, x, r[0], modeName(c.mode), got, want)
+				}
 			}
 		}
 	}
-	t.Logf("%d inputs x 4 conversions checked", len(rows))
+	t.Logf("%d inputs x 4 conversions x 2 encoders checked", len(rows))
 }
 
 // TestBF16FP16NVIDIA checks __float2bfloat16 and __float2half_rn. CUDA writes
