@@ -9,25 +9,21 @@ by that table, the final lse (which SGLang does not compute) is named as
 not judged, and a capture edited to read one token off fails.
 """
 
-import json
 import subprocess
 
-import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from conftest import json_lines
+
 CASE = "mla_decode/deepseek-v3/tp8/bf16/p16/ctx-P+1"
-
-
-def _json_lines(p):
-    return [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
 
 
 def test_run_and_its_capture_are_read_alike(kcheck_bin, tmp_path, worker_env):
     out = tmp_path / "out"
     p = subprocess.run([kcheck_bin, "run", "--json", "--quiet", "--case", CASE, "--backend", "worker:sglang",
                         "--out", str(out)], capture_output=True, text=True, env=worker_env)
-    (run,) = _json_lines(p)
+    (run,) = json_lines(p)
     by = {c["tensor"]: c["verdict"] for c in run["checks"]}
     assert run["verdict"] == "pass", (run.get("error"), by, run.get("notes"))
     assert by == {"out": "pass", "partial_out": "pass", "partial_lse": "pass"}, by
@@ -45,11 +41,11 @@ def test_run_and_its_capture_are_read_alike(kcheck_bin, tmp_path, worker_env):
     assert not names & {"kv_cache", "block_table", "partial_out", "out"}, names
 
     p = subprocess.run([kcheck_bin, "check", "--json", str(capture)], capture_output=True, text=True)
-    (again,) = _json_lines(p)
+    (again,) = json_lines(p)
     assert again["verdict"] == "pass" and [c["metrics"] for c in again["checks"]] == [c["metrics"] for c in run["checks"]]
 
     p = subprocess.run([kcheck_bin, "check", "--json", "--from", "vllm", str(capture)], capture_output=True, text=True)
-    (other,) = _json_lines(p)
+    (other,) = json_lines(p)
     assert other["verdict"] == "error" and "not those --from vllm reads" in other["error"], other
 
     # Planted: request 0 reads each token from the next token's slot.
@@ -61,6 +57,6 @@ def test_run_and_its_capture_are_read_alike(kcheck_bin, tmp_path, worker_env):
     shifted = tmp_path / "shifted.safetensors"
     save_file(t, str(shifted), metadata=meta)
     p = subprocess.run([kcheck_bin, "check", "--json", str(shifted)], capture_output=True, text=True)
-    (bad,) = _json_lines(p)
+    (bad,) = json_lines(p)
     assert bad["verdict"] == "fail", bad
     assert {c["tensor"]: c["verdict"] for c in bad["checks"]}["out"] == "fail"

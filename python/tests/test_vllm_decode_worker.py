@@ -11,24 +11,21 @@ run and the written capture, re-checked, are judged alike; and a capture
 edited to read one page from the wrong block fails.
 """
 
-import json
 import subprocess
 
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from conftest import json_lines
+
 CASE = "mla_decode/split/deepseek-v3/tp8/s4/ctx-S-1"
-
-
-def _json_lines(p):
-    return [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
 
 
 def test_run_and_its_capture_are_read_alike(kcheck_bin, tmp_path, worker_env):
     out = tmp_path / "out"
     p = subprocess.run([kcheck_bin, "run", "--json", "--quiet", "--case", CASE, "--backend", "worker:vllm",
                         "--out", str(out)], capture_output=True, text=True, env=worker_env)
-    (run,) = _json_lines(p)
+    (run,) = json_lines(p)
     by = {c["tensor"]: c["verdict"] for c in run["checks"]}
     assert run["verdict"] == "pass", (run.get("error"), by, run.get("notes"))
     assert by == {"out": "pass", "lse": "pass", "partial_out": "pass", "partial_lse": "pass"}, by
@@ -45,7 +42,7 @@ def test_run_and_its_capture_are_read_alike(kcheck_bin, tmp_path, worker_env):
     assert not names & {"kv_cache", "partial_out", "partial_lse", "out"}, names
 
     p = subprocess.run([kcheck_bin, "check", "--json", str(capture)], capture_output=True, text=True)
-    (again,) = _json_lines(p)
+    (again,) = json_lines(p)
     assert again["verdict"] == "pass" and [c["metrics"] for c in again["checks"]] == [c["metrics"] for c in run["checks"]]
 
     # Planted: the first request's first page read from another block.
@@ -56,6 +53,6 @@ def test_run_and_its_capture_are_read_alike(kcheck_bin, tmp_path, worker_env):
     moved = tmp_path / "moved.safetensors"
     save_file(t, str(moved), metadata=meta)
     p = subprocess.run([kcheck_bin, "check", "--json", str(moved)], capture_output=True, text=True)
-    (bad,) = _json_lines(p)
+    (bad,) = json_lines(p)
     assert bad["verdict"] == "fail", bad
     assert {c["tensor"]: c["verdict"] for c in bad["checks"]}["out"] == "fail"

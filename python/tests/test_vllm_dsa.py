@@ -14,36 +14,26 @@ import sys
 import pytest
 import torch
 
+from conftest import catalog_capture, run_worker
+
 CASE = "dsa_indexer/glm-5/p64/ctx-P+1"
 # next_n = 2 over the fp8 indexer cache, top-k as global slots
 MTP_CASE = "dsa_indexer/mtp/glm-5/p64/ctx-P+1"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _capture(kcheck_bin, tmp_path_factory, case):
-    out = tmp_path_factory.mktemp("ref")
-    p = subprocess.run([kcheck_bin, "run", "--quiet", "--case", case, "--out", str(out)], capture_output=True, text=True)
-    assert p.returncode == 0, p.stdout + p.stderr
-    (f,) = os.listdir(out)
-    return str(out / f)
-
-
 @pytest.fixture(scope="module")
 def reference_capture(kcheck_bin, tmp_path_factory):
-    return _capture(kcheck_bin, tmp_path_factory, CASE)
+    return catalog_capture(kcheck_bin, tmp_path_factory, CASE)
 
 
 @pytest.fixture(scope="module")
 def mtp_capture(kcheck_bin, tmp_path_factory):
-    return _capture(kcheck_bin, tmp_path_factory, MTP_CASE)
+    return catalog_capture(kcheck_bin, tmp_path_factory, MTP_CASE)
 
 
 def _worker(worker_env, src, dst, *opts):
-    cmd = [sys.executable, "-m", "kcheck.worker", "vllm"]
-    for o in opts:
-        cmd += ["--set", o]
-    cmd += ["run", "--kernel", "dsa_indexer", "--in", src, "--out", dst]
-    return subprocess.run(cmd, capture_output=True, text=True, env=worker_env)
+    return run_worker(worker_env, "vllm", "dsa_indexer", src, dst, *opts)
 
 
 def test_catalog_case_refused_not_quantized(worker_env, reference_capture, tmp_path):

@@ -18,20 +18,18 @@ import pytest
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from conftest import catalog_capture, run_worker
+
 CASE = "mla_decode_sparse/v4/deepseek-v4/bf16/topk64/ctx-P+1"
 ROPE_CASE = "mla_decode_sparse/glm-5/tp8/bf16/topk64/ctx-P+1"
 
 
 def _capture(kcheck_bin, tmp_path_factory, case):
     """The case's inputs: the reference backend's capture without its outputs."""
-    out = tmp_path_factory.mktemp("ref")
-    p = subprocess.run([kcheck_bin, "run", "--quiet", "--case", case, "--out", str(out)], capture_output=True, text=True)
-    assert p.returncode == 0, p.stdout + p.stderr
-    (f,) = os.listdir(out)
-    path = str(out / f)
+    path = catalog_capture(kcheck_bin, tmp_path_factory, case)
     t, meta = load_file(path), _meta(path)
     assert {"out", "lse"} <= set(t), set(t)
-    inputs = str(out / "inputs.safetensors")
+    inputs = os.path.join(os.path.dirname(path), "inputs.safetensors")
     save_file({k: v for k, v in t.items() if k not in ("out", "lse")}, inputs, metadata=meta)
     return inputs
 
@@ -42,11 +40,7 @@ def capture(kcheck_bin, tmp_path_factory):
 
 
 def _worker(worker_env, src, dst, *opts):
-    cmd = [sys.executable, "-m", "kcheck.worker", "vllm"]
-    for o in opts:
-        cmd += ["--set", o]
-    cmd += ["run", "--kernel", "mla_decode_sparse", "--in", src, "--out", dst]
-    return subprocess.run(cmd, capture_output=True, text=True, env=worker_env)
+    return run_worker(worker_env, "vllm", "mla_decode_sparse", src, dst, *opts)
 
 
 def _check(kcheck_bin, path):
