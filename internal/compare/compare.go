@@ -212,7 +212,9 @@ type Options struct {
 	// them whose bytes the references vouch for (kernel.Settler) compared
 	// as bytes, and values read a block at a time) must give the same
 	// check, bit for bit, which the tests check with it. Both sum in the
-	// same fixed order of chunks (tally).
+	// same fixed order of chunks (tally). On the element path the
+	// signature and the profile also read every element's excess again
+	// rather than this pass's record of which fail (signature.Judged).
 	ElementPath bool
 }
 
@@ -371,14 +373,24 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	}
 
 	c.Worst = worst.sorted(shape, o.Coords)
-	if c.Verdict != Pass {
-		// The signature reads every element's excess again, in passes:
-		// judged again on each read, never stored, since an output may be
-		// a whole KV cache.
-		c.Signature, c.Profile = signature.AnalyzeProfile(o, newExcessValues(N, j), signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At,
-			NonFinite: nonFinite, Overflow: m.Overflow, OverflowDType: actual.DType, Profile: opts.Profile})
-	} else if opts.Profile {
-		c.Profile = signature.NewProfile(o, newExcessValues(N, j), signature.Options{})
+	if c.Verdict != Pass || opts.Profile {
+		// The signature reads the failing elements' excess and a sample of
+		// the rest, judged again on each read, never stored, since an
+		// output may be a whole KV cache; which elements fail, and the
+		// largest finite excess, this pass has found already.
+		var judged *signature.Judged
+		if !opts.ElementPath {
+			judged = &signature.Judged{Failing: t.failSet, MaxFinite: t.maxFinite}
+			if judged.Failing == nil {
+				judged.Failing = make([]uint64, (N+63)/64)
+			}
+		}
+		if c.Verdict != Pass {
+			c.Signature, c.Profile = signature.AnalyzeProfile(o, newExcessValues(N, j), signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At,
+				NonFinite: nonFinite, Overflow: m.Overflow, OverflowDType: actual.DType, Profile: opts.Profile, Judged: judged})
+		} else {
+			c.Profile = signature.NewProfile(o, newExcessValues(N, j), signature.Options{Judged: judged})
+		}
 	}
 	if err := j.ctx.Err(); err != nil { // the excess read as 0 from then on: no signature, no profile
 		return Check{}, err

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/signature"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -608,6 +610,54 @@ func TestOverflow(t *testing.T) {
 			}
 		} else if tc.pattern != "" {
 			t.Errorf("%s: no signature, want %q", tc.name, tc.pattern)
+		}
+	}
+}
+
+// TestSignatureFromThePass: the signature read from the comparison's own
+// record of the failing elements and of the largest finite excess
+// (signature.Judged) is the one the element path gets by reading every
+// element again, where the cap on an infinite excess matters: rows of a
+// page that fail, two elements NaN where a number was expected, one a
+// bitwise-like zero-tolerance miss.
+func TestSignatureFromThePass(t *testing.T) {
+	const R, C = 96, 40
+	exact := make([]float64, R*C)
+	actual := tensor.New(tensor.F32, R, C)
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range exact {
+		exact[i] = r.NormFloat64()
+		v := exact[i]
+		if row := i / C; row%16 == 0 {
+			v += 0.5 * (1 + r.Float64()) // page offset 0 of every page of 16 rows
+		}
+		actual.SetFloat64(i, v)
+	}
+	actual.SetFloat64(17*C+3, math.NaN())
+	actual.SetFloat64(48*C+7, math.NaN())
+	o := kernel.Output{Name: "gathered", Shape: []int{R, C}, DType: tensor.F32, Exact: kernel.Dense(exact), Expected: kernel.Dense(exact), Reduction: 1,
+		Coords: kernel.Coords{Axes: []kernel.CoordKind{kernel.KindRow, "dim"}, Derived: func(idx []int) []kernel.Coord {
+			return []kernel.Coord{{Kind: kernel.KindPageOffset, Value: idx[0] % 16}}
+		}}}
+	for _, profile := range []bool{false, true} {
+		want, err := Compare(o, actual, nil, Options{ElementPath: true, Profile: profile})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Compare(o, actual, nil, Options{Profile: profile})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want.Signature == nil || want.Signature.Pattern == "" {
+			t.Fatalf("no signature on the element path: %+v", want)
+		}
+		if diff := cmp.Diff(want.Signature, got.Signature); diff != "" {
+			t.Errorf("profile %v: signature from the pass differs (-element path +pass):\n%s", profile, diff)
+		}
+		if profile {
+			if diff := cmp.Diff(want.Profile.Coords(), got.Profile.Coords(), cmpopts.EquateNaNs()); diff != "" {
+				t.Errorf("profile from the pass differs (-element path +pass):\n%s", diff)
+			}
 		}
 	}
 }

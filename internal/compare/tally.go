@@ -34,10 +34,19 @@ type tally struct {
 	// bulk counts the elements accounted for in bulk (for the tests)
 	bulk                                     int
 	maxAbs, maxRel, maxULP, floorMax, maxExc float64
-	specials                                 [len(specialValues)]Special
-	firstSpecial                             [len(specialValues)]item
-	firstOverflow                            item
-	worst                                    elemHeap
+	// maxFinite is the largest finite excess (NaN left out), and fail
+	// marks the chunk's elements whose excess is above 1, a bit each
+	// (the element at offset k from the chunk's start at word k/64):
+	// what the signature would otherwise judge every element again for
+	// (signature.Judged). failSet is the whole output's, made from the
+	// chunks' on merge once one of them fails.
+	maxFinite     float64
+	fail          [parallelChunk / 64]uint64
+	failSet       []uint64
+	specials      [len(specialValues)]Special
+	firstSpecial  [len(specialValues)]item
+	firstOverflow item
+	worst         elemHeap
 }
 
 // reset empties t for the next chunk, keeping its heap's storage.
@@ -81,6 +90,7 @@ func (t *tally) merge(c *tally, k int) {
 	t.maxULP = max(t.maxULP, c.maxULP)
 	t.floorMax = max(t.floorMax, c.floorMax)
 	t.maxExc = max(t.maxExc, c.maxExc)
+	t.maxFinite = max(t.maxFinite, c.maxFinite)
 	for v := range t.specials {
 		ts, cs := &t.specials[v], &c.specials[v]
 		if ts.Mismatch == 0 && cs.Mismatch > 0 {
@@ -93,6 +103,18 @@ func (t *tally) merge(c *tally, k int) {
 	for _, it := range c.worst.items {
 		t.push(it, k)
 	}
+}
+
+// mergeFailing copies chunk c's failing elements, the chunk starting at
+// element lo of an output of n, into t's bitmap of the whole output.
+func (t *tally) mergeFailing(c *tally, lo, n int) {
+	if c.overElems == 0 {
+		return
+	}
+	if t.failSet == nil {
+		t.failSet = make([]uint64, (n+63)/64)
+	}
+	copy(t.failSet[lo>>6:], c.fail[:])
 }
 
 // push offers it to the k worst elements.
@@ -185,6 +207,10 @@ func (t *tally) add(j *judge, i int, e *element) {
 	}
 	if exc > 1 {
 		t.overElems++
+		t.fail[(i&(parallelChunk-1))>>6] |= 1 << (i & 63)
+	}
+	if finite(exc) {
+		t.maxFinite = max(t.maxFinite, exc)
 	}
 	if exc > j.band {
 		t.beyondBand++
@@ -513,6 +539,7 @@ func (j *judge) tallyAll(n int, t *tally) error {
 			j.prepare(&c, lo, min(lo+parallelChunk, n), false)
 			j.tallyChunk(&c)
 			t.merge(&c.t, j.worstK)
+			t.mergeFailing(&c.t, lo, n)
 		}
 		return nil
 	}
@@ -530,6 +557,7 @@ func (j *judge) tallyAll(n int, t *tally) error {
 				j.tallyChunk(c) // with the equivalence rule, on this goroutine
 			}
 			t.merge(&c.t, j.worstK)
+			t.mergeFailing(&c.t, c.lo, n)
 		}
 	}
 	return nil

@@ -292,7 +292,13 @@ func (c Coord) Name() string { return string(c.Kind) }
 
 // Name returns every coordinate of idx: the axes, then the derived ones.
 func (c Coords) Name(idx []int) []Coord {
-	out := make([]Coord, 0, len(idx)+4)
+	return c.NameInto(make([]Coord, 0, len(idx)+4), idx)
+}
+
+// NameInto is Name appended to dst[:0], for a loop over many elements
+// that keeps no element's coordinates.
+func (c Coords) NameInto(dst []Coord, idx []int) []Coord {
+	out := dst[:0]
 	for d, v := range idx {
 		var kind CoordKind
 		if d < len(c.Axes) {

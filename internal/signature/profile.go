@@ -48,10 +48,10 @@ func (p *Profile) Coords() []CoordValues {
 		}
 		cv := CoordValues{Name: st.name, Kind: st.kind, Values: append([]int(nil), st.vals...)}
 		for _, v := range st.vals {
-			cv.Max = append(cv.Max, st.max[v])
-			cv.FiniteSum = append(cv.FiniteSum, st.finite[v])
-			cv.Count = append(cv.Count, st.count[v])
-			cv.Failing = append(cv.Failing, st.fail[v])
+			cv.Max = append(cv.Max, st.c(v).max)
+			cv.FiniteSum = append(cv.FiniteSum, st.c(v).finite)
+			cv.Count = append(cv.Count, st.c(v).count)
+			cv.Failing = append(cv.Failing, st.c(v).fail)
 		}
 		out = append(out, cv)
 	}
@@ -132,12 +132,20 @@ func NewProfile(o kernel.Output, excess kernel.Values, opt Options) *Profile {
 	if N == 0 {
 		return &Profile{N: 0, Rate: 1}
 	}
-	capped := excessCapper(excess, N, thr)
+	// With the comparison's own pass (Options.Judged), the elements of
+	// weight 0 are known without judging them, as in the signature's.
+	var capped func(float64) float64
+	var weighted []uint64
+	if j := opt.Judged; j != nil && thr == 1 && len(j.Failing) == (N+63)/64 {
+		capped, weighted = capperAt(j.MaxFinite, thr), j.Failing
+	} else {
+		capped = excessCapper(excess, N, thr)
+	}
 	weight := func(e float64) float64 {
 		if e > thr {
 			return 1 + math.Log(e/thr)
 		}
 		return 0
 	}
-	return collect(o, shape, N, excess.At, capped, weight, thr, maxElems, nil, true)
+	return collect(o, shape, N, excess.At, capped, weight, thr, maxElems, weighted, true)
 }

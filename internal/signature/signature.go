@@ -175,19 +175,102 @@ type Options struct {
 	// signature needs none (a swap or a constant factor is read from the
 	// values alone), with the heat map a report draws.
 	Profile bool
+	// Judged, when set, is what the comparison's own pass over every
+	// element already found, so that the signature reads the failing
+	// elements and a sample only, not every element again (issue 17: the
+	// signature's passes were two thirds of a failing cache check). It is
+	// used only with the default Threshold of 1, the one it was made for.
+	Judged *Judged
+}
+
+// Judged is what one pass over every element's excess found: the elements
+// whose excess is above 1 (a bit an element, element i at word i/64, bit
+// i%64) and the largest finite excess, NaN left out (0 when none).
+type Judged struct {
+	Failing   []uint64
+	MaxFinite float64
 }
 
 type coordStats struct {
-	name   string
-	kind   kernel.CoordKind
-	added  bool            // the parity signature adds, not a coordinate of the kernel's
-	vals   []int           // distinct values, ascending
-	count  map[int]float64 // elements (estimated when sampled)
-	mass   map[int]float64
-	fail   map[int]int
-	excess map[int]float64 // sum of (capped) excess over all elements
-	max    map[int]float64 // the largest excess, +Inf included
-	finite map[int]float64 // sum of the finite excess (estimated when sampled)
+	name  string
+	kind  kernel.CoordKind
+	added bool  // the parity signature adds, not a coordinate of the kernel's
+	vals  []int // distinct values, ascending
+	// The values' statistics: value v at dense[v] while values stay small
+	// and dense enough for an array (most coordinates: heads, pages,
+	// offsets, rows), the others in sparse. A map a statistic was most of
+	// a failing cache check's signature (issue 17).
+	dense    []valueStats
+	sparse   map[int]*valueStats
+	distinct int
+}
+
+// valueStats are one coordinate value's statistics.
+type valueStats struct {
+	count  float64 // elements (estimated when sampled)
+	mass   float64
+	excess float64 // sum of (capped) excess over all elements
+	max    float64 // the largest excess, +Inf included
+	finite float64 // sum of the finite excess (estimated when sampled)
+	fail   int
+	// seen: the value has statistics; maxSet: max holds one's excess
+	seen, maxSet bool
+}
+
+// denseValues bounds a coordinate's dense array. A value goes there when
+// it is below four times the number of distinct values seen (or below
+// 1<<16), so that a few large values never make a large array.
+const denseValues = 1 << 22
+
+// cell returns value v's statistics, made on first use.
+func (st *coordStats) cell(v int) *valueStats {
+	if v >= 0 && v < len(st.dense) {
+		c := &st.dense[v]
+		if !c.seen {
+			c.seen = true
+			st.distinct++
+		}
+		return c
+	}
+	if c, ok := st.sparse[v]; ok {
+		return c
+	}
+	st.distinct++
+	if v >= 0 && v < denseValues && v < max(1<<16, 4*st.distinct) {
+		grown := make([]valueStats, min(max(2*len(st.dense), v+1, 64), denseValues))
+		copy(grown, st.dense)
+		st.dense = grown
+		st.dense[v].seen = true
+		return &st.dense[v]
+	}
+	if st.sparse == nil {
+		st.sparse = map[int]*valueStats{}
+	}
+	c := &valueStats{seen: true}
+	st.sparse[v] = c
+	return c
+}
+
+// c returns the statistics of v, one of st.vals.
+func (st *coordStats) c(v int) *valueStats {
+	if v >= 0 && v < len(st.dense) {
+		return &st.dense[v]
+	}
+	return st.sparse[v]
+}
+
+// sortValues lists the values that have statistics, ascending.
+func (st *coordStats) sortValues() {
+	st.vals = st.vals[:0]
+	for v := range st.dense {
+		if st.dense[v].seen {
+			st.vals = append(st.vals, v)
+		}
+	}
+	for v := range st.sparse {
+		st.vals = append(st.vals, v)
+	}
+	sort.Ints(st.vals)
 }
 
 // Analyze finds the pattern in excess (err_i/tol_i for every element of o,
@@ -259,7 +342,16 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 		shape = []int{N}
 	}
 
-	capped := excessCapper(excess, N, thr)
+	judged := opt.Judged
+	if judged != nil && (thr != 1 || len(judged.Failing) != (N+63)/64) {
+		judged = nil // made for another threshold or another output
+	}
+	var capped func(float64) float64
+	if judged != nil {
+		capped = capperAt(judged.MaxFinite, thr)
+	} else {
+		capped = excessCapper(excess, N, thr)
+	}
 	// ex is the capped excess of element i.
 	ex := func(i int) float64 { return capped(excess.At(i)) }
 	// weight is an element's share of the excess mass, from its capped excess.
@@ -289,15 +381,31 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 	// at them alone need not judge every element again.
 	var sw, sw2 float64
 	failing := 0
-	failSet := make([]uint64, (N+63)/64)
-	for i := 0; i < N; i++ {
-		e := ex(i)
-		v := weight(e)
-		sw += v
-		sw2 += v * v
-		if e > thr {
-			failing++
-			failSet[i>>6] |= 1 << (i & 63)
+	var failSet []uint64
+	if judged != nil && !opt.Systematic {
+		// Off the failing elements every weight is 0, and adding 0 leaves
+		// a sum's bits as they were: the failing elements alone, in
+		// order, give the same sums as every element.
+		failSet = judged.Failing
+		for w, word := range failSet {
+			for ; word != 0; word &= word - 1 {
+				v := weight(ex(w<<6 + bits.TrailingZeros64(word)))
+				sw += v
+				sw2 += v * v
+				failing++
+			}
+		}
+	} else {
+		failSet = make([]uint64, (N+63)/64)
+		for i := 0; i < N; i++ {
+			e := ex(i)
+			v := weight(e)
+			sw += v
+			sw2 += v * v
+			if e > thr {
+				failing++
+				failSet[i>>6] |= 1 << (i & 63)
+			}
 		}
 	}
 	// failingSeq yields the failing elements in order.
@@ -414,8 +522,8 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 			var qBelow, eBelow float64
 			for j := 0; j < K-1; j++ {
 				v := st.vals[j]
-				qBelow += st.mass[v] / sw
-				eBelow += st.count[v] / float64(N)
+				qBelow += st.c(v).mass / sw
+				eBelow += st.c(v).count / float64(N)
 				choices := math.Log(float64(2 * (K - 1)))
 				consider(st, st.vals[:j+1], qBelow, eBelow, choices)
 				if st.vals[j+1] >= 2 {
@@ -425,8 +533,8 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 		}
 		order := append([]int(nil), st.vals...)
 		sort.SliceStable(order, func(a, b int) bool {
-			da := st.mass[order[a]] / st.count[order[a]]
-			db := st.mass[order[b]] / st.count[order[b]]
+			da := st.c(order[a]).mass / st.c(order[a]).count
+			db := st.c(order[b]).mass / st.c(order[b]).count
 			return da > db
 		})
 		var q, e float64
@@ -438,8 +546,8 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 		kmax := max(1, K/4)
 		for k := 1; k <= kmax; k++ {
 			v := order[k-1]
-			q += st.mass[v] / sw
-			e += st.count[v] / float64(N)
+			q += st.c(v).mass / sw
+			e += st.c(v).count / float64(N)
 			if e > 0.5 && !(q >= 1-1e-9 && float64(N)*(1-e) >= 16) {
 				break
 			}
@@ -628,24 +736,24 @@ func collect(o kernel.Output, shape []int, N int, raw func(int) float64, capped,
 		if st, ok := byName[name]; ok {
 			return st
 		}
-		st := &coordStats{name: name, kind: kind, count: map[int]float64{}, mass: map[int]float64{}, fail: map[int]int{}, excess: map[int]float64{},
-			max: map[int]float64{}, finite: map[int]float64{}}
+		st := &coordStats{name: name, kind: kind}
 		byName[name] = st
 		p.stats = append(p.stats, st)
 		return st
 	}
 	add := func(st *coordStats, v int, r, e, w, count float64) {
-		st.count[v] += count
-		st.mass[v] += w
-		st.excess[v] += count * e
-		if m, ok := st.max[v]; !ok || r > m || math.IsNaN(m) {
-			st.max[v] = r
+		c := st.cell(v)
+		c.count += count
+		c.mass += w
+		c.excess += count * e
+		if m := c.max; !c.maxSet || r > m || math.IsNaN(m) {
+			c.max, c.maxSet = r, true
 		}
 		if !math.IsInf(r, 0) && !math.IsNaN(r) {
-			st.finite[v] += count * r
+			c.finite += count * r
 		}
 		if e > thr {
-			st.fail[v]++
+			c.fail++
 		}
 	}
 	// A big tensor is sampled: every element that carries mass is kept,
@@ -673,6 +781,7 @@ func collect(o kernel.Output, shape []int, N int, raw func(int) float64, capped,
 	var byPos []*coordStats
 	gridMade := !withGrid
 	gx, gy := -1, -1 // the heat map's coordinates, by position among an element's
+	idx, coords := make([]int, len(shape)), []kernel.Coord(nil)
 	for i := 0; i < N; i++ {
 		if weighted != nil && rate < 1 && weighted[i>>6]>>(i&63)&1 == 0 && unitHash(uint64(i)) >= rate {
 			continue // weight 0 and not in the sample
@@ -687,8 +796,8 @@ func collect(o kernel.Output, shape []int, N int, raw func(int) float64, capped,
 			}
 			count = 1 / rate
 		}
-		idx := tensor.Unravel(i, shape)
-		coords := o.Coords.Name(idx)
+		tensor.UnravelInto(idx, i, shape)
+		coords = o.Coords.NameInto(coords, idx)
 		if !gridMade {
 			gridMade = true
 			if y, x := gridAxes(coords, shape); y >= 0 {
@@ -722,10 +831,7 @@ func collect(o kernel.Output, shape []int, N int, raw func(int) float64, capped,
 		}
 	}
 	for _, st := range p.stats {
-		for v := range st.count {
-			st.vals = append(st.vals, v)
-		}
-		sort.Ints(st.vals)
+		st.sortValues()
 	}
 	return p
 }
@@ -744,7 +850,7 @@ func trend(stats []*coordStats, N, maxGroups int) *Signature {
 		K := len(st.vals)
 		means := make([]float64, K)
 		for j, v := range st.vals {
-			means[j] = st.excess[v] / st.count[v]
+			means[j] = st.c(v).excess / st.c(v).count
 		}
 		rho := spearman(means)
 		q := max(K/4, 1)
@@ -761,7 +867,7 @@ func trend(stats []*coordStats, N, maxGroups int) *Signature {
 		step := max(1, (K+maxGroups-1)/maxGroups)
 		for j := 0; j < K; j += step {
 			v := st.vals[j]
-			groups = append(groups, Group{Value: v, Elements: st.count[v] / float64(N), Failing: st.fail[v], MeanExcess: means[j]})
+			groups = append(groups, Group{Value: v, Elements: st.c(v).count / float64(N), Failing: st.c(v).fail, MeanExcess: means[j]})
 		}
 		best = &Signature{
 			Pattern: GrowthWithContext,
@@ -866,14 +972,14 @@ var positionKinds = map[kernel.CoordKind]bool{kernel.KindContextLen: true, kerne
 
 func topGroups(st *coordStats, sw float64, N, maxGroups int) []Group {
 	vals := append([]int(nil), st.vals...)
-	sort.SliceStable(vals, func(a, b int) bool { return st.mass[vals[a]] > st.mass[vals[b]] })
+	sort.SliceStable(vals, func(a, b int) bool { return st.c(vals[a]).mass > st.c(vals[b]).mass })
 	if len(vals) > maxGroups {
 		vals = vals[:maxGroups]
 	}
 	g := make([]Group, len(vals))
 	for j, v := range vals {
-		g[j] = Group{Value: v, Share: st.mass[v] / sw, Elements: st.count[v] / float64(N),
-			Failing: st.fail[v], MeanExcess: st.excess[v] / st.count[v]}
+		g[j] = Group{Value: v, Share: st.c(v).mass / sw, Elements: st.c(v).count / float64(N),
+			Failing: st.c(v).fail, MeanExcess: st.c(v).excess / st.c(v).count}
 	}
 	return g
 }
@@ -1061,6 +1167,11 @@ func excessCapper(excess kernel.Values, N int, thr float64) func(float64) float6
 			maxFinite = max(maxFinite, e)
 		}
 	}
+	return capperAt(maxFinite, thr)
+}
+
+// capperAt is excessCapper's cap for a known largest finite excess.
+func capperAt(maxFinite, thr float64) func(float64) float64 {
 	capv := 10 * max(maxFinite, thr)
 	return func(e float64) float64 {
 		switch {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -662,5 +664,95 @@ func TestSuspectNamesFewFailures(t *testing.T) {
 		if sig := Analyze(o, kernel.Dense(excess), Options{Actual: act}); sig.Pattern != c.want {
 			t.Errorf("within 0.5 of 1000, actual %v: %s (%s), want %s", c.actual, sig.Pattern, sig.Detail, c.want)
 		}
+	}
+}
+
+// TestJudgedLikeFull: given the comparison's own record of which elements
+// fail and of the largest finite excess (Options.Judged), the signature
+// and the profile are what reading every element's excess again gives,
+// to the last bit: with infinite and NaN excess among the failures (the
+// cap on +Inf is the largest finite excess's), sampled (MaxElements) and
+// not, failing and passing. The record is made here by a loop of its own.
+func TestJudgedLikeFull(t *testing.T) {
+	const T, P = 1000, 16
+	pageEdge := func(idx []int, r *rand.Rand) float64 {
+		if idx[0]%P == 0 {
+			switch {
+			case idx[1] == 3:
+				return math.Inf(1)
+			case idx[1] == 5:
+				return math.NaN()
+			}
+			return 3 + 10*r.Float64()
+		}
+		return 0
+	}
+	split := func(idx []int, r *rand.Rand) float64 {
+		if idx[1] == 2 {
+			if idx[2] == 0 {
+				return math.Inf(1)
+			}
+			return 1.5 + r.Float64()
+		}
+		return 0
+	}
+	few := func(idx []int, r *rand.Rand) float64 {
+		if idx[0] == 17 && idx[1] < 3 {
+			return 50
+		}
+		return 0
+	}
+	tests := []struct {
+		name string
+		s    synth
+		opt  Options
+	}{
+		{"page edge, infinities and NaN", synth{shape: []int{T, 32}, axes: []kernel.CoordKind{"token", "latent"}, derived: paged(P, 8, T), bug: pageEdge}, Options{}},
+		{"page edge, sampled", synth{shape: []int{T, 32}, axes: []kernel.CoordKind{"token", "latent"}, derived: paged(P, 8, T), bug: pageEdge}, Options{MaxElements: 3000, Profile: true}},
+		{"one split, with the profile", synth{shape: []int{8, 4, 64}, axes: []kernel.CoordKind{"head", "split", "latent"}, bug: split}, Options{Profile: true}},
+		{"a few failures", synth{shape: []int{64, 64}, axes: []kernel.CoordKind{"row", "col"}, bug: few}, Options{Profile: true, MaxElements: 1000}},
+		{"none fail", synth{shape: []int{64, 64}, axes: []kernel.CoordKind{"row", "col"}}, Options{Profile: true}},
+		{"non-finite first", synth{shape: []int{T, 32}, axes: []kernel.CoordKind{"token", "latent"}, derived: paged(P, 8, T), bug: pageEdge}, Options{NonFinite: 62}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, ex := tt.s.build(11)
+			j := &Judged{Failing: make([]uint64, (len(ex)+63)/64)}
+			for i, e := range ex {
+				if e > 1 {
+					j.Failing[i/64] |= 1 << (i % 64)
+				}
+				if !math.IsInf(e, 0) && !math.IsNaN(e) && e > j.MaxFinite {
+					j.MaxFinite = e
+				}
+			}
+			full := tt.opt
+			wantSig, wantProf := AnalyzeProfile(o, kernel.Dense(ex), full)
+			judged := tt.opt
+			judged.Judged = j
+			gotSig, gotProf := AnalyzeProfile(o, kernel.Dense(ex), judged)
+			if diff := cmp.Diff(wantSig, gotSig, cmpopts.EquateNaNs()); diff != "" {
+				t.Errorf("signature with Judged differs (-full +judged):\n%s", diff)
+			}
+			if (wantProf == nil) != (gotProf == nil) {
+				t.Fatalf("profile: full %v, judged %v", wantProf != nil, gotProf != nil)
+			}
+			if wantProf != nil {
+				if diff := cmp.Diff(wantProf.Coords(), gotProf.Coords(), cmpopts.EquateNaNs()); diff != "" {
+					t.Errorf("profile with Judged differs (-full +judged):\n%s", diff)
+				}
+				wy, wx, wc, _ := wantProf.Grid()
+				gy, gx, gc, _ := gotProf.Grid()
+				if wy != gy || wx != gx || !cmp.Equal(wc, gc, cmpopts.EquateNaNs()) {
+					t.Errorf("heat map with Judged differs")
+				}
+			}
+			if tt.opt.Profile {
+				np, jp := NewProfile(o, kernel.Dense(ex), Options{MaxElements: tt.opt.MaxElements}), NewProfile(o, kernel.Dense(ex), Options{MaxElements: tt.opt.MaxElements, Judged: j})
+				if diff := cmp.Diff(np.Coords(), jp.Coords(), cmpopts.EquateNaNs()); diff != "" {
+					t.Errorf("NewProfile with Judged differs (-full +judged):\n%s", diff)
+				}
+			}
+		})
 	}
 }

@@ -186,13 +186,21 @@ func Strides(shape []int) []int {
 // Unravel turns a flat index into a multi-dimensional one.
 func Unravel(i int, shape []int) []int {
 	idx := make([]int, len(shape))
+	UnravelInto(idx, i, shape)
+	return idx
+}
+
+// UnravelInto is Unravel into idx (of len(shape)), for a loop over many
+// elements that keeps no index.
+func UnravelInto(idx []int, i int, shape []int) {
 	for d := len(shape) - 1; d >= 0; d-- {
 		if shape[d] > 0 {
 			idx[d] = i % shape[d]
 			i /= shape[d]
+		} else {
+			idx[d] = 0
 		}
 	}
-	return idx
 }
 
 // Float64At decodes element i exactly (every dtype here is exact in float64,
