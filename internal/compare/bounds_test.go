@@ -103,3 +103,128 @@ func compareBounds(t *testing.T, what string, got, want boundsBits) {
 		}
 	}
 }
+
+// plainValues hides every capability of a Values but Len and At: no
+// Settler, no Fork, no block reads.
+type plainValues struct{ v kernel.Values }
+
+func (p plainValues) Len() int         { return p.v.Len() }
+func (p plainValues) At(i int) float64 { return p.v.At(i) }
+
+// TestBoundsSettledRunsLikeValues: ThreeWay's passes over the runs a
+// cache reference vouches for as bytes (kernel.Settler), read from the
+// codes, give the bits the same passes give reading every value: the
+// aggregates, the explanation and every element's tolerance, for every
+// cache layout written or gathered, with the NaN, infinity, subnormals
+// and -0 the test caches hold, at GOMAXPROCS 1 and 8.
+func TestBoundsSettledRunsLikeValues(t *testing.T) {
+	outs := map[string]func(*testing.T, *rand.Rand) kernel.Output{}
+	for _, kind := range []string{"bf16", "fp16", "fp8_e4m3", "fp8_ds_mla", "fp8_ds_mla_model1"} {
+		outs["write/"+kind+"/u8"] = func(t *testing.T, r *rand.Rand) kernel.Output { return cacheWriteOutput(t, r, kind, true) }
+		if kind != "fp8_ds_mla_model1" { // no gather reads it
+			outs["gather/"+kind] = func(t *testing.T, r *rand.Rand) kernel.Output { return cacheGatherOutput(t, r, kind, "") }
+		}
+	}
+	outs["write/fp8_e4m3/typed"] = func(t *testing.T, r *rand.Rand) kernel.Output { return cacheWriteOutput(t, r, "fp8_e4m3", false) }
+	settledSeen := 0
+	for name, mk := range outs {
+		o := mk(t, rand.New(rand.NewPCG(5, uint64(len(name)))))
+		for p := 0; p < o.Exact.Len(); {
+			_, b, m := settledRun(o.Exact, o.Expected, p, o.Exact.Len()-p)
+			if b != nil {
+				settledSeen++
+			}
+			p += m
+		}
+		plain := o
+		plain.Exact, plain.Expected = plainValues{o.Exact}, plainValues{o.Expected}
+		exact := make(kernel.Dense, o.Exact.Len())
+		expected := make(kernel.Dense, o.Exact.Len())
+		for i := range exact {
+			exact[i], expected[i] = o.Exact.At(i), o.Expected.At(i)
+		}
+		want := boundsIn(plain, exact, expected)
+		for _, procs := range []int{1, 8} {
+			prev := runtime.GOMAXPROCS(procs)
+			got := boundsIn(o, exact, expected)
+			runtime.GOMAXPROCS(prev)
+			compareBounds(t, fmt.Sprintf("%s at GOMAXPROCS %d", name, procs), got, want)
+		}
+	}
+	if settledSeen == 0 {
+		t.Fatal("no output had a settled run: the test reads no codes")
+	}
+}
+
+// boundsIn is boundsOf in the output's own dtype.
+func boundsIn(o kernel.Output, exact, expected kernel.Dense) boundsBits {
+	b := ThreeWay{}.Bounds(o, o.DType)
+	a := b.Aggregate
+	out := boundsBits{
+		agg:         [4]uint64{math.Float64bits(a.RMSE), math.Float64bits(a.CosDiff), math.Float64bits(a.FloorRMSE), math.Float64bits(a.FloorCosDiff)},
+		explanation: b.Explanation,
+		tol:         make([]uint64, len(exact)),
+	}
+	for i := range exact {
+		out.tol[i] = math.Float64bits(b.Tol(i, exact[i], expected[i]))
+	}
+	return out
+}
+
+// halfSettled is Dense values of a [rows, cols] output that vouches for
+// half of every row as the BF16 bytes b (kernel.Settler), the first half
+// of even rows and the second of odd ones: every column mixes settled
+// runs and values with a floor, which no cache kernel makes today but the
+// passes must add alike.
+type halfSettled struct {
+	v    kernel.Dense
+	b    []byte
+	cols int
+}
+
+func (h halfSettled) Len() int         { return len(h.v) }
+func (h halfSettled) At(i int) float64 { return h.v[i] }
+func (h halfSettled) Settled(lo, n int) (tensor.DType, []byte, int) {
+	c, half := lo%h.cols, h.cols/2
+	end := half // the end of the run lo is in, within its row
+	if c >= half {
+		end = h.cols
+	}
+	m := min(n, end-c)
+	if settledAt(lo, h.cols) {
+		return tensor.BF16, h.b[2*lo : 2*(lo+m)], m
+	}
+	return "", nil, m
+}
+
+// settledAt: element i of a halfSettled output is vouched for as bytes.
+func settledAt(i, cols int) bool { return (i%cols < cols/2) == ((i/cols)%2 == 0) }
+
+// TestBoundsMixedSettledRuns: settled runs beside values with a floor in
+// the same rows and columns give the bits of reading every value.
+func TestBoundsMixedSettledRuns(t *testing.T) {
+	const rows, cols = 700, 48
+	r := rand.New(rand.NewPCG(9, 9))
+	n := rows * cols
+	exact, expected := make(kernel.Dense, n), make(kernel.Dense, n)
+	codes := tensor.New(tensor.BF16, n)
+	for i := range exact {
+		codes.SetFloat64(i, r.NormFloat64()*math.Exp2(float64(r.IntN(12)-6)))
+		exact[i] = codes.Float64At(i)
+		expected[i] = exact[i]
+		if !settledAt(i, cols) {
+			expected[i] = exact[i] * (1 + r.NormFloat64()*0x1p-8)
+		}
+	}
+	o := kernel.Output{Name: "y", Shape: []int{rows, cols}, DType: tensor.BF16, Reduction: 64,
+		Exact: halfSettled{exact, codes.Data, cols}, Expected: halfSettled{expected, codes.Data, cols}}
+	plain := o
+	plain.Exact, plain.Expected = plainValues{o.Exact}, plainValues{o.Expected}
+	want := boundsIn(plain, exact, expected)
+	for _, procs := range []int{1, 8} {
+		prev := runtime.GOMAXPROCS(procs)
+		got := boundsIn(o, exact, expected)
+		runtime.GOMAXPROCS(prev)
+		compareBounds(t, fmt.Sprintf("GOMAXPROCS %d", procs), got, want)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/parallel"
@@ -268,6 +269,32 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 			}
 		}
 		part.f2, part.x2, part.e2, part.cnt = f2, x2, e2, cnt
+	}, func(lo int, d tensor.DType, b []byte, part *boundsPart) {
+		// expected is exact here: every floor f is 0, and adding 0 to a
+		// sum of squares leaves its bits, so only the squares are added.
+		if sep && part.colF == nil {
+			part.colF, part.colCnt = make([]float64, C), make([]int32, C)
+		}
+		x2, e2, cnt := part.x2, part.e2, part.cnt
+		colCnt := part.colCnt
+		vals, sz := codeValues(d), d.Size()
+		r, c := lo/C, lo%C
+		for k, n := 0, len(b)/sz; k < n; k++ {
+			if x := vals[codeAt(b, sz, k)]; finite(x) {
+				if sep {
+					rowX[r] += x * x
+					rowCnt[r]++
+					colCnt[c]++
+				}
+				x2 += x * x
+				e2 += x * x
+				cnt++
+			}
+			if c++; c == C {
+				r, c = r+1, 0
+			}
+		}
+		part.x2, part.e2, part.cnt = x2, e2, cnt
 	}, parts)
 	var gF, normX2, normE2 float64
 	var cnt int
@@ -342,6 +369,28 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	for u := range parts {
 		parts[u] = boundsPart{}
 	}
+	// The spacing of every code of a settled run's dtype, made once for
+	// this output by the first settled run of that dtype.
+	var spacingMu sync.Mutex
+	spacingByCode := map[tensor.DType][]float64{}
+	settledSpacing := func(sd tensor.DType, spacing func(float64) float64) []float64 {
+		spacingMu.Lock()
+		defer spacingMu.Unlock()
+		if t, ok := spacingByCode[sd]; ok {
+			return t
+		}
+		vals := codeValues(sd)
+		t := make([]float64, len(vals))
+		for c, x := range vals {
+			if finite(x) {
+				if u := spacing(math.Abs(x)); !math.IsNaN(u) {
+					t[c] = u
+				}
+			}
+		}
+		spacingByCode[sd] = t
+		return t
+	}
 	units.run(func(lo int, xb, eb []float64, part *boundsPart) {
 		ulp2, acc2 := part.f2, part.x2
 		r, c := lo/C, lo%C
@@ -352,6 +401,24 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 				if math.IsNaN(ulp) {
 					ulp = 0
 				}
+				am := g * max(math.Abs(x), rowX[r])
+				ulp2 += ulp * ulp
+				acc2 += am * am
+			}
+			if c++; c == C {
+				r, c = r+1, 0
+			}
+		}
+		part.f2, part.x2 = ulp2, acc2
+	}, func(lo int, d tensor.DType, b []byte, part *boundsPart) {
+		ulp2, acc2 := part.f2, part.x2
+		vals, sz := codeValues(d), d.Size()
+		ulps := settledSpacing(d, spacing)
+		r, c := lo/C, lo%C
+		for k, n := 0, len(b)/sz; k < n; k++ {
+			code := codeAt(b, sz, k)
+			if x := vals[code]; finite(x) {
+				ulp := ulps[code]
 				am := g * max(math.Abs(x), rowX[r])
 				ulp2 += ulp * ulp
 				acc2 += am * am
@@ -441,8 +508,12 @@ func newBoundsUnits(o kernel.Output, R, C int, sep bool) boundsUnits {
 // run calls pass on every unit's elements a block at a time (read by
 // readPair, the same bits as At), with the unit's part to add to, on
 // GOMAXPROCS goroutines that each read forks of the values
-// (kernel.Fork), or on this one where they cannot be forked.
-func (us boundsUnits) run(pass func(lo int, xb, eb []float64, part *boundsPart), parts []boundsPart) {
+// (kernel.Fork), or on this one where they cannot be forked. Where
+// settled is set, a run of elements whose exact and expected values are
+// the same bytes of a dtype the byte passes decode (settledRun) goes to
+// it instead, as those bytes: a pass there makes the additions pass makes,
+// in the same order, from the codes.
+func (us boundsUnits) run(pass func(lo int, xb, eb []float64, part *boundsPart), settled func(lo int, d tensor.DType, b []byte, part *boundsPart), parts []boundsPart) {
 	workers := 0
 	if _, ok1 := kernel.Fork(us.o.Exact); !ok1 {
 		workers = 1
@@ -460,12 +531,74 @@ func (us boundsUnits) run(pass func(lo int, xb, eb []float64, part *boundsPart),
 		return func(u int) {
 			end := min((u+1)*us.size, us.total)
 			for lo := u * us.size; lo < end; lo += block {
-				xb, eb := xs[:min(block, end-lo)], es[:min(block, end-lo)]
-				readPair(exact, expected, lo, xb, eb)
-				pass(lo, xb, eb, &parts[u])
+				n := min(block, end-lo)
+				if settled == nil {
+					readPair(exact, expected, lo, xs[:n], es[:n])
+					pass(lo, xs[:n], es[:n], &parts[u])
+					continue
+				}
+				for p := lo; p < lo+n; {
+					d, b, m := settledRun(exact, expected, p, lo+n-p)
+					if b != nil {
+						settled(p, d, b, &parts[u])
+					} else {
+						readPair(exact, expected, p, xs[:m], es[:m])
+						pass(p, xs[:m], es[:m], &parts[u])
+					}
+					p += m
+				}
 			}
 		}
 	})
+}
+
+// settledRun returns the run of values from lo on (at most n) that exact
+// and expected settle alike (kernel.Settler), and, when both vouch there
+// for the same bytes of a dtype codeValues decodes, those bytes (nil
+// otherwise: the run is read as values).
+func settledRun(exact, expected kernel.Values, lo, n int) (tensor.DType, []byte, int) {
+	sx, ok1 := exact.(kernel.Settler)
+	se, ok2 := expected.(kernel.Settler)
+	if !ok1 || !ok2 {
+		return "", nil, n
+	}
+	dx, bx, mx := sx.Settled(lo, n)
+	de, be, me := se.Settled(lo, n)
+	m := max(min(mx, me, n), 1)
+	sz := dx.Size()
+	if bx == nil || be == nil || dx != de || !bulkDType(dx) || len(bx) < m*sz || len(be) < m*sz ||
+		(&bx[0] != &be[0] && !bytes.Equal(bx[:m*sz], be[:m*sz])) {
+		return "", nil, m
+	}
+	return dx, bx[:m*sz], m
+}
+
+// codeValues is every code's value of dtype d (one of bulkDType's), as
+// tensor.Float64At decodes it, indexed by the code.
+func codeValues(d tensor.DType) []float64 {
+	if d == tensor.BF16 {
+		bf16Once.Do(func() {
+			bf16Values = make([]float64, 1<<16)
+			for c := range bf16Values {
+				bf16Values[c] = float64(math.Float32frombits(uint32(c) << 16))
+			}
+		})
+		return bf16Values
+	}
+	return decodeTable(d)
+}
+
+var (
+	bf16Once   sync.Once
+	bf16Values []float64
+)
+
+// codeAt is code k of b, a run of codes of size sz (1 or 2 bytes).
+func codeAt(b []byte, sz, k int) int {
+	if sz == 1 {
+		return int(b[k])
+	}
+	return int(b[2*k]) | int(b[2*k+1])<<8
 }
 
 // readPair fills xb and eb with the exact and expected values from lo on,
