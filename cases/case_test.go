@@ -1,10 +1,12 @@
-package cases
+package cases_test
 
 import (
 	"fmt"
 	"math"
 	"strings"
 	"testing"
+
+	. "github.com/kcheck-dev/kcheck/cases"
 )
 
 func TestContextExpr(t *testing.T) {
@@ -23,9 +25,9 @@ func TestContextExpr(t *testing.T) {
 		{"131072", 64, 16, 131072},
 	}
 	for _, tc := range tests {
-		got, err := contextExpr(tc.expr, tc.p, tc.s)
+		got, err := ContextExpr(tc.expr, tc.p, tc.s)
 		if err != nil || got != tc.want {
-			t.Errorf("contextExpr(%q, P=%d, S=%d) = %d, %v; want %d", tc.expr, tc.p, tc.s, got, err, tc.want)
+			t.Errorf("ContextExpr(%q, P=%d, S=%d) = %d, %v; want %d", tc.expr, tc.p, tc.s, got, err, tc.want)
 		}
 	}
 	for _, bad := range []struct {
@@ -42,8 +44,8 @@ func TestContextExpr(t *testing.T) {
 		{"-9223372036854775807-2", 64, "overflows"},
 		{"9223372036854775807+1-1", 64, "overflows"},
 	} {
-		if got, err := contextExpr(bad.expr, bad.p, 1); err == nil || !strings.Contains(err.Error(), bad.want) {
-			t.Errorf("contextExpr(%q, P=%d) = %d, %v; want an error saying %q", bad.expr, bad.p, got, err, bad.want)
+		if got, err := ContextExpr(bad.expr, bad.p, 1); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("ContextExpr(%q, P=%d) = %d, %v; want an error saying %q", bad.expr, bad.p, got, err, bad.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package cases
+package cases_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	. "github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/bounded"
 )
 

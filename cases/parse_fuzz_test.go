@@ -1,9 +1,11 @@
-package cases
+package cases_test
 
 import (
 	"sort"
 	"strings"
 	"testing"
+
+	. "github.com/kcheck-dev/kcheck/cases"
 )
 
 // FuzzParse feeds the case-file parser arbitrary bytes (a user's --cases
@@ -15,7 +17,7 @@ import (
 //
 //	go test -run='^$' -fuzz='^FuzzParse$' -fuzztime=10m -parallel 1 ./cases
 func FuzzParse(f *testing.F) {
-	f.Add(catalogJSON)
+	f.Add(CatalogJSON)
 	for _, s := range []string{
 		`{"cases":[{"name":"a","kernel":"kv_cache_write"}]}`,
 		`{"cases":[{"name":"a","kernel":"mla_decode","splits":1000000,"seq_lens":[2147483647]}]}`,

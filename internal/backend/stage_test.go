@@ -1,10 +1,11 @@
-package backend
+package backend_test
 
 import (
 	"context"
 	"strings"
 	"testing"
 
+	. "github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )

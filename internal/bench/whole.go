@@ -215,13 +215,14 @@ func Captures(specs []WholeSpec, s Size) []Capture {
 }
 
 // GeneratorPackages are the packages whose code decides a capture's bytes:
-// the case builder, the backends (the reference and the planted faults,
-// with the references they import) and the file writer. Their sources are
-// hashed into each capture's key, so a change there makes new captures and
-// a change anywhere else (the checker above all) reuses the old ones. The
+// the case builder, the backends, the kernel families (their adapters,
+// generators and planted faults, with the references they import) and the
+// file writer. Their sources are hashed into each capture's key, so a
+// change there makes new captures and a change anywhere else (the checker
+// above all) reuses the old ones. The
 // command line around them (internal/cli) is not hashed; `make bench-clean`
 // drops every capture.
-var GeneratorPackages = []string{"./cases", "./internal/backend", "./internal/faults", "./internal/safetensors"}
+var GeneratorPackages = []string{"./cases", "./internal/backend", "./internal/faults", "./internal/kernels/all", "./internal/safetensors"}
 
 // GeneratorHash hashes the Go and embedded files of GeneratorPackages and
 // of every package of this module they import, run in the module's root.

@@ -1,15 +1,21 @@
-// Package faults is the catalog of planted bugs: each a small, documented
-// corruption of a reference kernel that mirrors a class of bug seen in
-// public engines (a swapped nibble order, a page off-by-one, a mixed-up LSE
-// base...). They exist so kcheck can prove, on any machine, that it detects
-// real bugs and attributes them to the right stage. `--backend faulty:NAME`
-// runs the catalog's reference with one fault planted.
+// Package faults is the framework of kcheck's catalog of planted bugs:
+// each a small, documented corruption of a reference kernel that mirrors a
+// class of bug seen in public engines (a swapped nibble order, a page
+// off-by-one, a mixed-up LSE base...). They exist so kcheck can prove, on
+// any machine, that it detects real bugs and attributes them to the right
+// stage. `--backend faulty:NAME` runs the catalog's reference with one
+// fault planted.
 //
 // A fault is one mechanism with four optional hooks applied around the
 // reference: corrupt the inputs the kernel reads, the parameters it
 // believes, the precision it computes at, or the outputs it writes. Kernels
 // a fault does not name run correctly, so a pipeline run through a faulty
 // backend corrupts only the fault's own stage.
+//
+// The faults themselves live beside their kernels, in each family's folder
+// under internal/kernels, and Register themselves there as the kernels do:
+// a program that needs the whole catalog (the faulty backend, `kcheck
+// faults`) imports internal/kernels/all. This package imports no family.
 package faults
 
 import (
@@ -57,6 +63,33 @@ type Fault struct {
 	// every input of its kernels does ("an fp8_e4m3 cache"): what a run in
 	// which it does not fire says.
 	Needs string `json:"needs,omitempty"`
+	// Signatures are the signatures the fault leaves, at least one on each
+	// kernel it lives in: the catalog's signature table, declared beside
+	// the fault so that a fault cannot join the catalog without saying
+	// what `kcheck check` must call it (signatures_test.go judges every
+	// row and fails a kernel of a fault that has none).
+	Signatures []Expect `json:"-"`
+}
+
+// Expect is the signature a fault leaves on one case: the pattern
+// `kcheck check` names on one output's check, and the kind of coordinate
+// that shows it.
+type Expect struct {
+	// On is the case judged (On.Case.Kernel is the kernel); nil is the
+	// fault's own trigger.
+	On *Trigger
+	// Tensor is the output whose check carries the signature.
+	Tensor string
+	// Pattern is the signature's pattern, one of internal/signature's
+	// names, spelled out as kernels spell their suspects' (signature's
+	// tests run every family, so no family imports it).
+	Pattern string
+	// Coord is the kind of coordinate that shows the pattern: "" for a
+	// pattern in the values themselves, or for none.
+	Coord kernel.CoordKind
+	// Why says, where the pattern is generic ("uniform", "concentrated")
+	// or surprising, why that is what the fault genuinely does.
+	Why string
 }
 
 // Trigger is a configuration that makes a fault visible: a case, and for
@@ -226,7 +259,7 @@ func (f *Fault) Run(ctx context.Context, k kernel.Kernel, in kernel.Inputs) (map
 	}
 	run := kernel.Inputs{Tensors: in.Tensors, Params: in.Params}
 	if f.Params != nil {
-		run.Params = f.Params(clone(in.Params))
+		run.Params = f.Params(CloneParams(in.Params))
 	}
 	if f.Inputs != nil {
 		ts := make(map[string]*tensor.Tensor, len(in.Tensors))
@@ -250,14 +283,6 @@ func (f *Fault) Run(ctx context.Context, k kernel.Kernel, in kernel.Inputs) (map
 		}
 	}
 	return out, nil
-}
-
-func clone(p kernel.Params) kernel.Params {
-	c := kernel.Params{}
-	for k, v := range p {
-		c[k] = v
-	}
-	return c
 }
 
 // Backend runs the reference with one fault planted.
@@ -305,6 +330,3 @@ func init() {
 		return Backend{Fault: f}, nil
 	})
 }
-
-// replaced returns a copy of t with the same dtype and shape, for hooks that corrupt data.
-func replaced(t *tensor.Tensor) *tensor.Tensor { return t.Clone() }

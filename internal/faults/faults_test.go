@@ -1,4 +1,4 @@
-package faults
+package faults_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/kcheck-dev/kcheck/cases"
 	"github.com/kcheck-dev/kcheck/internal/backend"
 	"github.com/kcheck-dev/kcheck/internal/check"
+	. "github.com/kcheck-dev/kcheck/internal/faults"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 )
 
@@ -63,6 +64,16 @@ func TestEveryFaultFailsItsTrigger(t *testing.T) {
 			}
 		})
 	}
+}
+
+// triggerOf is a copy of the named fault's trigger case.
+func triggerOf(t *testing.T, name string) cases.Case {
+	t.Helper()
+	f, err := Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.Trigger.Case
 }
 
 func reasons(r check.Result) string {
@@ -154,9 +165,12 @@ func TestFaultsSayWhenTheyCannotShow(t *testing.T) {
 			}
 		})
 	}
-	bf16Write := kvCase("kv_cache_write", "bf16", nil)
-	onPage := mlaCase(1)
-	onPage.SeqLens = []int{32, 16} // contexts that end on page boundaries
+	// fp8_scale_ignored's trigger over a bf16 cache, and page_tail_attended's
+	// over contexts that end on page boundaries.
+	bf16Write := triggerOf(t, "fp8_scale_ignored")
+	bf16Write.KVCacheDType = "bf16"
+	onPage := triggerOf(t, "page_tail_attended")
+	onPage.SeqLens = []int{32, 16}
 	for _, tc := range []struct {
 		fault string
 		c     cases.Case

@@ -1,5 +1,5 @@
 //go:build !race
 
-package faults
+package faults_test
 
 const raceEnabled = false

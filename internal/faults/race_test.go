@@ -1,6 +1,6 @@
 //go:build race
 
-package faults
+package faults_test
 
 // raceEnabled: the race detector slows each trigger's whole check about
 // tenfold, so the fault tables run a sample under it (one row a kernel for

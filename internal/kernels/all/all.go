@@ -1,6 +1,7 @@
-// Package all imports every kernel family, so that each registers itself:
-// the one list of kcheck's kernels. A program or test that looks kernels
-// up by name imports it for its side effect.
+// Package all imports every kernel family, so that each registers itself,
+// its kernels and its planted faults: the one list of kcheck's kernels and
+// of the fault catalog. A program or test that looks kernels or faults up
+// by name (the faulty backend included) imports it for its side effect.
 package all
 
 import (

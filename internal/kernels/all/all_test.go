@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kcheck-dev/kcheck/internal/faults"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 )
 
@@ -83,5 +84,31 @@ func TestSpecsAreComplete(t *testing.T) {
 				t.Errorf("kernel %s: parameter %s defaults to %q, which it does not allow (%v)", s.Name, p.Name, p.Default, p.Allowed)
 			}
 		}
+	}
+}
+
+// unplanted lists the kernels of ks that no fault of fs lives in.
+func unplanted(ks []kernel.Kernel, fs []*faults.Fault) []string {
+	var missing []string
+	for _, k := range ks {
+		if !slices.ContainsFunc(fs, func(f *faults.Fault) bool { return f.Affects(k.Spec().Name) }) {
+			missing = append(missing, k.Spec().Name)
+		}
+	}
+	return missing
+}
+
+// Every kernel has a planted fault: each family registers its faults from
+// its own folder, and a family whose faults were not registered (a file
+// lost in a move, an init dropped) would shrink the catalog without a word.
+// The catalog is what proves, on any machine, that kcheck catches a bug in
+// each kernel.
+func TestEveryKernelHasAFault(t *testing.T) {
+	for _, name := range unplanted(kernel.All(), faults.All()) {
+		t.Errorf("kernel %s: no planted fault lives in it", name)
+	}
+	bare := &kernel.Adapter{Contract: kernel.Spec{Name: "bare_kernel"}}
+	if got := unplanted([]kernel.Kernel{bare}, faults.All()); !slices.Equal(got, []string{"bare_kernel"}) {
+		t.Errorf("unplanted(bare_kernel) = %v, want it named", got)
 	}
 }

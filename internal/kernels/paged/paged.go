@@ -182,3 +182,25 @@ var (
 	DSMLAScaleParam = ParamSpec{Name: "ds_mla_scale", Kind: ParamEnum, Default: string(kvcache.ScaleAmax), Allowed: kvcache.ScaleConventions,
 		Doc: "how a DeepSeek cache entry's tile scales are chosen from the tile's amax: amax, pow2 (FlashMLA's tests) or pow2_amax_floor (vLLM's V4 writer); the default is amax for fp8_ds_mla, pow2 for fp8_ds_mla_model1 and pow2_amax_floor for fp8_ds_mla_v41"}
 )
+
+// CacheGeometry returns the block count, page size and entry width (values
+// a row, or bytes for fp8_ds_mla) of a cache tensor name [NB, P, entry],
+// the page size read from the page_size parameter (default P): what the
+// planted faults of every paged kernel (the cache writes, the decodes, the
+// transfer) address a cache by.
+func CacheGeometry(t *tensor.Tensor, p Params, name string) (nb, page, entry int, err error) {
+	if len(t.Shape) != 3 {
+		return 0, 0, 0, fmt.Errorf("tensor %s has shape %v; want [NB, P, entry]", name, t.Shape)
+	}
+	page, err = p.Int("page_size", t.Shape[1])
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if page <= 0 {
+		return 0, 0, 0, fmt.Errorf("parameter page_size = %d: want a positive page size", page)
+	}
+	return t.Shape[0], page, t.Shape[2], nil
+}
+
+// EntryBytes is the byte size of one cache entry of t [NB, P, entry].
+func EntryBytes(t *tensor.Tensor) int { return t.Shape[2] * t.DType.Size() }

@@ -1,4 +1,4 @@
-package faults
+package dsa
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/kcheck-dev/kcheck/cases"
+	"github.com/kcheck-dev/kcheck/internal/faults"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -13,7 +14,7 @@ import (
 // The DSA lightning indexer (stage attn), DeepSeek-V3.2's token selector.
 
 func init() {
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "indexer_weights_ignored", Stage: kernel.StageAttn, Kernels: []string{"dsa_indexer"},
 		BugClass: "lightning-indexer head weights not applied (engines fold the softmax scale and per-head gates into them): every indexer head votes equally and top-k selects other tokens",
 		Doc:      "The indexer sums relu(q_h·k_t) over heads without the per-head weights w_h, as a kernel that expects weights already folded into q would.",
@@ -27,11 +28,14 @@ func init() {
 			}
 			return in, nil
 		},
-		Trigger: &Trigger{Case: cases.Case{Name: "trigger/dsa_indexer", Kernel: "dsa_indexer", Preset: "glm-5", Heads: 8,
+		Trigger: &faults.Trigger{Case: cases.Case{Name: "trigger/dsa_indexer", Kernel: "dsa_indexer", Preset: "glm-5", Heads: 8,
 			SeqLens: []int{40, 70}, PageSize: 16, TopK: 16, Seed: 105}},
 		NotSimulated: "the simulated decoder attends densely and runs no indexer; the trigger and the shipped example capture show this fault",
+		Signatures: []faults.Expect{
+			{Tensor: "scores", Pattern: "uniform", Why: "every head's weight is wrong, so every score is"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "indexer_fp8_cache_interleaved", Stage: kernel.StageAttn, Kernels: []string{"dsa_indexer"},
 		Needs:    "k_cache_dtype = fp8_e4m3 (vLLM's block-split indexer cache)",
 		BugClass: "vLLM's fp8 indexer cache read as if each token's 128 codes and its scale were interleaved ([Dk+4] bytes a token, as the [NB, P, 1, 132] view suggests) instead of block-split (every code of the block, then every scale)",
@@ -46,7 +50,7 @@ func init() {
 			if kc.Shape[2] != dk+4 {
 				return in, nil
 			}
-			out := replaced(kc)
+			out := kc.Clone()
 			block := pg * (dk + 4)
 			for blk := 0; blk < nb; blk++ {
 				src, dst := kc.Data[blk*block:(blk+1)*block], out.Data[blk*block:(blk+1)*block]
@@ -58,20 +62,27 @@ func init() {
 			in["k_cache"] = out
 			return in, nil
 		},
-		Trigger: &Trigger{Case: cases.Case{Name: "trigger/dsa_indexer/fp8", Kernel: "dsa_indexer", Preset: "glm-5", Heads: 8,
+		Trigger: &faults.Trigger{Case: cases.Case{Name: "trigger/dsa_indexer/fp8", Kernel: "dsa_indexer", Preset: "glm-5", Heads: 8,
 			SeqLens: []int{40, 70}, PageSize: 16, TopK: 16, Seed: 106, Params: map[string]string{"k_cache_dtype": "fp8_e4m3"}}},
 		NotSimulated: "the simulated decoder attends densely and runs no indexer; the trigger shows this fault",
+		Signatures: []faults.Expect{
+			{Tensor: "scores", Pattern: "non_finite", Why: "every scale is four code bytes read as an F32: those with a high exponent overflow the score to inf"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "indexer_causal_ignored", Stage: kernel.StageAttn, Kernels: []string{"dsa_indexer"},
 		Needs:    "next_n > 1 (an MTP step's query rows) and a request with tokens after its first query's position",
 		BugClass: "the lightning indexer's next_n causal limit dropped: in an MTP (speculative) decode step each query row sees the whole context, the draft tokens after its own position included, so top-k picks tokens the query must not see",
 		Doc: "Every query row n of a request scores all seq_len tokens instead of the t < seq_len - next_n + n + 1 it may see " +
 			"(vLLM's mask k < context_len and k <= q_offset), as a kernel handed one context length a request and no per-row limit would.",
 		Outputs: causalIgnoredOutputs,
-		Trigger: &Trigger{Case: cases.Case{Name: "trigger/dsa_indexer/next_n", Kernel: "dsa_indexer", Preset: "glm-5", Heads: 8,
+		Trigger: &faults.Trigger{Case: cases.Case{Name: "trigger/dsa_indexer/next_n", Kernel: "dsa_indexer", Preset: "glm-5", Heads: 8,
 			SeqLens: []int{40, 70}, PageSize: 16, TopK: 16, Seed: 107, Params: map[string]string{"next_n": "3"}}},
 		NotSimulated: "the simulated decoder attends densely and runs no indexer; the trigger shows this fault",
+		Signatures: []faults.Expect{
+			{Tensor: "scores", Pattern: "future_tokens_visible", Why: "finite scores where the row's causal limit wants -inf, each the score of a future token"},
+			{Tensor: "topk_indices", Pattern: "future_tokens_visible", Why: "the rows' top-k hold future tokens"},
+		},
 	})
 }
 
@@ -87,7 +98,7 @@ func causalIgnoredOutputs(ctx context.Context, in kernel.Inputs, out map[string]
 	if bt == nil || sl == nil || len(bt.Shape) != 2 {
 		return fmt.Errorf("tensors block_table and seq_lens missing or misshapen")
 	}
-	lens, table, mb := ints(sl), ints(bt), bt.Shape[1]
+	lens, table, mb := faults.Ints(sl), faults.Ints(bt), bt.Shape[1]
 	if len(sl.Shape) == 2 { // per-row lengths: the request's context is its longest row's
 		req := make([]int64, sl.Shape[0])
 		for i, v := range lens {
@@ -107,9 +118,9 @@ func causalIgnoredOutputs(ctx context.Context, in kernel.Inputs, out map[string]
 	}
 	ts["seq_lens"] = tensor.FromInt64s(sl.DType, []int{len(rowLens)}, rowLens)
 	ts["block_table"] = tensor.FromInt64s(bt.DType, []int{len(rowLens), mb}, rowTable)
-	params := clone(in.Params)
+	params := faults.CloneParams(in.Params)
 	params["next_n"] = "1"
-	res, err := reproduce(ctx, "dsa_indexer", in.Params, kernel.Inputs{Tensors: ts, Params: params}, out)
+	res, err := faults.Reproduce(ctx, "dsa_indexer", in.Params, kernel.Inputs{Tensors: ts, Params: params}, out)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package faults
+package nvfp4
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/kcheck-dev/kcheck/cases"
+	"github.com/kcheck-dev/kcheck/internal/faults"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/nvfp4"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -21,7 +22,7 @@ var nvfp4Kernels = []string{"nvfp4_quantize", "nvfp4_dequantize", "nvfp4_gemm"}
 
 // swapNibbles exchanges the two FP4 codes of every byte.
 func swapNibbles(t *tensor.Tensor) *tensor.Tensor {
-	c := replaced(t)
+	c := t.Clone()
 	for i, b := range c.Data {
 		c.Data[i] = b<<4 | b>>4
 	}
@@ -60,7 +61,7 @@ func smallCase(kern string, m, n, k int, params map[string]string) cases.Case {
 }
 
 func init() {
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "nibble_order", Stage: kernel.StageQuant, Kernels: nvfp4Kernels,
 		BugClass: "FP4 packing with element 2i in the HIGH nibble (ModelOpt, vLLM and FlashInfer put it in the low one)",
 		Doc: "The quantizer packs element 2i in the high nibble, and the dequantizer and the GEMM's weight loader read it from " +
@@ -81,9 +82,14 @@ func init() {
 			}
 			return nil
 		},
-		Trigger: &Trigger{Case: smallCase("nvfp4_quantize", 16, 0, 256, nil)},
+		Trigger: &faults.Trigger{Case: smallCase("nvfp4_quantize", 16, 0, 256, nil)},
+		Signatures: []faults.Expect{
+			{Tensor: "packed", Pattern: "alternating_nibbles", Coord: kernel.KindByte},
+			{On: &faults.Trigger{Case: smallCase("nvfp4_dequantize", 16, 0, 256, nil)}, Tensor: "out", Pattern: "alternating_nibbles", Coord: kernel.KindCol},
+			{On: &faults.Trigger{Case: smallCase("nvfp4_gemm", 16, 64, 256, nil)}, Tensor: "out", Pattern: "uniform", Why: "the GEMM sums each output over all of K: swapped neighbours in the weights reach every output element alike"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "global_scale_inverted", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_dequantize", "nvfp4_gemm"},
 		BugClass: "global scale applied in the wrong direction: ModelOpt's weight_scale_2 (amax/2688, multiply) taken for vLLM's gs (2688/amax, divide) or the reverse",
 		Doc:      "The kernel divides by a dequant-direction global scale (or multiplies by a quant-direction one), scaling every output by g^2 or 1/g^2.",
@@ -93,9 +99,13 @@ func init() {
 			}
 			return p
 		},
-		Trigger: &Trigger{Case: smallCase("nvfp4_dequantize", 16, 0, 256, nil)},
+		Trigger: &faults.Trigger{Case: smallCase("nvfp4_dequantize", 16, 0, 256, nil)},
+		Signatures: []faults.Expect{
+			{Tensor: "out", Pattern: "constant_factor"},
+			{On: &faults.Trigger{Case: smallCase("nvfp4_gemm", 16, 64, 256, nil)}, Tensor: "out", Pattern: "constant_factor"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "swizzled_scales_read_linear", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_dequantize", "nvfp4_gemm"},
 		Needs:    "scale_layout = swizzled_128x4",
 		BugClass: "block scales in the CUTLASS 128x4 swizzled layout read as a row-major [M, K/16] array",
@@ -130,10 +140,14 @@ func init() {
 			}
 			return in, nil
 		},
-		Trigger:  &Trigger{Case: smallCase("nvfp4_gemm", 16, 64, 256, map[string]string{"scale_layout": "swizzled_128x4"})},
+		Trigger:  &faults.Trigger{Case: smallCase("nvfp4_gemm", 16, 64, 256, map[string]string{"scale_layout": "swizzled_128x4"})},
 		Simulate: map[string]string{"scale-layout": "swizzled_128x4"},
+		Signatures: []faults.Expect{
+			{On: &faults.Trigger{Case: smallCase("nvfp4_dequantize", 16, 0, 256, map[string]string{"scale_layout": "swizzled_128x4"})}, Tensor: "out", Pattern: "zeros", Why: "read linearly, most blocks take a scale from the zeroed padding"},
+			{Tensor: "out", Pattern: "uniform", Why: "every block's scale is another's, and the GEMM sums them all into every output"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "e4m3_subnormal_scale_flushed", Stage: kernel.StageQuant, Kernels: nvfp4Kernels,
 		Needs:    "block scales in E4M3's subnormal range (below 2^-6): blocks whose amax is about 3e4 times below the global scale's",
 		BugClass: "E4M3 block scales in the subnormal range (below 2^-6) flushed to zero: an FTZ conversion path, or a hand-written decoder without the subnormal branch",
@@ -146,7 +160,7 @@ func init() {
 				if !ok {
 					continue
 				}
-				c := replaced(sc)
+				c := sc.Clone()
 				for i, b := range c.Data {
 					if isSubnormalE4M3(b) {
 						c.Data[i] = 0
@@ -166,7 +180,7 @@ func init() {
 			}
 			sw := in.Params.String("scale_layout", "linear") == "swizzled_128x4"
 			rows, kSF := pk.Shape[0], pk.Shape[1]*2/nvfp4.BlockSize
-			sc, pk = replaced(sc), replaced(pk)
+			sc, pk = sc.Clone(), pk.Clone()
 			for m := 0; m < rows; m++ {
 				for k := 0; k < kSF; k++ {
 					i := scaleIndex(sw, m, k, kSF)
@@ -187,8 +201,8 @@ func init() {
 		// tensor's amax (set by the other rows and the generator's outlier
 		// channel) by ~5e4 and more: their block scales land on E4M3
 		// subnormals 2^-9..7·2^-9.
-		Trigger: &Trigger{Case: smallCase("nvfp4_quantize", 16, 0, 256, nil), Shape: func(in kernel.Inputs) (kernel.Inputs, error) {
-			x := replaced(in.Tensors["x"])
+		Trigger: &faults.Trigger{Case: smallCase("nvfp4_quantize", 16, 0, 256, nil), Shape: func(in kernel.Inputs) (kernel.Inputs, error) {
+			x := in.Tensors["x"].Clone()
 			k := x.Shape[1]
 			for r := 0; r < 4; r++ {
 				for j := 0; j < k; j++ {
@@ -199,8 +213,14 @@ func init() {
 			return in, nil
 		}},
 		Simulate: map[string]string{"act-calib": "100000"},
+		Signatures: []faults.Expect{
+			{Tensor: "packed", Pattern: "zeros", Why: "the flushed scale zeroes the block's codes"},
+			{Tensor: "block_scale", Pattern: "zeros", Why: "the flushed scales themselves"},
+			{On: &faults.Trigger{Case: smallCase("nvfp4_dequantize", 16, 0, 256, nil), Shape: subnormalScales}, Tensor: "out", Pattern: "zeros"},
+			{On: &faults.Trigger{Case: smallCase("nvfp4_gemm", 16, 64, 256, nil), Shape: subnormalScales}, Tensor: "out", Pattern: "zeros", Why: "a's row 0 reads as zeros, so does its output row"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "fused_shard_global_scale", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_gemm"},
 		Needs:    "the two halves of b's rows (the fused shards) with different amax, so that their own global scales would differ",
 		BugClass: "a fused GEMM (gate/up, or DeepSeek's fused q_a/kv_a) whose checkpoint shards carry their own weight_scale_2, run with the first shard's global scale for both",
@@ -216,11 +236,11 @@ func init() {
 			if err != nil || r == 1 {
 				return err
 			}
-			o = replaced(o)
+			o = o.Clone()
 			m, n := o.Shape[0], o.Shape[1]
 			for i := 0; i < m; i++ {
 				for j := n / 2; j < n; j++ {
-					rewrite(o, i*n+j, o.Float64At(i*n+j)*r)
+					o.SetFloat64(i*n+j, o.Float64At(i*n+j)*r)
 				}
 			}
 			out["out"] = o
@@ -229,8 +249,8 @@ func init() {
 		// The second half of B's rows gets block scales twice as large
 		// (E4M3 code + 8 is one binade up): the "up" shard's weights are
 		// twice the "gate" shard's.
-		Trigger: &Trigger{Case: smallCase("nvfp4_gemm", 16, 64, 256, nil), Shape: func(in kernel.Inputs) (kernel.Inputs, error) {
-			sc := replaced(in.Tensors["b_scale"])
+		Trigger: &faults.Trigger{Case: smallCase("nvfp4_gemm", 16, 64, 256, nil), Shape: func(in kernel.Inputs) (kernel.Inputs, error) {
+			sc := in.Tensors["b_scale"].Clone()
 			n := in.Tensors["b_packed"].Shape[0]
 			half := len(sc.Data) / n * (n / 2)
 			for i := half; i < len(sc.Data); i++ {
@@ -241,8 +261,11 @@ func init() {
 			in.Tensors["b_scale"] = sc
 			return in, nil
 		}},
+		Signatures: []faults.Expect{
+			{Tensor: "out", Pattern: "constant_factor", Why: "the second shard's rows come out scaled by the ratio of the two global scales"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "zero_block_nan", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_quantize"},
 		Needs:    "an all-zero 16-element block of x",
 		BugClass: "no guard for an all-zero block: the block's scale comes out of 0/0 (TensorRT-LLM's and vLLM's quantizers test SFValue != 0 for this reason)",
@@ -258,7 +281,7 @@ func init() {
 			sw := in.Params.String("scale_layout", "linear") == "swizzled_128x4"
 			rows, k := x.Shape[0], x.Shape[1]
 			kSF := k / nvfp4.BlockSize
-			sc = replaced(sc)
+			sc = sc.Clone()
 			for m := 0; m < rows; m++ {
 				for b := 0; b < kSF; b++ {
 					zero := true
@@ -274,8 +297,8 @@ func init() {
 			return nil
 		},
 		// Block 3 of every row is zeroed (a dead channel group).
-		Trigger: &Trigger{Case: smallCase("nvfp4_quantize", 16, 0, 256, nil), Shape: func(in kernel.Inputs) (kernel.Inputs, error) {
-			x := replaced(in.Tensors["x"])
+		Trigger: &faults.Trigger{Case: smallCase("nvfp4_quantize", 16, 0, 256, nil), Shape: func(in kernel.Inputs) (kernel.Inputs, error) {
+			x := in.Tensors["x"].Clone()
 			k := x.Shape[1]
 			for r := 0; r < x.Shape[0]; r++ {
 				for j := 3 * nvfp4.BlockSize; j < 4*nvfp4.BlockSize; j++ {
@@ -285,8 +308,11 @@ func init() {
 			in.Tensors["x"] = x
 			return in, nil
 		}},
+		Signatures: []faults.Expect{
+			{Tensor: "block_scale", Pattern: "scale_block", Coord: kernel.KindScaleBlock},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "scale_padding_uninitialised", Stage: kernel.StageQuant, Kernels: []string{"nvfp4_quantize", "nvfp4_gemm"},
 		Needs:    "a tiled scale_layout with padding: for the quantizer swizzled_128x4 or swizzled_8x4 with M not a multiple of the tile's rows (128 or 8) or K/16 not a multiple of 4; for the GEMM swizzled_128x4 with K/16 not a multiple of 4",
 		BugClass: "swizzled scale buffer allocated with torch.empty and its padding never zeroed, read by a GEMM whose last K tile spans the padded scale columns",
@@ -302,7 +328,7 @@ func init() {
 			if sc, ok := out["block_scale"]; ok {
 				x := in.Tensors["x"]
 				rows, kSF := x.Shape[0], x.Shape[1]/nvfp4.BlockSize
-				sc = replaced(sc)
+				sc = sc.Clone()
 				for off := range sc.Data {
 					if m, k := lay.Position(off, kSF); m >= rows || k >= kSF {
 						sc.Data[off] = 0xFF
@@ -319,12 +345,12 @@ func init() {
 				if err != nil {
 					return err
 				}
-				o = replaced(o)
+				o = o.Clone()
 				m, n := o.Shape[0], o.Shape[1]
 				for i := 0; i < m; i++ {
 					for j := 0; j < n; j++ {
 						if aNaN[i] || bNaN[j] {
-							rewrite(o, i*n+j, nan)
+							o.SetFloat64(i*n+j, math.NaN())
 						}
 					}
 				}
@@ -334,9 +360,9 @@ func init() {
 		},
 		// K = 80: 5 scale columns padded to 8. The activation scales'
 		// padding holds 0xFF, as an unzeroed buffer would.
-		Trigger: &Trigger{Case: smallCase("nvfp4_gemm", 16, 64, 80, map[string]string{"scale_layout": "swizzled_128x4"}),
+		Trigger: &faults.Trigger{Case: smallCase("nvfp4_gemm", 16, 64, 80, map[string]string{"scale_layout": "swizzled_128x4"}),
 			Shape: func(in kernel.Inputs) (kernel.Inputs, error) {
-				sc := replaced(in.Tensors["a_scale"])
+				sc := in.Tensors["a_scale"].Clone()
 				rows, kSF := in.Tensors["a_packed"].Shape[0], in.Tensors["a_packed"].Shape[1]*2/nvfp4.BlockSize
 				for off := range sc.Data {
 					if m, k := nvfp4.SwizzledPosition(off, kSF); m < rows && k >= kSF {
@@ -347,6 +373,10 @@ func init() {
 				return in, nil
 			}},
 		Simulate: map[string]string{"scale-layout": "swizzled_128x4"},
+		Signatures: []faults.Expect{
+			{On: &faults.Trigger{Case: smallCase("nvfp4_quantize", 16, 0, 256, map[string]string{"scale_layout": "swizzled_128x4"})}, Tensor: "block_scale", Pattern: "padding", Coord: kernel.KindPadding},
+			{Tensor: "out", Pattern: "non_finite", Why: "the garbage in the padding is NaN, summed into every output of the rows that read it"},
+		},
 	})
 }
 
@@ -411,4 +441,22 @@ func shardRatio(in kernel.Inputs) (float64, error) {
 		return 1, nil
 	}
 	return amax[0] / amax[1], nil
+}
+
+// subnormalScales sets row 0's block scales to the E4M3 subnormal 3·2^-9,
+// as a small activation under a large global scale gets them: the
+// signature cases of e4m3_subnormal_scale_flushed on the readers.
+func subnormalScales(in kernel.Inputs) (kernel.Inputs, error) {
+	for _, pair := range scaleOperands[:2] {
+		sc, ok := in.Tensors[pair[0]]
+		if !ok {
+			continue
+		}
+		c := sc.Clone()
+		for j := 0; j < sc.Shape[len(sc.Shape)-1]; j++ {
+			c.Data[j] = 0x03
+		}
+		in.Tensors[pair[0]] = c
+	}
+	return in, nil
 }

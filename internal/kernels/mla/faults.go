@@ -1,4 +1,4 @@
-package faults
+package mla
 
 import (
 	"context"
@@ -6,11 +6,24 @@ import (
 	"math"
 
 	"github.com/kcheck-dev/kcheck/cases"
+	"github.com/kcheck-dev/kcheck/internal/faults"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/kernels/paged"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
 // Attention faults (stage attn): the MLA decode kernels.
+
+// latentDim is the L of a q tensor [.., D] as the decode kernels read it:
+// the latent_dim parameter, else D - 64 when D > 64.
+func latentDim(q *tensor.Tensor, p kernel.Params) (int, error) {
+	d := q.Shape[len(q.Shape)-1]
+	l := d
+	if d > 64 {
+		l = d - 64
+	}
+	return p.Int("latent_dim", l)
+}
 
 var decodeKernels = []string{"mla_decode", "mla_decode_sparse"}
 
@@ -26,55 +39,39 @@ func mlaCase(sq int) cases.Case {
 		SeqLens: []int{37, 20}, PageSize: 16, KVCacheDType: "bf16", Splits: 4, Seed: 103}
 }
 
-// axisView locates index i of axis ax in a row-major tensor: the tensor is
-// outer x n x inner elements with n = shape[ax].
-func axisView(shape []int, ax int) (outer, n, inner int) {
-	outer, inner = 1, 1
-	for d, s := range shape {
-		switch {
-		case d < ax:
-			outer *= s
-		case d > ax:
-			inner *= s
-		}
-	}
-	return outer, shape[ax], inner
+// denseOn and sparseOn are the signature cases on each decode: a trigger
+// case edited for a pattern the triggers are too small to show.
+func denseOn(sq int, edit func(*cases.Case)) *faults.Trigger {
+	c := mlaCase(sq)
+	edit(&c)
+	return &faults.Trigger{Case: c}
 }
 
-// takeAxis returns index i of axis ax of t, keeping the axis (size 1).
-func takeAxis(t *tensor.Tensor, ax, i int) *tensor.Tensor {
-	outer, n, inner := axisView(t.Shape, ax)
-	shape := append([]int(nil), t.Shape...)
-	shape[ax] = 1
-	r := tensor.New(t.DType, shape...)
-	es := t.DType.Size() * inner
-	for o := 0; o < outer; o++ {
-		copy(r.Data[o*es:(o+1)*es], t.Data[(o*n+i)*es:(o*n+i+1)*es])
-	}
-	return r
+func sparseOn(edit func(*cases.Case)) *faults.Trigger {
+	c := mlaCase(1)
+	c.Kernel, c.Name, c.TopK = "mla_decode_sparse", "trigger/mla_decode_sparse", 16
+	edit(&c)
+	return &faults.Trigger{Case: c}
 }
 
-// putAxis stores src (axis ax of size 1) at index i of axis ax of dst.
-func putAxis(dst *tensor.Tensor, ax, i int, src *tensor.Tensor) {
-	outer, n, inner := axisView(dst.Shape, ax)
-	es := dst.DType.Size() * inner
-	for o := 0; o < outer; o++ {
-		copy(dst.Data[(o*n+i)*es:(o*n+i+1)*es], src.Data[o*es:(o+1)*es])
-	}
-}
-
-// swapAxis exchanges indices a and b of axis ax in place.
-func swapAxis(t *tensor.Tensor, ax, a, b int) {
-	ta, tb := takeAxis(t, ax, a), takeAxis(t, ax, b)
-	putAxis(t, ax, a, tb)
-	putAxis(t, ax, b, ta)
-}
+// Case edits for the patterns; each says what the pattern needs.
+var (
+	// manyContexts: a growth needs at least four context lengths (the
+	// triggers have two requests).
+	manyContexts = func(c *cases.Case) { c.SeqLens = []int{2, 5, 9, 20, 50, 120, 300, 700} }
+	// manyAttended: the same for a sparse decode, whose context is the
+	// slots it attends, at most top-k of them.
+	manyAttended = func(c *cases.Case) { manyContexts(c); c.TopK = 1024 }
+	// manyHeads: two heads of four are half the elements, which no
+	// concentration may be; sixteen heads (TP 8) leave two an eighth.
+	manyHeads = func(c *cases.Case) { c.TP = 8 }
+)
 
 // headAxis is the head axis of each decode output.
 var headAxis = map[string]int{"out": 2, "lse": 1, "partial_out": 2, "partial_lse": 2}
 
 func init() {
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "softmax_scale_default", Stage: kernel.StageAttn, Kernels: decodeKernels,
 		Needs:    "a request that attends at least one token",
 		BugClass: "softmax scale left at FlashMLA's default 576^-0.5 instead of the model's qk_head_dim^-0.5·mscale^2 (0.1352 for DeepSeek-V3)",
@@ -83,9 +80,13 @@ func init() {
 			p["softmax_scale"] = fmt.Sprint(flashMLADefaultScale)
 			return p
 		},
-		Trigger: &Trigger{Case: mlaCase(1)},
+		Trigger: &faults.Trigger{Case: mlaCase(1)},
+		Signatures: []faults.Expect{
+			{On: denseOn(1, manyContexts), Tensor: "out", Pattern: "growth_with_context", Coord: kernel.KindContextLen},
+			{On: sparseOn(manyAttended), Tensor: "out", Pattern: "growth_with_context", Coord: kernel.KindContextLen},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "rope_dropped", Stage: kernel.StageAttn, Kernels: decodeKernels,
 		Needs:    "a request that attends at least one token",
 		BugClass: "decoupled rope part dropped from the scores: q·k over the L latent columns only (a kernel sized for L, a cache view without k_pe)",
@@ -100,7 +101,7 @@ func init() {
 				return nil, err
 			}
 			d := q.Shape[len(q.Shape)-1]
-			c := replaced(q)
+			c := q.Clone()
 			for i := 0; i < c.Len(); i++ {
 				if i%d >= l {
 					c.SetFloat64(i, 0)
@@ -109,9 +110,13 @@ func init() {
 			in["q"] = c
 			return in, nil
 		},
-		Trigger: &Trigger{Case: mlaCase(1)},
+		Trigger: &faults.Trigger{Case: mlaCase(1)},
+		Signatures: []faults.Expect{
+			{On: denseOn(1, manyContexts), Tensor: "out", Pattern: "growth_with_context", Coord: kernel.KindContextLen},
+			{On: sparseOn(manyAttended), Tensor: "out", Pattern: "growth_with_context", Coord: kernel.KindContextLen},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "page_tail_attended", Stage: kernel.StageAttn, Kernels: []string{"mla_decode"},
 		Needs:    "a context that ends inside a page (seq_len not a multiple of page_size, page_size > 1)",
 		BugClass: "partially filled last page attended to its end: the loop bound rounded up to whole pages instead of masking at seq_len",
@@ -122,17 +127,17 @@ func init() {
 			if sl == nil || bt == nil || len(bt.Shape) != 2 {
 				return in, nil
 			}
-			_, page, _, err := cacheGeometry(in["kv_cache"], p, "kv_cache")
+			_, page, _, err := paged.CacheGeometry(in["kv_cache"], p, "kv_cache")
 			if err != nil {
 				return nil, err
 			}
-			lens := ints(sl)
+			lens := faults.Ints(sl)
 			for b, n := range lens {
 				lens[b] = min((n+int64(page)-1)/int64(page)*int64(page), int64(bt.Shape[1]*page))
 			}
 			in["seq_lens"] = tensor.FromInt64s(sl.DType, sl.Shape, lens)
 			if sb, ok := in["split_bounds"]; ok && len(sb.Shape) == 2 {
-				bounds := ints(sb)
+				bounds := faults.Ints(sb)
 				s1 := sb.Shape[1]
 				for b := range lens {
 					bounds[b*s1+s1-1] = lens[b]
@@ -141,18 +146,24 @@ func init() {
 			}
 			return in, nil
 		},
-		Trigger: &Trigger{Case: mlaCase(1)},
+		Trigger: &faults.Trigger{Case: mlaCase(1)},
+		Signatures: []faults.Expect{
+			{Tensor: "out", Pattern: "non_finite", Why: "the tail past seq_len holds NaN-poisoned slots, attended by every row of the request"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "causal_mask_top_left", Stage: kernel.StageAttn, Kernels: []string{"mla_decode"},
 		Needs:    "s_q > 1 (causal = true) with a context longer than s_q",
 		BugClass: "causal mask aligned top-left (FlashAttention before 2.1) instead of bottom-right for s_q > 1 (MTP, speculative decoding)",
 		Doc: "Query i of s_q sees tokens 0..i instead of the first seq_len - s_q + 1 + i: with a long context every speculative " +
 			"query attends only the first few tokens. Decode with s_q = 1 is unaffected.",
 		Outputs: topLeftOutputs,
-		Trigger: &Trigger{Case: mlaCase(2)}, Simulate: map[string]string{"s-q": "2"},
+		Trigger: &faults.Trigger{Case: mlaCase(2)}, Simulate: map[string]string{"s-q": "2"},
+		Signatures: []faults.Expect{
+			{On: denseOn(2, manyContexts), Tensor: "out", Pattern: "growth_with_context", Coord: kernel.KindContextLen},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "bf16_accumulation", Stage: kernel.StageAttn, Kernels: decodeKernels,
 		Needs:    "a request that attends at least one token",
 		BugClass: "reductions accumulated in bf16 instead of fp32 (an MMA accumulator or a PV sum declared bf16)",
@@ -161,9 +172,13 @@ func init() {
 			p.Acc = tensor.BF16
 			return p
 		},
-		Trigger: &Trigger{Case: mlaCase(1)},
+		Trigger: &faults.Trigger{Case: mlaCase(1)},
+		Signatures: []faults.Expect{
+			{On: denseOn(1, manyContexts), Tensor: "out", Pattern: "growth_with_context", Coord: kernel.KindContextLen},
+			{On: sparseOn(manyAttended), Tensor: "out", Pattern: "growth_with_context", Coord: kernel.KindContextLen},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "heads_swapped", Stage: kernel.StageAttn, Kernels: decodeKernels,
 		Needs:    "at least two heads and a request that attends at least one token",
 		BugClass: "head index slip in the output addressing: two heads' outputs exchanged (a head-group tiling that writes head pairs crossed)",
@@ -174,13 +189,17 @@ func init() {
 				if !ok || len(t.Shape) <= ax || t.Shape[ax] < 2 {
 					continue
 				}
-				t = replaced(t)
-				swapAxis(t, ax, 0, 1)
+				t = t.Clone()
+				faults.SwapAxis(t, ax, 0, 1)
 				out[name] = t
 			}
 			return nil
 		},
-		Trigger: &Trigger{Case: mlaCase(1)},
+		Trigger: &faults.Trigger{Case: mlaCase(1)},
+		Signatures: []faults.Expect{
+			{On: denseOn(1, manyHeads), Tensor: "out", Pattern: "head_group", Coord: kernel.KindHead},
+			{On: sparseOn(manyHeads), Tensor: "out", Pattern: "head_group", Coord: kernel.KindHead},
+		},
 	})
 }
 
@@ -196,11 +215,11 @@ func topLeftOutputs(ctx context.Context, in kernel.Inputs, out map[string]*tenso
 		return nil
 	}
 	for name, t := range out {
-		out[name] = replaced(t)
+		out[name] = t.Clone()
 	}
-	params := clone(in.Params)
+	params := faults.CloneParams(in.Params)
 	params["causal"] = "false"
-	lens := ints(sl)
+	lens := faults.Ints(sl)
 	for i := 0; i < q.Shape[1]; i++ {
 		ts := map[string]*tensor.Tensor{}
 		for name, t := range in.Tensors {
@@ -208,13 +227,13 @@ func topLeftOutputs(ctx context.Context, in kernel.Inputs, out map[string]*tenso
 				ts[name] = t
 			}
 		}
-		ts["q"] = takeAxis(q, 1, i)
+		ts["q"] = faults.TakeAxis(q, 1, i)
 		li := make([]int64, len(lens))
 		for b, n := range lens {
 			li[b] = min(n, int64(i+1))
 		}
 		ts["seq_lens"] = tensor.FromInt64s(sl.DType, sl.Shape, li)
-		res, err := reproduce(ctx, "mla_decode", in.Params, kernel.Inputs{Tensors: ts, Params: params}, out)
+		res, err := faults.Reproduce(ctx, "mla_decode", in.Params, kernel.Inputs{Tensors: ts, Params: params}, out)
 		if err != nil {
 			return err
 		}
@@ -225,7 +244,7 @@ func topLeftOutputs(ctx context.Context, in kernel.Inputs, out map[string]*tenso
 				ax = 2
 			}
 			if r, ok := res[name]; ok {
-				putAxis(t, ax, i, r)
+				faults.PutAxis(t, ax, i, r)
 			}
 		}
 	}

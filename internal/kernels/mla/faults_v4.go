@@ -1,9 +1,10 @@
-package faults
+package mla
 
 import (
 	"context"
 
 	"github.com/kcheck-dev/kcheck/cases"
+	"github.com/kcheck-dev/kcheck/internal/faults"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -24,7 +25,7 @@ func v4SparseCase() cases.Case {
 }
 
 func init() {
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "model1_read_interleaved", Stage: kernel.StageAttn, Kernels: []string{"mla_decode_sparse"},
 		Needs:    "a DeepSeek-V4 cache (kv_cache_dtype = fp8_ds_mla_model1) with pages of more than one token",
 		BugClass: "DeepSeek-V4's block-split cache read token by token: entry s at bytes s*584 (the V3.2 656-byte layout's addressing), where FlashMLA stores a block's 576-byte data rows first and its 8-byte scale rows after",
@@ -43,10 +44,13 @@ func init() {
 			in["kv_cache"] = kvcache.ReadInterleaved(c)
 			return in, nil
 		},
-		Trigger:      &Trigger{Case: v4SparseCase()},
+		Trigger:      &faults.Trigger{Case: v4SparseCase()},
 		NotSimulated: "the simulated decoder runs the dense decode over V3-shaped caches, which has no DeepSeek-V4 layout",
+		Signatures: []faults.Expect{
+			{Tensor: "out", Pattern: "block_split_read_interleaved", Why: "every row reads garbage, so no position shows it: the kernel's suspect (the decode over the cache read token by token) does"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "model1_value_latent_only", Stage: kernel.StageAttn, Kernels: []string{"mla_decode_sparse"},
 		Needs:    "a DeepSeek-V4 decode (kv_cache_dtype = fp8_ds_mla_model1 or fp8_ds_mla_v41, V = the whole 512-dim row)",
 		BugClass: "DeepSeek-V4's value taken as the latent part only (V3.2's V = the first L dims): the 64 rope dims of each row left out of the PV product",
@@ -58,7 +62,7 @@ func init() {
 			if !ok || !kvcache.Kind(in.Params.String("kv_cache_dtype", "")).V4() || len(o.Shape) != 4 || o.Shape[3] != kvcache.M1Nope+kvcache.M1Rope {
 				return nil
 			}
-			r := replaced(o)
+			r := o.Clone()
 			v := o.Shape[3]
 			for i := 0; i < r.Len(); i++ {
 				if i%v >= kvcache.M1Nope {
@@ -68,41 +72,10 @@ func init() {
 			out["out"] = r
 			return nil
 		},
-		Trigger:      &Trigger{Case: v4SparseCase()},
+		Trigger:      &faults.Trigger{Case: v4SparseCase()},
 		NotSimulated: "the simulated decoder runs the dense decode over V3-shaped caches, which has no DeepSeek-V4 layout",
-	})
-}
-
-func init() {
-	Register(&Fault{
-		Name: "v41_written_block_split", Stage: kernel.StageCache, Kernels: writeKernel,
-		Needs:    "a DeepSeek-V4.1 cache (kv_cache_dtype = fp8_ds_mla_v41) with pages of more than one token",
-		BugClass: "DeepSeek-V4.1 cache written in FlashMLA's pre-2026.09.30 block-split order (a page's 512-byte data rows, then its 16-byte scale rows) for a reader of today's interleaved order: the same 528 bytes a token, so nothing refuses it",
-		Doc: "The writer puts token t of a block at data offset 512t and scale offset 512P + 16t of its block, as V4.1 " +
-			"was laid out before FlashMLA's 2026.09.30 release (vllm 0.33.0 vllm/third_party/flashmla/" +
-			"flash_mla_interface.py:123-126: 'a cache written in the old layout is NOT rejected, it is misread').",
-		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
-			after, before := out["cache_after"], in.Tensors["cache_before"]
-			if after == nil || before == nil || in.Params.String("kv_cache_dtype", "") != string(kvcache.FP8DSMLAV41) ||
-				len(after.Shape) != 3 || after.Shape[2] != kvcache.V41EntryBytes || len(before.Data) != len(after.Data) {
-				return nil
-			}
-			lay := kvcache.Layout{Kind: kvcache.FP8DSMLAV41, PageSize: after.Shape[1]}
-			r := replaced(before)
-			r.DType = after.DType
-			for _, s := range ints(in.Tensors["slot_mapping"]) {
-				if s < 0 || int(s) >= after.Shape[0]*after.Shape[1] {
-					continue
-				}
-				for col := 0; col < kvcache.V41EntryBytes; col++ {
-					r.Data[lay.OldV41Offset(int(s), col)] = after.Data[int(s)*kvcache.V41EntryBytes+col]
-				}
-			}
-			out["cache_after"] = r
-			return nil
+		Signatures: []faults.Expect{
+			{Tensor: "out", Pattern: "zeros", Why: "the rope columns 448..511 of out (part = rope) are left at zero"},
 		},
-		Trigger: &Trigger{Case: cases.Case{Name: "trigger/kv_cache_write/v41", Kernel: "kv_cache_write", Preset: "deepseek-v4",
-			KVCacheDType: string(kvcache.FP8DSMLAV41), PageSize: 16, SeqLens: []int{37, 20}, Seed: 105}},
-		NotSimulated: "the simulated decoder writes V3-shaped caches, which have no DeepSeek-V4.1 layout",
 	})
 }

@@ -1,10 +1,11 @@
-package faults
+package splitk
 
 import (
 	"context"
 	"math"
 
 	"github.com/kcheck-dev/kcheck/cases"
+	"github.com/kcheck-dev/kcheck/internal/faults"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -21,8 +22,17 @@ func combineCase() cases.Case {
 		Batch: 2, Splits: 4, Latent: 64, Seed: 104}
 }
 
-// partials reads partial_out [N, S, L] and partial_lse [N, S].
-func partials(in kernel.Inputs) (po, pl []float64, n, s, l int, ok bool) {
+// manyRows is the signature case: with the trigger's eight rows every row
+// may use all four splits; 64 rows give rows with empty splits and rows
+// without, which a split-count pattern needs.
+func manyRows() *faults.Trigger {
+	c := combineCase()
+	c.Batch = 16
+	return &faults.Trigger{Case: c}
+}
+
+// partialsOf reads partial_out [N, S, L] and partial_lse [N, S].
+func partialsOf(in kernel.Inputs) (po, pl []float64, n, s, l int, ok bool) {
 	pot, plt := in.Tensors["partial_out"], in.Tensors["partial_lse"]
 	if pot == nil || plt == nil || len(pot.Shape) != 3 || plt.Len() != pot.Shape[0]*pot.Shape[1] {
 		return nil, nil, 0, 0, 0, false
@@ -31,7 +41,7 @@ func partials(in kernel.Inputs) (po, pl []float64, n, s, l int, ok bool) {
 }
 
 func init() {
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "lse_base_mixed", Stage: kernel.StageCombine, Kernels: combineKernel,
 		Needs:    "more than one split (S > 1) with partial lse that differ",
 		BugClass: "LSE base mixed up: base-2 partial LSEs (FlashInfer, log2e-scaled kernels) combined as natural logs, or the reverse",
@@ -44,19 +54,22 @@ func init() {
 			}
 			return p
 		},
-		Trigger: &Trigger{Case: combineCase()},
+		Trigger: &faults.Trigger{Case: combineCase()},
+		Signatures: []faults.Expect{
+			{On: manyRows(), Tensor: "out", Pattern: "split_count", Coord: kernel.KindSplitsUsed},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "empty_split_nan", Stage: kernel.StageCombine, Kernels: combineKernel,
 		BugClass: "empty split turned into NaN: exp(-inf - (-inf)) where a split that saw no token is rescaled by its own running max",
 		Doc: "A row with an empty split (lse -inf: context shorter than the split layout, or a causal row) comes out NaN, out " +
 			"and lse, instead of being weighted 0.",
 		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
-			_, pl, n, s, l, ok := partials(in)
+			_, pl, n, s, l, ok := partialsOf(in)
 			if !ok {
 				return nil
 			}
-			o, lse := replaced(out["out"]), replaced(out["lse"])
+			o, lse := out["out"].Clone(), out["lse"].Clone()
 			for r := 0; r < n; r++ {
 				empty := false
 				for k := 0; k < s; k++ {
@@ -66,26 +79,29 @@ func init() {
 					continue
 				}
 				for j := 0; j < l; j++ {
-					rewrite(o, r*l+j, nan)
+					o.SetFloat64(r*l+j, math.NaN())
 				}
-				rewrite(lse, r, nan)
+				lse.SetFloat64(r, math.NaN())
 			}
 			out["out"], out["lse"] = o, lse
 			return nil
 		},
-		Trigger: &Trigger{Case: combineCase()},
+		Trigger: &faults.Trigger{Case: combineCase()},
+		Signatures: []faults.Expect{
+			{On: manyRows(), Tensor: "out", Pattern: "split_count", Coord: kernel.KindSplitsUsed},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "unweighted_average", Stage: kernel.StageCombine, Kernels: combineKernel,
 		Needs:    "more than one split (S > 1) with partial lse that differ",
 		BugClass: "split partials averaged with equal weights, ignoring their LSEs",
 		Doc:      "out = mean of the non-empty splits' partial outputs instead of their softmax-weighted sum; the LSE is right, the output is not.",
 		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
-			po, pl, n, s, l, ok := partials(in)
+			po, pl, n, s, l, ok := partialsOf(in)
 			if !ok {
 				return nil
 			}
-			o := replaced(out["out"])
+			o := out["out"].Clone()
 			for r := 0; r < n; r++ {
 				used := 0
 				sum := make([]float64, l)
@@ -102,15 +118,18 @@ func init() {
 					if used > 0 {
 						v /= float64(used)
 					}
-					rewrite(o, r*l+j, v)
+					o.SetFloat64(r*l+j, v)
 				}
 			}
 			out["out"] = o
 			return nil
 		},
-		Trigger: &Trigger{Case: combineCase()},
+		Trigger: &faults.Trigger{Case: combineCase()},
+		Signatures: []faults.Expect{
+			{On: manyRows(), Tensor: "out", Pattern: "split_count", Coord: kernel.KindSplitsUsed},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "stale_partial", Stage: kernel.StageCombine, Kernels: combineKernel,
 		BugClass: "combine reads a split's partial before the attention kernel wrote it (missing dependency, double-buffer index slip): the workspace's previous content",
 		Doc: "Split 0's partial output is read as the workspace held it before this step (zeros here, as on first use), while " +
@@ -120,11 +139,14 @@ func init() {
 			if po == nil || len(po.Shape) != 3 {
 				return in, nil
 			}
-			c := replaced(po)
-			putAxis(c, 1, 0, tensor.New(po.DType, po.Shape[0], 1, po.Shape[2]))
+			c := po.Clone()
+			faults.PutAxis(c, 1, 0, tensor.New(po.DType, po.Shape[0], 1, po.Shape[2]))
 			in["partial_out"] = c
 			return in, nil
 		},
-		Trigger: &Trigger{Case: combineCase()},
+		Trigger: &faults.Trigger{Case: combineCase()},
+		Signatures: []faults.Expect{
+			{On: manyRows(), Tensor: "out", Pattern: "split_count", Coord: kernel.KindSplitsUsed, Why: "split 0's partial reads as zeros: the rows that combine two or more splits fail, those with at most one are right here"},
+		},
 	})
 }

@@ -1,4 +1,4 @@
-package faults
+package kvcache
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 	"math"
 
 	"github.com/kcheck-dev/kcheck/cases"
+	"github.com/kcheck-dev/kcheck/internal/faults"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/kernels/paged"
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -35,9 +37,6 @@ const (
 	int32LimitParam = "kcheck.fault.int32_limit"
 )
 
-// EngineTensors lists the extra inputs of a page-table-driven write.
-var EngineTensors = []string{engineBlockTable, engineBatch, enginePositions}
-
 var writeKernel = []string{"kv_cache_write"}
 
 // kvCase is a quick cache case for triggers: two requests over pages of 16
@@ -51,22 +50,57 @@ func kvCase(kern, dtype string, params map[string]string) cases.Case {
 	return c
 }
 
-// slotBytes is the byte size of one cache entry of t [NB, P, entry].
-func slotBytes(t *tensor.Tensor) int { return t.Shape[2] * t.DType.Size() }
+// f32Scalar is an F32 tensor of shape [].
+func f32Scalar(v float64) *tensor.Tensor {
+	return tensor.FromFloat64s(tensor.F32, []int{}, []float64{v})
+}
+
+// scalarOf reads the single value of a [] or [1] tensor, naming it on error.
+func scalarOf(in map[string]*tensor.Tensor, name string) (float64, error) {
+	t, ok := in[name]
+	if !ok {
+		return 0, fmt.Errorf("tensor %s is missing", name)
+	}
+	v, err := t.Scalar()
+	if err != nil {
+		return 0, fmt.Errorf("tensor %s: %v", name, err)
+	}
+	return v, nil
+}
+
+// withSlots replaces slot_mapping by slots. Where two tokens now aim at one
+// slot, the later one wins and the earlier is dropped (a GPU race the last
+// writer wins here; the reference writer refuses duplicates).
+func withSlots(in map[string]*tensor.Tensor, slots []int64) {
+	last := map[int64]int{}
+	for i, s := range slots {
+		if s >= 0 {
+			last[s] = i
+		}
+	}
+	out := make([]int64, len(slots))
+	for i, s := range slots {
+		out[i] = s
+		if s >= 0 && last[s] != i {
+			out[i] = -1
+		}
+	}
+	in["slot_mapping"] = tensor.FromInt64s(tensor.I64, []int{len(out)}, out)
+}
 
 func init() {
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "negative_slot_wraps", Stage: kernel.StageCache, Kernels: writeKernel,
 		Needs:    "a padded token (a negative slot_mapping entry)",
 		BugClass: "padded tokens' slot -1 written through PyTorch indexing (index_put wraps -1 to the last element) instead of being skipped",
 		Doc: "Tokens with slot_mapping = -1 (CUDA-graph padding) are written to slot NB*P-1, the cache's last entry, as " +
 			"`cache.view(-1, D)[slot_mapping] = kv` does: whichever sequence owns the last block loses its last token.",
 		Inputs: func(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*tensor.Tensor, error) {
-			nb, page, _, err := cacheGeometry(in["cache_before"], p, "cache_before")
+			nb, page, _, err := paged.CacheGeometry(in["cache_before"], p, "cache_before")
 			if err != nil {
 				return nil, err
 			}
-			slots := ints(in["slot_mapping"])
+			slots := faults.Ints(in["slot_mapping"])
 			for i, s := range slots {
 				if s < 0 && int64(nb*page)+s >= 0 {
 					slots[i] = int64(nb*page) + s
@@ -75,9 +109,12 @@ func init() {
 			withSlots(in, slots)
 			return in, nil
 		},
-		Trigger: &Trigger{Case: kvCase("kv_cache_write", "bf16", nil)},
+		Trigger: &faults.Trigger{Case: kvCase("kv_cache_write", "bf16", nil)},
+		Signatures: []faults.Expect{
+			{Tensor: "cache_after", Pattern: "page_boundary", Coord: kernel.KindPageOffset, Why: "the padded token lands in the cache's last entry, offset P-1 of the last block"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "page_boundary_off_by_one", Stage: kernel.StageCache, Kernels: []string{"kv_cache_write", "kv_cache_gather"},
 		Needs:    "a token at the start of a page: for the gather a context longer than page_size, for the write a slot that is a multiple of page_size",
 		BugClass: "page index computed as (t-1)/P (or block = (slot-1)/P): the token at each page start goes to the previous page",
@@ -88,11 +125,11 @@ func init() {
 			if _, ok := in["slot_mapping"]; !ok {
 				return in, nil
 			}
-			_, page, _, err := cacheGeometry(in["cache_before"], p, "cache_before")
+			_, page, _, err := paged.CacheGeometry(in["cache_before"], p, "cache_before")
 			if err != nil {
 				return nil, err
 			}
-			slots := ints(in["slot_mapping"])
+			slots := faults.Ints(in["slot_mapping"])
 			for i, s := range slots {
 				if s > 0 && s%int64(page) == 0 {
 					slots[i] = s - int64(page)
@@ -106,17 +143,17 @@ func init() {
 			if !ok {
 				return nil
 			}
-			_, page, _, err := cacheGeometry(in.Tensors["cache"], in.Params, "cache")
+			_, page, _, err := paged.CacheGeometry(in.Tensors["cache"], in.Params, "cache")
 			if err != nil {
 				return err
 			}
-			g = replaced(g)
+			g = g.Clone()
 			row := g.Shape[1] * g.DType.Size()
 			// Rows are chunk-local under seq_starts (block-aligned), so
 			// page starts stay at multiples of P; a chunk's first row, whose
 			// page before lies outside the gathered rows, is left correct.
 			start := 0
-			for _, n := range ints(in.Tensors["seq_lens"]) {
+			for _, n := range faults.Ints(in.Tensors["seq_lens"]) {
 				for t := page; t < int(n); t += page {
 					copy(g.Data[(start+t)*row:(start+t+1)*row], g.Data[(start+t-page)*row:(start+t-page+1)*row])
 				}
@@ -125,9 +162,13 @@ func init() {
 			out["gathered"] = g
 			return nil
 		},
-		Trigger: &Trigger{Case: kvCase("kv_cache_write", "bf16", nil)},
+		Trigger: &faults.Trigger{Case: kvCase("kv_cache_write", "bf16", nil)},
+		Signatures: []faults.Expect{
+			{Tensor: "cache_after", Pattern: "page_boundary", Coord: kernel.KindPageOffset},
+			{On: &faults.Trigger{Case: kvCase("kv_cache_gather", "bf16", nil)}, Tensor: "gathered", Pattern: "page_boundary", Coord: kernel.KindPageOffset},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "neighbour_block_table_row", Stage: kernel.StageCache, Kernels: []string{"kv_cache_gather", "kv_cache_write"},
 		Needs:    "for the gather, requests whose last pages are different blocks; for the write, a page-table-driven write (the engine.block_table, engine.batch_indices and engine.positions inputs)",
 		BugClass: "block-table row stride slip: request b's last page looked up in row b+1",
@@ -136,16 +177,16 @@ func init() {
 			"from, or written into, another sequence's page.",
 		Inputs: func(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*tensor.Tensor, error) {
 			if bt, ok := in["block_table"]; ok && in["cache"] != nil { // gather
-				nb, page, _, err := cacheGeometry(in["cache"], p, "cache")
+				nb, page, _, err := paged.CacheGeometry(in["cache"], p, "cache")
 				if err != nil {
 					return nil, err
 				}
-				lens := ints(in["seq_lens"])
+				lens := faults.Ints(in["seq_lens"])
 				starts := make([]int64, len(lens)) // a chunked gather's
 				if st, ok := in["seq_starts"]; ok && st.Len() == len(lens) {
-					starts = ints(st)
+					starts = faults.Ints(st)
 				}
-				tab := ints(bt)
+				tab := faults.Ints(bt)
 				B, mb := bt.Shape[0], bt.Shape[1]
 				out := append([]int64(nil), tab...)
 				for b, n := range lens {
@@ -160,9 +201,13 @@ func init() {
 			}
 			return neighbourWrite(in, p)
 		},
-		Trigger: &Trigger{Case: kvCase("kv_cache_gather", "bf16", nil)},
+		Trigger: &faults.Trigger{Case: kvCase("kv_cache_gather", "bf16", nil)},
+		Signatures: []faults.Expect{
+			{Tensor: "gathered", Pattern: "concentrated", Coord: kernel.KindRow, Why: "the last page of one request is read from another's row: rows of one request's last page"},
+			{On: &faults.Trigger{Case: kvCase("kv_cache_write", "bf16", nil), Shape: pageTableDriven([]int{37, 20}, 16)}, Tensor: "cache_after", Pattern: "concentrated", Coord: kernel.KindPageOffset, Why: "the last pages' tokens (the first offsets of their pages) land in another request's block, and their own entries keep cache_before: the offsets the last pages fill, no named pattern"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "int32_offset_overflow", Stage: kernel.StageCache, Kernels: writeKernel,
 		Needs:    "a cache entry at byte offset 2^31 or beyond (a cache of more than 2 GiB), or a smaller limit in the parameter kcheck.fault.int32_limit",
 		BugClass: "cache byte offset slot*entry_bytes computed in int32: it wraps negative past 2 GiB, i.e. at high block ids of a large cache",
@@ -179,16 +224,16 @@ func init() {
 				limit = math.Ldexp(1, 31)
 			}
 			before, after := in.Tensors["cache_before"], out["cache_after"]
-			e := int64(slotBytes(before))
+			e := int64(paged.EntryBytes(before))
 			lim := int64(limit)
 			if lim <= 0 {
 				return fmt.Errorf("parameter %s = %v: want a positive byte count", int32LimitParam, limit)
 			}
 			ref := after
-			after = replaced(after)
+			after = after.Clone()
 			type move struct{ from, to int64 }
 			var moves []move
-			for _, s := range ints(in.Tensors["slot_mapping"]) {
+			for _, s := range faults.Ints(in.Tensors["slot_mapping"]) {
 				off := s * e
 				if s < 0 || off < lim {
 					continue
@@ -207,10 +252,13 @@ func init() {
 		},
 		// Entries are 96 bytes (bf16, D = 48) and the cache 5 blocks of 16:
 		// a 3072-byte limit puts blocks 2 and up beyond it.
-		Trigger:  &Trigger{Case: kvCase("kv_cache_write", "bf16", map[string]string{int32LimitParam: "3072"})},
+		Trigger:  &faults.Trigger{Case: kvCase("kv_cache_write", "bf16", map[string]string{int32LimitParam: "3072"})},
 		Simulate: map[string]string{"set": int32LimitParam + "=65536"},
+		Signatures: []faults.Expect{
+			{Tensor: "cache_after", Pattern: "uniform", Why: "the wrapped writes land all over the cache"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "fp8_scale_ignored", Stage: kernel.StageCache, Kernels: writeKernel,
 		Needs:    "an fp8_e4m3 cache (kv_cache_dtype = fp8_e4m3) with a k_scale other than 1",
 		BugClass: "fp8 KV cache written without its k_scale (e4m3(x) instead of e4m3(x / k_scale)), as when a calibrated scale is not loaded and defaults to 1 on the write path only",
@@ -221,10 +269,13 @@ func init() {
 			}
 			return in, nil
 		},
-		Trigger:  &Trigger{Case: kvCase("kv_cache_write", "fp8_e4m3", nil)},
+		Trigger:  &faults.Trigger{Case: kvCase("kv_cache_write", "fp8_e4m3", nil)},
 		Simulate: map[string]string{"kv-cache-dtype": "fp8_e4m3"},
+		Signatures: []faults.Expect{
+			{Tensor: "cache_after", Pattern: "uniform", Why: "as fp8_scale_applied_twice: every written code, alike"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "fp8_scale_applied_twice", Stage: kernel.StageCache, Kernels: []string{"kv_cache_write", "kv_cache_gather"},
 		Needs:    "an fp8_e4m3 cache (kv_cache_dtype = fp8_e4m3) with a k_scale other than 1",
 		BugClass: "fp8 KV scale applied twice: a scale folded into the projection and applied again by the cache kernel (x / k_scale^2 stored, or e4m3 * k_scale^2 read)",
@@ -240,10 +291,14 @@ func init() {
 			in["k_scale"] = f32Scalar(float64(float32(k) * float32(k)))
 			return in, nil
 		},
-		Trigger:  &Trigger{Case: kvCase("kv_cache_write", "fp8_e4m3", nil)},
+		Trigger:  &faults.Trigger{Case: kvCase("kv_cache_write", "fp8_e4m3", nil)},
 		Simulate: map[string]string{"kv-cache-dtype": "fp8_e4m3"},
+		Signatures: []faults.Expect{
+			{Tensor: "cache_after", Pattern: "uniform", Why: "every written value is stored with the wrong scale: fp8 codes, so no constant factor between codes"},
+			{On: &faults.Trigger{Case: kvCase("kv_cache_gather", "fp8_e4m3", nil)}, Tensor: "gathered", Pattern: "constant_factor"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "kpe_saturated_by_kvc_scale", Stage: kernel.StageCache, Kernels: writeKernel,
 		Needs:    "an fp8_e4m3 cache (kv_cache_dtype = fp8_e4m3) and k_pe values beyond the amax of their token's kv_c",
 		BugClass: "fp8_e4m3 cache scale derived from kv_c alone: the rope part k_pe, larger than the normalized latent, saturates",
@@ -258,7 +313,7 @@ func init() {
 				return in, nil
 			}
 			l, r := kvc.Shape[1], kpe.Shape[1]
-			c := replaced(kpe)
+			c := kpe.Clone()
 			for t := 0; t < kvc.Shape[0] && t < kpe.Shape[0]; t++ {
 				amax := 0.0
 				for j := 0; j < l; j++ {
@@ -273,10 +328,13 @@ func init() {
 			in["k_pe"] = c
 			return in, nil
 		},
-		Trigger:  &Trigger{Case: kvCase("kv_cache_write", "fp8_e4m3", nil)},
+		Trigger:  &faults.Trigger{Case: kvCase("kv_cache_write", "fp8_e4m3", nil)},
 		Simulate: map[string]string{"kv-cache-dtype": "fp8_e4m3"},
+		Signatures: []faults.Expect{
+			{Tensor: "cache_after", Pattern: "concentrated", Coord: kernel.KindPart, Why: "k_pe (part 2) saturates: a region of the entry"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "ds_mla_scale_convention", Stage: kernel.StageCache, Kernels: writeKernel,
 		Needs:    "an fp8_ds_mla cache (kv_cache_dtype = fp8_ds_mla)",
 		BugClass: "fp8_ds_mla tile-scale convention mixed up: values quantized with vLLM's amax/448 scale, the scale stored in FlashMLA's power-of-two convention (or the reverse)",
@@ -291,8 +349,8 @@ func init() {
 				other = kvcache.ScaleAmax
 			}
 			kvc := in.Tensors["kv_c"]
-			after := replaced(out["cache_after"])
-			for t, s := range ints(in.Tensors["slot_mapping"]) {
+			after := out["cache_after"].Clone()
+			for t, s := range faults.Ints(in.Tensors["slot_mapping"]) {
 				if s < 0 {
 					continue
 				}
@@ -308,10 +366,13 @@ func init() {
 			out["cache_after"] = after
 			return nil
 		},
-		Trigger:  &Trigger{Case: kvCase("kv_cache_write", "fp8_ds_mla", nil)},
+		Trigger:  &faults.Trigger{Case: kvCase("kv_cache_write", "fp8_ds_mla", nil)},
 		Simulate: map[string]string{"kv-cache-dtype": "fp8_ds_mla"},
+		Signatures: []faults.Expect{
+			{Tensor: "cache_after", Pattern: "concentrated", Coord: kernel.KindPart, Why: "the tile scales (part 1) are stored in the other convention: a region of the entry, no named pattern"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "stale_pages", Stage: kernel.StageCache, Kernels: writeKernel,
 		Needs:    "a write over cache entries that are not all zero (recycled pages)",
 		BugClass: "recycled pages taken as already holding the tokens (a prefix-cache hit on a freed block): the new sequence's tokens are not written over an earlier sequence's",
@@ -320,8 +381,8 @@ func init() {
 			"reads the old one's keys and values.",
 		Inputs: func(in map[string]*tensor.Tensor, _ kernel.Params) (map[string]*tensor.Tensor, error) {
 			before := in["cache_before"]
-			e := slotBytes(before)
-			slots := ints(in["slot_mapping"])
+			e := paged.EntryBytes(before)
+			slots := faults.Ints(in["slot_mapping"])
 			for i, s := range slots {
 				if s < 0 || int(s+1)*e > len(before.Data) {
 					continue
@@ -336,7 +397,10 @@ func init() {
 			withSlots(in, slots)
 			return in, nil
 		},
-		Trigger: &Trigger{Case: kvCase("kv_cache_write", "bf16", nil)},
+		Trigger: &faults.Trigger{Case: kvCase("kv_cache_write", "bf16", nil)},
+		Signatures: []faults.Expect{
+			{Tensor: "cache_after", Pattern: "unwritten"},
+		},
 	})
 }
 
@@ -357,7 +421,7 @@ func neighbourWrite(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*
 	if bt == nil || bi == nil || pos == nil {
 		return in, nil // a slot-mapping write: nothing to slip on
 	}
-	nb, page, _, err := cacheGeometry(in["cache_before"], p, "cache_before")
+	nb, page, _, err := paged.CacheGeometry(in["cache_before"], p, "cache_before")
 	if err != nil {
 		return nil, err
 	}
@@ -365,8 +429,8 @@ func neighbourWrite(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*
 		return nil, fmt.Errorf("tensors %s %v, %s %v and %s %v disagree", engineBlockTable, bt.Shape, engineBatch, bi.Shape, enginePositions, pos.Shape)
 	}
 	B, mb := bt.Shape[0], bt.Shape[1]
-	tab, batch, at := ints(bt), ints(bi), ints(pos)
-	slots := ints(in["slot_mapping"])
+	tab, batch, at := faults.Ints(bt), faults.Ints(bi), faults.Ints(pos)
+	slots := faults.Ints(in["slot_mapping"])
 	last := map[int64]int64{}
 	for i, b := range batch {
 		if slots[i] >= 0 && at[i]/int64(page) > last[b] {
@@ -383,4 +447,72 @@ func neighbourWrite(in map[string]*tensor.Tensor, p kernel.Params) (map[string]*
 	}
 	withSlots(in, slots)
 	return in, nil
+}
+
+// DeepSeek-V4.1's cache written in the order FlashMLA used before its
+// 2026.09.30 release.
+func init() {
+	faults.Register(&faults.Fault{
+		Name: "v41_written_block_split", Stage: kernel.StageCache, Kernels: writeKernel,
+		Needs:    "a DeepSeek-V4.1 cache (kv_cache_dtype = fp8_ds_mla_v41) with pages of more than one token",
+		BugClass: "DeepSeek-V4.1 cache written in FlashMLA's pre-2026.09.30 block-split order (a page's 512-byte data rows, then its 16-byte scale rows) for a reader of today's interleaved order: the same 528 bytes a token, so nothing refuses it",
+		Doc: "The writer puts token t of a block at data offset 512t and scale offset 512P + 16t of its block, as V4.1 " +
+			"was laid out before FlashMLA's 2026.09.30 release (vllm 0.33.0 vllm/third_party/flashmla/" +
+			"flash_mla_interface.py:123-126: 'a cache written in the old layout is NOT rejected, it is misread').",
+		Outputs: func(_ context.Context, in kernel.Inputs, out map[string]*tensor.Tensor) error {
+			after, before := out["cache_after"], in.Tensors["cache_before"]
+			if after == nil || before == nil || in.Params.String("kv_cache_dtype", "") != string(kvcache.FP8DSMLAV41) ||
+				len(after.Shape) != 3 || after.Shape[2] != kvcache.V41EntryBytes || len(before.Data) != len(after.Data) {
+				return nil
+			}
+			lay := kvcache.Layout{Kind: kvcache.FP8DSMLAV41, PageSize: after.Shape[1]}
+			r := before.Clone()
+			r.DType = after.DType
+			for _, s := range faults.Ints(in.Tensors["slot_mapping"]) {
+				if s < 0 || int(s) >= after.Shape[0]*after.Shape[1] {
+					continue
+				}
+				for col := 0; col < kvcache.V41EntryBytes; col++ {
+					r.Data[lay.OldV41Offset(int(s), col)] = after.Data[int(s)*kvcache.V41EntryBytes+col]
+				}
+			}
+			out["cache_after"] = r
+			return nil
+		},
+		Trigger: &faults.Trigger{Case: cases.Case{Name: "trigger/kv_cache_write/v41", Kernel: "kv_cache_write", Preset: "deepseek-v4",
+			KVCacheDType: string(kvcache.FP8DSMLAV41), PageSize: 16, SeqLens: []int{37, 20}, Seed: 105}},
+		NotSimulated: "the simulated decoder writes V3-shaped caches, which have no DeepSeek-V4.1 layout",
+		Signatures: []faults.Expect{
+			{Tensor: "cache_after", Pattern: "v41_written_block_split", Why: "the bytes are all there, in the other order: the kernel's suspect (the write in the old order) names it"},
+		},
+	})
+}
+
+// pageTableDriven adds what a page-table-driven writer reads
+// (engine.block_table, engine.batch_indices, engine.positions) to a write
+// case: the requests' tokens in order, each page's block read off the slot
+// of a token written on it.
+func pageTableDriven(seqLens []int, page int) func(in kernel.Inputs) (kernel.Inputs, error) {
+	return func(in kernel.Inputs) (kernel.Inputs, error) {
+		slots := faults.Ints(in.Tensors["slot_mapping"])
+		maxPages := 0
+		for _, n := range seqLens {
+			maxPages = max(maxPages, (n+page-1)/page)
+		}
+		table := make([]int64, len(seqLens)*maxPages)
+		var batch, pos []int64
+		i := 0
+		for b, n := range seqLens {
+			for t := 0; t < n; t, i = t+1, i+1 {
+				batch, pos = append(batch, int64(b)), append(pos, int64(t))
+				if slots[i] >= 0 {
+					table[b*maxPages+t/page] = slots[i] / int64(page)
+				}
+			}
+		}
+		in.Tensors[engineBlockTable] = tensor.FromInt64s(tensor.I32, []int{len(seqLens), maxPages}, table)
+		in.Tensors[engineBatch] = tensor.FromInt64s(tensor.I32, []int{len(batch)}, batch)
+		in.Tensors[enginePositions] = tensor.FromInt64s(tensor.I32, []int{len(pos)}, pos)
+		return in, nil
+	}
 }

@@ -1,4 +1,4 @@
-package faults
+package transfer
 
 import (
 	"context"
@@ -6,14 +6,16 @@ import (
 	"strconv"
 
 	"github.com/kcheck-dev/kcheck/cases"
+	"github.com/kcheck-dev/kcheck/internal/faults"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/kernels/paged"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
 // KV-cache transfer faults (stage cache): what goes wrong between a
 // prefill node and a decode node in a disaggregated deployment. The
 // transports move raw bytes by page (vLLM's NIXL connector, SGLang's
-// disaggregation: internal/kernels/transfer cites them), so each bug is a
+// disaggregation: transfer.go cites them), so each bug is a
 // byte move to the wrong place, of the wrong length, or in the wrong
 // layout. The hooks work on the bytes themselves, apart from the
 // reference's routing, so that the checker's model of each bug (the
@@ -41,6 +43,21 @@ func transferCase(dstDType, srcDType string, srcPage int, params map[string]stri
 	return c
 }
 
+// dsMLAPow2FromAmax is a signature case: a transfer between fp8_ds_mla
+// caches of the two tile-scale conventions (a prefill node on vLLM's amax
+// writer, a decode node on the pow2 one of vLLM PR #49435).
+func dsMLAPow2FromAmax() *faults.Trigger {
+	return &faults.Trigger{Case: transferCase("fp8_ds_mla", "fp8_ds_mla", 16, map[string]string{"src_ds_mla_scale": "amax", "ds_mla_scale": "pow2"})}
+}
+
+// smallerDecodePages is a signature case: a transfer into decode pages (4)
+// smaller than the prefill's (16).
+func smallerDecodePages() *faults.Trigger {
+	c := transferCase("bf16", "bf16", 16, nil)
+	c.PageSize = 4
+	return &faults.Trigger{Case: c}
+}
+
 // transferSides reads what the hooks need: both caches' block counts, page
 // sizes and entry bytes, both tables and the requests' lengths.
 type transferSides struct {
@@ -60,19 +77,19 @@ func readSides(in map[string]*tensor.Tensor, p kernel.Params) (*transferSides, e
 	}
 	s := &transferSides{src: in["src_cache"], dst: in["dst_cache_before"]}
 	var err error
-	if _, s.srcPage, _, err = cacheGeometry(s.src, kernel.Params{"page_size": p["src_page_size"]}, "src_cache"); err != nil {
+	if _, s.srcPage, _, err = paged.CacheGeometry(s.src, kernel.Params{"page_size": p["src_page_size"]}, "src_cache"); err != nil {
 		return nil, err
 	}
-	if _, s.dstPage, _, err = cacheGeometry(s.dst, p, "dst_cache_before"); err != nil {
+	if _, s.dstPage, _, err = paged.CacheGeometry(s.dst, p, "dst_cache_before"); err != nil {
 		return nil, err
 	}
 	st, dt := in["src_block_table"], in["dst_block_table"]
 	if len(st.Shape) != 2 || len(dt.Shape) != 2 {
 		return nil, fmt.Errorf("tensors src_block_table %v and dst_block_table %v: want [B, max_blocks]", st.Shape, dt.Shape)
 	}
-	s.srcEntry, s.dstEntry = slotBytes(s.src), slotBytes(s.dst)
-	s.srcTab, s.dstTab, s.srcMB, s.dstMB = ints(st), ints(dt), st.Shape[1], dt.Shape[1]
-	s.lens = ints(in["seq_lens"])
+	s.srcEntry, s.dstEntry = paged.EntryBytes(s.src), paged.EntryBytes(s.dst)
+	s.srcTab, s.dstTab, s.srcMB, s.dstMB = faults.Ints(st), faults.Ints(dt), st.Shape[1], dt.Shape[1]
+	s.lens = faults.Ints(in["seq_lens"])
 	return s, nil
 }
 
@@ -87,7 +104,7 @@ func block(tab []int64, mb, b, j, nb int) (int64, bool) {
 }
 
 func init() {
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "transfer_block_table_shift", Stage: kernel.StageCache, Kernels: transferKernel,
 		Needs:    "a request of two prefill pages or more",
 		BugClass: "prefill and decode block lists paired off by one (a prefix-cache hit counted on one node only, a trim from the wrong end): each decode page receives the prefill page after its own",
@@ -98,7 +115,7 @@ func init() {
 			if bt == nil || src == nil || len(bt.Shape) != 2 || len(src.Shape) != 3 {
 				return in, nil
 			}
-			tab := ints(bt)
+			tab := faults.Ints(bt)
 			B, mb := bt.Shape[0], bt.Shape[1]
 			out := make([]int64, len(tab))
 			for b := 0; b < B; b++ {
@@ -111,10 +128,14 @@ func init() {
 			in["src_block_table"] = tensor.FromInt64s(bt.DType, bt.Shape, out)
 			return in, nil
 		},
-		Trigger:      &Trigger{Case: transferCase("bf16", "bf16", 16, nil)},
+		Trigger:      &faults.Trigger{Case: transferCase("bf16", "bf16", 16, nil)},
 		NotSimulated: transferNotSimulated,
+		Signatures: []faults.Expect{
+			{Tensor: "dst_cache_after", Pattern: "block_table_shift"},
+			{On: dsMLAPow2FromAmax(), Tensor: "dst_cache_after", Pattern: "block_table_shift", Why: "through the decode side's writer: the shifted tokens re-encoded"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "transfer_page_size_mismatch", Stage: kernel.StageCache, Kernels: transferKernel,
 		Needs:    "prefill and decode caches of different page sizes (src_page_size other than page_size)",
 		BugClass: "page-size mismatch between the nodes: whole prefill pages written at decode addresses computed with the prefill page's length (SGLang's mooncake transfer addresses both sides with the prefill item_len)",
@@ -127,7 +148,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			after := replaced(s.dst)
+			after := s.dst.Clone()
 			item := s.srcPage * s.srcEntry
 			for b, n := range s.lens {
 				pages := min((int(n)+s.srcPage-1)/s.srcPage, (int(n)+s.dstPage-1)/s.dstPage)
@@ -147,10 +168,14 @@ func init() {
 			out["dst_cache_after"] = after
 			return nil
 		},
-		Trigger:      &Trigger{Case: transferCase("bf16", "bf16", 32, nil)},
+		Trigger:      &faults.Trigger{Case: transferCase("bf16", "bf16", 32, nil)},
 		NotSimulated: transferNotSimulated,
+		Signatures: []faults.Expect{
+			{Tensor: "dst_cache_after", Pattern: "page_size_mismatch"},
+			{On: smallerDecodePages(), Tensor: "dst_cache_after", Pattern: "page_size_mismatch", Why: "prefill pages of 16 into decode pages of 4: whole pages run over four decode pages each"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "transfer_layout_mismatch", Stage: kernel.StageCache, Kernels: transferKernel,
 		Needs:    "prefill and decode caches of different layouts: kv_cache_dtype against src_kv_cache_dtype, dst_k_scale against src_k_scale, or ds_mla_scale against src_ds_mla_scale",
 		BugClass: "cache dtype or scale convention differing between the nodes (\"auto\" resolved to fp8 on one node only; a writer of another fp8_ds_mla tile-scale convention) while the transport moves bytes unconverted",
@@ -161,7 +186,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			after := replaced(s.dst)
+			after := s.dst.Clone()
 			for b, n := range s.lens {
 				for t := 0; t < int(n); t++ {
 					sb, ok1 := block(s.srcTab, s.srcMB, b, t/s.srcPage, s.src.Shape[0])
@@ -177,10 +202,14 @@ func init() {
 			out["dst_cache_after"] = after
 			return nil
 		},
-		Trigger:      &Trigger{Case: transferCase("fp8_e4m3", "bf16", 16, nil)},
+		Trigger:      &faults.Trigger{Case: transferCase("fp8_e4m3", "bf16", 16, nil)},
 		NotSimulated: transferNotSimulated,
+		Signatures: []faults.Expect{
+			{Tensor: "dst_cache_after", Pattern: "layout_mismatch", Why: "bf16 bytes in an fp8_e4m3 cache"},
+			{On: dsMLAPow2FromAmax(), Tensor: "dst_cache_after", Pattern: "layout_mismatch", Why: "amax tile scales (and their codes) in a pow2 cache"},
+		},
 	})
-	Register(&Fault{
+	faults.Register(&faults.Fault{
 		Name: "transfer_last_page_dropped", Stage: kernel.StageCache, Kernels: transferKernel,
 		Needs:    "a request with at least one token",
 		BugClass: "partial transfer: the last (partially filled) prefill page of each request not sent, as when the page count is computed as seq_len / page_size rounded down, or the decode side is told the transfer is done one page early",
@@ -191,7 +220,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			after := replaced(out["dst_cache_after"])
+			after := out["dst_cache_after"].Clone()
 			whole := in.Params.String("whole_pages", "false") == "true"
 			for b, n := range s.lens {
 				if n <= 0 {
@@ -214,7 +243,10 @@ func init() {
 			out["dst_cache_after"] = after
 			return nil
 		},
-		Trigger:      &Trigger{Case: transferCase("bf16", "bf16", 16, nil)},
+		Trigger:      &faults.Trigger{Case: transferCase("bf16", "bf16", 16, nil)},
 		NotSimulated: transferNotSimulated,
+		Signatures: []faults.Expect{
+			{Tensor: "dst_cache_after", Pattern: "partial_transfer", Why: "the unsent entries also hold what was there before, which partial_transfer explains better than unwritten"},
+		},
 	})
 }
