@@ -1,6 +1,7 @@
 package all
 
 import (
+	"context"
 	"slices"
 	"testing"
 
@@ -49,7 +50,7 @@ func TestEveryKernelHasEveryCapability(t *testing.T) {
 // A kernel that lacks a capability is named, with the capability: the
 // check above has teeth.
 func TestMissingCapabilityIsNamed(t *testing.T) {
-	bare := &kernel.Adapter{Contract: kernel.Spec{Name: "bare_kernel"}}
+	var bare kernel.Kernel = bareKernel{}
 	got := missingCapabilities([]kernel.Kernel{bare})
 	if len(got) != len(capabilities) {
 		t.Fatalf("a kernel with no capability: %v, want every capability named", got)
@@ -84,4 +85,15 @@ func TestSpecsAreComplete(t *testing.T) {
 			}
 		}
 	}
+}
+
+// bareKernel is a Kernel with none of the capabilities.
+type bareKernel struct{}
+
+func (bareKernel) Spec() *kernel.Spec { return &kernel.Spec{Name: "bare_kernel"} }
+
+func (bareKernel) Validate(kernel.Inputs) (kernel.Problem, error) { return nil, nil }
+
+func (bareKernel) Reference(context.Context, kernel.Problem, kernel.Precision, kernel.OutDTypes) ([]kernel.Output, error) {
+	return nil, nil
 }
