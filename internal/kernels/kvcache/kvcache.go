@@ -369,8 +369,9 @@ func (c *cacheAfter) unwritten(u, per int) bool {
 // gather's block table already starts at each chunk: Chunked). A gather
 // has two readings, which only the output's dtype chooses: a dequantizing
 // one (Dequant) and, into a U8 gathered, a byte copy (ByteCopy), which
-// reads no k_scale; Validate checks both, and each reading's own error is
-// returned by its method.
+// reads no k_scale. Validate checks both: it refuses inputs whose first
+// error is both readings' (a block table that leaves the cache), and keeps
+// an error of one reading only for its method to return.
 type GatherProblem struct {
 	in Inputs
 	// Cache, BlockTable and SeqLens are the tensors the gather reads;
@@ -462,6 +463,10 @@ func (*gather) Validate(orig Inputs) (Problem, error) {
 	}
 	if pagesErr != nil {
 		p.deqErr = pagesErr
+		if p.bytesErr == pagesErr {
+			// the first error of both readings: no output dtype escapes it
+			return nil, pagesErr
+		}
 		return p, nil
 	}
 	p.dequant = &GatherDequant{KScale: ks, Cache: c, Pages: pages}
