@@ -35,10 +35,19 @@ const maxSplits = 64
 
 func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, error) {
 	// What the kernels do not implement is refused first, from the
-	// dtypes and the parameters, before any validation: a DeepSeek-V4
-	// cache's query is not even of the width this decode reads.
-	if q := in.Tensors["q"]; q != nil && (q.DType == tensor.F16 || q.DType == tensor.F32) {
-		return nil, unsupported("tensor q is %s; the CUDA MLA decode reads bf16 queries", q.DType)
+	// dtypes, the query's width and the parameters, before any
+	// validation: a DeepSeek-V4 cache's query is not even of the width
+	// this decode reads, and is refused for that.
+	if q := in.Tensors["q"]; q != nil {
+		if q.DType == tensor.F16 || q.DType == tensor.F32 {
+			return nil, unsupported("tensor q is %s; the CUDA MLA decode reads bf16 queries", q.DType)
+		}
+		if len(q.Shape) == 4 && q.Shape[3] != mlaD {
+			return nil, unsupported("tensor q has D = %d; the CUDA MLA decode is built for D = %d (L = %d, R = 64)", q.Shape[3], mlaD, mlaL)
+		}
+	}
+	if l, err := in.Params.Int("latent_dim", mlaL); err == nil && l != mlaL {
+		return nil, unsupported("parameter latent_dim = %d; the CUDA MLA decode is built for L = %d", l, mlaL)
 	}
 	if err := cacheKind(in, "kv_cache"); err != nil {
 		return nil, err
@@ -59,13 +68,7 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 		cm = &p.Common
 	}
 	q, cache, lay := cm.QT, cm.KVCache, cm.Layout
-	B, sq, H, D := cm.Q.B, cm.Q.SQ, cm.Q.H, cm.Q.D
-	if D != mlaD {
-		return nil, unsupported("tensor q has D = %d; the CUDA MLA decode is built for D = %d (L = %d, R = 64)", D, mlaD, mlaL)
-	}
-	if lay.L != mlaL {
-		return nil, unsupported("parameter latent_dim = %d; the CUDA MLA decode is built for L = %d", lay.L, mlaL)
-	}
+	B, sq, H := cm.Q.B, cm.Q.SQ, cm.Q.H
 	if err := emptyCache("kv_cache", cache); err != nil {
 		return nil, err
 	}
