@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
@@ -240,18 +241,6 @@ func (d *Device) gridFor(threads, block int) int {
 	return max(g, 1)
 }
 
-// scalarF32 reads a [] or [1] F32 tensor.
-func scalarF32(in kernel.Inputs, name string) (float32, []byte, error) {
-	t, err := kernel.Need(in, name, tensor.F32)
-	if err != nil {
-		return 0, nil, asInput(err)
-	}
-	if len(t.Shape) > 1 || t.Len() != 1 {
-		return 0, nil, inputErr("tensor %s has shape %v; the contract wants [] or [1]", name, t.Shape)
-	}
-	return math.Float32frombits(uint32(t.Data[0]) | uint32(t.Data[1])<<8 | uint32(t.Data[2])<<16 | uint32(t.Data[3])<<24), t.Data, nil
-}
-
 // outDType picks an output's dtype from opt or def, within allowed (what
 // the CUDA kernel can write).
 func outDType(opt RunOptions, name string, def tensor.DType, allowed ...tensor.DType) (tensor.DType, error) {
@@ -265,15 +254,6 @@ func outDType(opt RunOptions, name string, def tensor.DType, allowed ...tensor.D
 		}
 	}
 	return "", unsupported("output %s as %s: the CUDA kernel writes %v", name, d, allowed)
-}
-
-// indexData returns an integer tensor's values as int64 (I32 or I64).
-func indexData(t *tensor.Tensor) []int64 {
-	v := make([]int64, t.Len())
-	for i := range v {
-		v[i] = t.Int64At(i)
-	}
-	return v
 }
 
 func int32Bytes(v []int64) []byte {
@@ -378,3 +358,21 @@ func (b *buffers) zeros(bytes int64) devPtr {
 
 // free releases every buffer.
 func (b *buffers) free() { b.a.free() }
+
+// validate is the one validation of a launcher's inputs: the kernel's
+// own, its errors marked as bad input.
+func validate(name string, in kernel.Inputs) (kernel.Problem, error) {
+	k, err := kernel.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	p, err := kernel.Validate(k, in)
+	return p, asInput(err)
+}
+
+// f32Bytes is v as the 4 bytes of an F32 scalar tensor.
+func f32Bytes(v float64) []byte {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], math.Float32bits(float32(v)))
+	return b[:]
+}

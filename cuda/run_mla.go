@@ -8,7 +8,9 @@ import (
 	"strconv"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	mlakernel "github.com/kcheck-dev/kcheck/internal/kernels/mla"
 	splitkkernel "github.com/kcheck-dev/kcheck/internal/kernels/splitk"
+	"github.com/kcheck-dev/kcheck/reference/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/splitk"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -31,59 +33,48 @@ func init() {
 
 const maxSplits = 64
 
-// lseParams reads lse_base and lse_empty (reference/CONTRACTS.md §3.6).
-func lseParams(p kernel.Params) (base2, emptyPos bool, err error) {
-	b, err := p.Enum("lse_base", "e", "e", "2")
-	if err != nil {
-		return false, false, asInput(err)
-	}
-	e, err := p.Enum("lse_empty", "-inf", "-inf", "+inf", "inf")
-	if err != nil {
-		return false, false, asInput(err)
-	}
-	return b == "2", e != "-inf", nil
-}
-
 func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, error) {
-	q, err := kernel.Need(in, "q", tensor.BF16, tensor.F16, tensor.F32)
-	if err != nil {
-		return nil, asInput(err)
-	}
-	if len(q.Shape) != 4 {
-		return nil, inputErr("tensor q has shape %v; the contract wants [B, s_q, H, D]", q.Shape)
-	}
-	if q.DType != tensor.BF16 {
-		return nil, unsupported("tensor q is %s; the CUDA MLA decode reads bf16 queries", q.DType)
-	}
-	B, sq, H, D := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
-	if D != mlaD {
-		return nil, unsupported("tensor q has D = %d; the CUDA MLA decode is built for D = %d (L = %d, R = 64)", D, mlaD, mlaL)
-	}
-	if l, err := in.Params.Int("latent_dim", mlaL); err != nil || l != mlaL {
-		if err != nil {
-			return nil, asInput(err)
+	// What the kernels do not implement is refused first, from the
+	// dtypes, the query's width and the parameters, before any
+	// validation: a DeepSeek-V4 cache's query is not even of the width
+	// this decode reads, and is refused for that.
+	if q := in.Tensors["q"]; q != nil {
+		if q.DType == tensor.F16 || q.DType == tensor.F32 {
+			return nil, unsupported("tensor q is %s; the CUDA MLA decode reads bf16 queries", q.DType)
 		}
+		if len(q.Shape) == 4 && q.Shape[3] != mlaD {
+			return nil, unsupported("tensor q has D = %d; the CUDA MLA decode is built for D = %d (L = %d, R = 64)", q.Shape[3], mlaD, mlaL)
+		}
+	}
+	if l, err := in.Params.Int("latent_dim", mlaL); err == nil && l != mlaL {
 		return nil, unsupported("parameter latent_dim = %d; the CUDA MLA decode is built for L = %d", l, mlaL)
 	}
-	kind, cache, nb, p, dd, err := cacheSpec(in, "kv_cache")
+	if err := cacheKind(in, "kv_cache"); err != nil {
+		return nil, err
+	}
+	name := "mla_decode"
+	if sparse {
+		name = "mla_decode_sparse"
+	}
+	pr, err := validate(name, in)
 	if err != nil {
 		return nil, err
 	}
-	if dd != mlaD {
-		return nil, inputErr("tensor q has D = %d but kv_cache rows hold %d values (shape %v)", D, dd, cache.Shape)
+	var cm *mlakernel.Common
+	switch p := pr.(type) {
+	case *mlakernel.DecodeProblem:
+		cm = &p.Common
+	case *mlakernel.SparseProblem:
+		cm = &p.Common
 	}
-	scale, err := in.Params.RequiredFloat("softmax_scale")
-	if err != nil {
-		return nil, asInput(err)
-	}
-	causal, err := in.Params.Bool("causal", false)
-	if err != nil {
-		return nil, asInput(err)
-	}
-	base2, emptyPos, err := lseParams(in.Params)
-	if err != nil {
+	q, cache, lay := cm.QT, cm.KVCache, cm.Layout
+	B, sq, H := cm.Q.B, cm.Q.SQ, cm.Q.H
+	if err := emptyCache("kv_cache", cache); err != nil {
 		return nil, err
 	}
+	kind, nb, p := lay.Kind, cm.Cache.NB, lay.PageSize
+	scale, causal := cm.Config.SoftmaxScale, cm.Config.Causal
+	base2, emptyPos := cm.Config.LSE.Base == splitk.Base2, math.IsInf(cm.Config.LSE.Empty, 1)
 	if _, err := outDType(opt, "out", tensor.BF16, tensor.BF16); err != nil {
 		return nil, err
 	}
@@ -101,25 +92,17 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 	dkv := bufs.upload(cache.Data)
 	var dbt, dsl, didx, dks uint64
 	maxBlocks, topk, longest := 0, 0, 0
-	if sparse {
-		it, err := kernel.Need(in, "indices", indexDTypes...)
-		if err != nil {
-			return nil, asInput(err)
+	// S: the problem's split count for the dense decode, the num_splits
+	// parameter for the sparse one, whose contract has no partials; 0:
+	// the launcher chooses.
+	S := 0
+	switch p := pr.(type) {
+	case *mlakernel.SparseProblem:
+		topk = p.Sparse.TopK
+		if int64(nb)*int64(lay.PageSize) > math.MaxInt32 {
+			return nil, unsupported("cache of %d slots: the CUDA sparse decode indexes slots with int32", int64(nb)*int64(lay.PageSize))
 		}
-		if len(it.Shape) != 3 || it.Shape[0] != B || it.Shape[1] != sq {
-			return nil, inputErr("tensor indices has shape %v; the contract wants [B = %d, s_q = %d, topk]", it.Shape, B, sq)
-		}
-		topk = it.Shape[2]
-		if k, err := in.Params.Int("topk", topk); err != nil || k != topk {
-			if err != nil {
-				return nil, asInput(err)
-			}
-			return nil, inputErr("parameter topk = %d but tensor indices has topk = %d", k, topk)
-		}
-		if int64(nb)*int64(p) > math.MaxInt32 {
-			return nil, unsupported("cache of %d slots: the CUDA sparse decode indexes slots with int32", int64(nb)*int64(p))
-		}
-		idx := indexData(it)
+		idx := append([]int64(nil), p.Sparse.Indices...)
 		for i, v := range idx {
 			// Any slot outside the cache means "not attended" (reference/CONTRACTS.md §3.7);
 			// squash what int32 cannot hold to -1 on the way.
@@ -129,33 +112,24 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 		}
 		pi := bufs.upload(int32Bytes(idx))
 		didx, longest = ptrArg(pi), topk
-	} else {
-		bt, err := kernel.Need(in, "block_table", indexDTypes...)
-		if err != nil {
+		if S, err = in.Params.Int("num_splits", 0); err != nil {
 			return nil, asInput(err)
 		}
-		sl, err := kernel.Need(in, "seq_lens", indexDTypes...)
-		if err != nil {
-			return nil, asInput(err)
-		}
-		if len(bt.Shape) != 2 || bt.Shape[0] != B || len(sl.Shape) != 1 || sl.Shape[0] != B {
-			return nil, inputErr("tensors block_table %v and seq_lens %v must be [B = %d, max_blocks] and [B]", bt.Shape, sl.Shape, B)
-		}
-		maxBlocks = bt.Shape[1]
-		seq, table, _, maxSeq, err := pagedTable(bt, sl, nb, p)
-		if err != nil {
-			return nil, err
-		}
+	case *mlakernel.DecodeProblem:
+		maxBlocks = p.Pages.MaxBlocks
+		seq, table, _, maxSeq := pageArrays(p.Pages)
 		pb := bufs.upload(int32Bytes(table))
 		ps := bufs.upload(int32Bytes(seq))
 		dbt, dsl, longest = ptrArg(pb), ptrArg(ps), maxSeq
-	}
-	if kind == "fp8_e4m3" {
-		_, ks, err := scalarF32(in, "k_scale")
-		if err != nil {
-			return nil, err
+		S = p.S
+		if n, _ := in.Params.Int("num_splits", 0); p.Bounds != nil && n == 0 {
+			// S from a given split_bounds alone: the kernel places its own
+			// splits (and writes them), so it chooses S too
+			S = 0
 		}
-		pk := bufs.upload(ks)
+	}
+	if kind == kvcache.FP8E4M3 {
+		pk := bufs.upload(f32Bytes(cm.Cache.KScale))
 		dks = ptrArg(pk)
 	}
 
@@ -166,7 +140,7 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 	if sparse {
 		rows, ctasY = H, B*sq
 	}
-	cacheName := map[string]string{"bf16": "bf16", "fp8_e4m3": "fp8", "fp8_ds_mla": "ds_mla"}[kind]
+	cacheName := map[kvcache.Kind]string{kvcache.BF16: "bf16", kvcache.FP8E4M3: "fp8", kvcache.FP8DSMLA: "ds_mla"}[kind]
 	prefix := "mla_decode_"
 	if sparse {
 		prefix = "mla_decode_sparse_"
@@ -183,7 +157,7 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 		}{{"_m4_s3", 4}, {"_m4_s2", 4}, {"_m1_s2", 1}}
 	}
 	for _, c := range cands {
-		s := mlaSmemBytes(c.mt, int(c.suffix[len(c.suffix)-1]-'0'), kind)
+		s := mlaSmemBytes(c.mt, int(c.suffix[len(c.suffix)-1]-'0'), string(kind))
 		// The module states its own layout size; a disagreement means this
 		// file and mla_decode.cu drifted apart.
 		if ms, err := mod.globalInt(prefix + cacheName + c.suffix + "_smem"); err == nil && ms != s {
@@ -199,12 +173,8 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 	}
 	rowBlocks := ceilDiv(rows, 16*mt)
 
-	// Splits: the num_splits parameter, else mlaSplits' wave-rounded count
-	// (at least 2 tiles a split, at most maxSplits).
-	S, err := in.Params.Int("num_splits", 0)
-	if err != nil {
-		return nil, asInput(err)
-	}
+	// Splits: S above, else mlaSplits' wave-rounded count (at least 2
+	// tiles a split, at most maxSplits).
 	if S < 0 || S > 4096 {
 		return nil, inputErr("parameter num_splits = %d: want 1..4096", S)
 	}
@@ -261,13 +231,9 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 
 func runSplitK(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
 	// The one validation of the inputs is the kernel's own.
-	k, err := kernel.Lookup("splitk_combine")
+	p, err := validate("splitk_combine", in)
 	if err != nil {
 		return nil, err
-	}
-	p, err := kernel.Validate(k, in)
-	if err != nil {
-		return nil, asInput(err)
 	}
 	cp := p.(*splitkkernel.CombineProblem)
 	po, pl := cp.PartialOut, cp.PartialLSE

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	fp4kernel "github.com/kcheck-dev/kcheck/internal/kernels/nvfp4"
+	"github.com/kcheck-dev/kcheck/reference/nvfp4"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -18,78 +20,43 @@ func init() {
 // padded128x4 is the swizzled scale shape for rows x kSF scales (reference/CONTRACTS.md §5).
 func padded128x4(rows, kSF int) (int, int) { return ceilDiv(rows, 128) * 128, ceilDiv(kSF, 4) * 4 }
 
-// fp4Layout reads scale_layout; kcheck's kernels write and read the linear
-// and 128x4 layouts only, so the 8x4 one is unsupported (not a bad input).
-func fp4Layout(p kernel.Params) (swizzled bool, err error) {
+// fp4Layout refuses the 8x4 scale layout as unsupported (not a bad
+// input), before any validation: kcheck's kernels write and read the
+// linear and 128x4 layouts only.
+func fp4Layout(p kernel.Params) error {
 	if p.String("scale_layout", "linear") == "swizzled_8x4" {
-		return false, unsupported("scale_layout = swizzled_8x4: kcheck's CUDA NVFP4 kernels write and read linear or swizzled_128x4 scales")
+		return unsupported("scale_layout = swizzled_8x4: kcheck's CUDA NVFP4 kernels write and read linear or swizzled_128x4 scales")
 	}
-	s, err := p.Enum("scale_layout", "linear", "linear", "swizzled_128x4")
-	return s == "swizzled_128x4", asInput(err)
+	return nil
 }
 
-func fp4Kind(p kernel.Params, name string) (quant bool, err error) {
-	s, err := p.Enum(name, "dequant", "dequant", "quant")
-	return s == "quant", asInput(err)
-}
-
-// fp4Packed checks a packed FP4 tensor [rows, K/2] and returns rows and K.
-func fp4Packed(in kernel.Inputs, name string) (*tensor.Tensor, int, int, error) {
-	t, err := kernel.Need(in, name, tensor.U8)
-	if err != nil {
-		return nil, 0, 0, asInput(err)
+// nonEmpty refuses an operand of no row or no column: the kernels' grids
+// are sized by them.
+func nonEmpty(name string, t *tensor.Tensor, rows, k int) error {
+	if k == 0 || rows == 0 {
+		return inputErr("tensor %s has shape %v: K = %d must be a positive multiple of 16 and rows positive", name, t.Shape, k)
 	}
-	if len(t.Shape) != 2 {
-		return nil, 0, 0, inputErr("tensor %s has shape %v; the contract wants [rows, K/2]", name, t.Shape)
-	}
-	rows, k := t.Shape[0], 2*t.Shape[1]
-	if k%16 != 0 || k == 0 || rows == 0 {
-		return nil, 0, 0, inputErr("tensor %s has shape %v: K = %d must be a positive multiple of 16 and rows positive", name, t.Shape, k)
-	}
-	return t, rows, k, nil
-}
-
-// fp4Scales checks a block-scale tensor for rows x K and returns its bytes.
-func fp4Scales(in kernel.Inputs, name string, rows, k int, swizzled bool) ([]byte, error) {
-	t, err := kernel.Need(in, name, tensor.F8E4M3, tensor.U8)
-	if err != nil {
-		return nil, asInput(err)
-	}
-	kSF := k / 16
-	if !swizzled {
-		if len(t.Shape) != 2 || t.Shape[0] != rows || t.Shape[1] != kSF {
-			return nil, inputErr("tensor %s has shape %v; with scale_layout = linear it must be [%d, %d]", name, t.Shape, rows, kSF)
-		}
-		return t.Data, nil
-	}
-	mp, kp := padded128x4(rows, kSF)
-	if !(len(t.Shape) == 2 && t.Shape[0] == mp && t.Shape[1] == kp || len(t.Shape) == 1 && t.Shape[0] == mp*kp) {
-		return nil, inputErr("tensor %s has shape %v; with scale_layout = swizzled_128x4 it must be [%d, %d] or [%d]", name, t.Shape, mp, kp, mp*kp)
-	}
-	return t.Data, nil
+	return nil
 }
 
 func runNVFP4Quantize(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
-	x, err := kernel.Need(in, "x", tensor.BF16, tensor.F16)
-	if err != nil {
-		return nil, asInput(err)
+	if err := fp4Layout(in.Params); err != nil {
+		return nil, err
 	}
-	if len(x.Shape) != 2 || x.Shape[1]%16 != 0 || x.Shape[0] == 0 || x.Shape[1] == 0 {
+	pr, err := validate("nvfp4_quantize", in)
+	if err != nil {
+		return nil, err
+	}
+	qp := pr.(*fp4kernel.QuantizeProblem)
+	x, m, k := qp.X, qp.M, qp.K
+	if m == 0 || k == 0 {
 		return nil, inputErr("tensor x has shape %v; the contract wants [M, K] with K a positive multiple of 16", x.Shape)
 	}
-	_, gsBytes, err := scalarF32(in, "global_scale")
-	if err != nil {
-		return nil, err
-	}
-	swz, err := fp4Layout(in.Params)
-	if err != nil {
-		return nil, err
-	}
+	swz := qp.Layout == nvfp4.Swizzled128x4
 	sfType, err := outDType(opt, "block_scale", tensor.F8E4M3, tensor.F8E4M3, tensor.U8)
 	if err != nil {
 		return nil, err
 	}
-	m, k := x.Shape[0], x.Shape[1]
 	sfShape := []int{m, k / 16}
 	if swz {
 		mp, kp := padded128x4(m, k/16)
@@ -102,7 +69,7 @@ func runNVFP4Quantize(d *Device, in kernel.Inputs, opt RunOptions) (*Result, err
 	var bufs buffers
 	defer bufs.free()
 	dx := bufs.upload(x.Data)
-	dgs := bufs.upload(gsBytes)
+	dgs := bufs.upload(qp.Global.Data)
 	dp := bufs.zeros(int64(m * k / 2))
 	// Zeroed first: the swizzled layout's padding must read 0 (reference/CONTRACTS.md §5).
 	dsf := bufs.zeros(int64(tensor.NumElements(sfShape)))
@@ -123,26 +90,20 @@ func runNVFP4Quantize(d *Device, in kernel.Inputs, opt RunOptions) (*Result, err
 }
 
 func runNVFP4Dequantize(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
-	swz, err := fp4Layout(in.Params)
+	if err := fp4Layout(in.Params); err != nil {
+		return nil, err
+	}
+	pr, err := validate("nvfp4_dequantize", in)
 	if err != nil {
 		return nil, err
 	}
-	quant, err := fp4Kind(in.Params, "global_scale_kind")
-	if err != nil {
+	dp := pr.(*fp4kernel.DequantizeProblem)
+	a := dp.A
+	m, k := a.Matrix.Rows, a.Matrix.K
+	if err := nonEmpty("packed", a.Packed, m, k); err != nil {
 		return nil, err
 	}
-	p, m, k, err := fp4Packed(in, "packed")
-	if err != nil {
-		return nil, err
-	}
-	sf, err := fp4Scales(in, "block_scale", m, k, swz)
-	if err != nil {
-		return nil, err
-	}
-	_, gsBytes, err := scalarF32(in, "global_scale")
-	if err != nil {
-		return nil, err
-	}
+	swz, quant := dp.Layout == nvfp4.Swizzled128x4, a.Matrix.Kind == nvfp4.Quant
 	od, err := outDType(opt, "out", tensor.BF16, tensor.BF16, tensor.F16, tensor.F32)
 	if err != nil {
 		return nil, err
@@ -154,12 +115,14 @@ func runNVFP4Dequantize(d *Device, in kernel.Inputs, opt RunOptions) (*Result, e
 	}
 	var bufs buffers
 	defer bufs.free()
-	dp := bufs.upload(p.Data)
-	dsf := bufs.upload(sf)
-	dgs := bufs.upload(gsBytes)
+	// The scales go up as stored: the kernel reads the swizzled layout
+	// itself.
+	dpk := bufs.upload(a.Packed.Data)
+	dsf := bufs.upload(a.Scale.Data)
+	dgs := bufs.upload(a.Global.Data)
 	dout := bufs.alloc(int64(m * k * od.Size()))
 	plan := []launch{{mod: mod, fn: fn, grid: [3]int{d.gridFor(m*k/16, 256), 1, 1}, block: 256,
-		args: args{ptrArg(dp), ptrArg(dsf), ptrArg(dgs), ptrArg(dout), i32(m), i32(k), i32(b2i(swz)), i32(b2i(quant))}}}
+		args: args{ptrArg(dpk), ptrArg(dsf), ptrArg(dgs), ptrArg(dout), i32(m), i32(k), i32(b2i(swz)), i32(b2i(quant))}}}
 	return d.finish(&bufs, mod, plan, opt, []outBuf{{"out", dout, od, []int{m, k}}})
 }
 
@@ -171,45 +134,23 @@ func b2i(b bool) int {
 }
 
 func runNVFP4GEMM(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
-	swz, err := fp4Layout(in.Params)
+	if err := fp4Layout(in.Params); err != nil {
+		return nil, err
+	}
+	pr, err := validate("nvfp4_gemm", in)
 	if err != nil {
 		return nil, err
 	}
-	aq, err := fp4Kind(in.Params, "a_global_kind")
-	if err != nil {
+	gp := pr.(*fp4kernel.GEMMProblem)
+	m, n, k := gp.M, gp.N, gp.K
+	if err := nonEmpty("a_packed", gp.A.Packed, m, k); err != nil {
 		return nil, err
 	}
-	bq, err := fp4Kind(in.Params, "b_global_kind")
-	if err != nil {
+	if err := nonEmpty("b_packed", gp.B.Packed, n, k); err != nil {
 		return nil, err
 	}
-	ap, m, k, err := fp4Packed(in, "a_packed")
-	if err != nil {
-		return nil, err
-	}
-	bp, n, kb, err := fp4Packed(in, "b_packed")
-	if err != nil {
-		return nil, err
-	}
-	if k != kb {
-		return nil, inputErr("tensor a_packed has K = %d but b_packed has K = %d", k, kb)
-	}
-	asf, err := fp4Scales(in, "a_scale", m, k, swz)
-	if err != nil {
-		return nil, err
-	}
-	bsf, err := fp4Scales(in, "b_scale", n, k, swz)
-	if err != nil {
-		return nil, err
-	}
-	_, ag, err := scalarF32(in, "a_global")
-	if err != nil {
-		return nil, err
-	}
-	_, bg, err := scalarF32(in, "b_global")
-	if err != nil {
-		return nil, err
-	}
+	swz := gp.Layout == nvfp4.Swizzled128x4
+	aq, bq := gp.A.Matrix.Kind == nvfp4.Quant, gp.B.Matrix.Kind == nvfp4.Quant
 	if _, err := outDType(opt, "out", tensor.BF16, tensor.BF16); err != nil {
 		return nil, err
 	}
@@ -229,7 +170,7 @@ func runNVFP4GEMM(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) 
 	var bufs buffers
 	defer bufs.free()
 	var ptr [6]uint64
-	for i, b := range [][]byte{ap.Data, asf, ag, bp.Data, bsf, bg} {
+	for i, b := range [][]byte{gp.A.Packed.Data, gp.A.Scale.Data, gp.A.Global.Data, gp.B.Packed.Data, gp.B.Scale.Data, gp.B.Global.Data} {
 		p := bufs.upload(b)
 		ptr[i] = ptrArg(p)
 	}

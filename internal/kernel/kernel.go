@@ -557,37 +557,6 @@ func fmtShape(s []int) string {
 	return "[" + strings.Join(parts, ", ") + "]"
 }
 
-// Checked is the Problem of an Adapter: inputs whose presence and dtypes
-// Validate checked, whose shapes and values the adapter's Compute checks
-// before any work.
-type Checked struct{ In Inputs }
-
-// Inputs implements Problem.
-func (c Checked) Inputs() Inputs { return c.In }
-
-// Adapter is a Kernel whose Compute validates the shapes and values of its
-// inputs as it reads them, before any work: the form every kernel had
-// before Validate and Problem were separated. A family embeds it and adds
-// its capabilities; it moves its checks into a Validate of its own, and a
-// typed problem, when a launcher needs them (splitk_combine's
-// CombineProblem is the example to follow).
-type Adapter struct {
-	Contract Spec
-	Compute  func(ctx context.Context, in Inputs, prec Precision, out OutDTypes) ([]Output, error)
-}
-
-// Spec implements Kernel.
-func (a *Adapter) Spec() *Spec { return &a.Contract }
-
-// Validate implements Kernel: the spec's checks are kernel.Validate's, the
-// rest are Compute's.
-func (a *Adapter) Validate(in Inputs) (Problem, error) { return Checked{in}, nil }
-
-// Reference implements Kernel.
-func (a *Adapter) Reference(ctx context.Context, p Problem, prec Precision, out OutDTypes) ([]Output, error) {
-	return a.Compute(ctx, p.Inputs(), prec, out)
-}
-
 // NotWrittenKey is the output-file metadata key in which a worker names
 // the contract outputs its kernel does not produce (comma-separated), as
 // SGLang's Triton decode writes no final lse (its stage 2 stores o only).

@@ -187,8 +187,33 @@ type Scores struct {
 }
 
 // Compute returns the scores of in over MaxSeq = maxSeq columns (every
-// seq_len must fit; 0 means max(seq_lens)). Errors name the tensor.
+// seq_len must fit; 0 means max(seq_lens)). Errors name the tensor. It is
+// Prepare, then the plan's Compute.
 func Compute(ctx context.Context, in Input, maxSeq int) (*Scores, error) {
+	pl, err := Prepare(in, maxSeq)
+	if err != nil {
+		return nil, err
+	}
+	return pl.Compute(ctx)
+}
+
+// Plan is an indexer invocation whose inputs Prepare checked: what
+// Compute needs and nothing it must check again. It is read-only, so one
+// plan may be computed any number of times, from several goroutines.
+type Plan struct {
+	in                Input
+	b, hi, dk, maxSeq int
+	nextN             int
+	vis               []int // the tokens each query row sees
+	kc                *kvcache.Cache
+	fc                *fp8Cache
+}
+
+// Prepare checks in against the indexer's contract (the shapes of q,
+// weights and the cache, seq_lens against the rows and maxSeq, the fp8
+// cache's scales against their declared convention) and returns the plan
+// Compute runs. Errors name the tensor and the index.
+func Prepare(in Input, maxSeq int) (*Plan, error) {
 	q, w, p := in.Q, in.Weights, in.Pages
 	if err := q.Check(); err != nil {
 		return nil, fmt.Errorf("tensor q: %v", err)
@@ -262,7 +287,14 @@ func Compute(ctx context.Context, in Input, maxSeq int) (*Scores, error) {
 			vis[r] = in.RowLens[r]
 		}
 	}
-	s := &Scores{B: b, MaxSeq: maxSeq, SeqLens: vis, NextN: nextN,
+	return &Plan{in: in, b: b, hi: hi, dk: dk, maxSeq: maxSeq, nextN: nextN, vis: vis, kc: kc, fc: fc}, nil
+}
+
+// Compute returns the plan's scores.
+func (pl *Plan) Compute(ctx context.Context) (*Scores, error) {
+	in, p, q, w := pl.in, pl.in.Pages, pl.in.Q, pl.in.Weights
+	b, hi, dk, maxSeq, kc, fc := pl.b, pl.hi, pl.dk, pl.maxSeq, pl.kc, pl.fc
+	s := &Scores{B: b, MaxSeq: maxSeq, SeqLens: append([]int(nil), pl.vis...), NextN: pl.nextN,
 		Exact: make([]float64, b*maxSeq), Expected: make([]float64, b*maxSeq), Bound: make([]float64, b*maxSeq)}
 	n := float64(dk + hi + 1)
 	if in.FP8 {

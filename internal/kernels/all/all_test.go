@@ -1,6 +1,7 @@
 package all
 
 import (
+	"context"
 	"slices"
 	"testing"
 
@@ -50,7 +51,7 @@ func TestEveryKernelHasEveryCapability(t *testing.T) {
 // A kernel that lacks a capability is named, with the capability: the
 // check above has teeth.
 func TestMissingCapabilityIsNamed(t *testing.T) {
-	bare := &kernel.Adapter{Contract: kernel.Spec{Name: "bare_kernel"}}
+	var bare kernel.Kernel = bareKernel{}
 	got := missingCapabilities([]kernel.Kernel{bare})
 	if len(got) != len(capabilities) {
 		t.Fatalf("a kernel with no capability: %v, want every capability named", got)
@@ -107,8 +108,18 @@ func TestEveryKernelHasAFault(t *testing.T) {
 	for _, name := range unplanted(kernel.All(), faults.All()) {
 		t.Errorf("kernel %s: no planted fault lives in it", name)
 	}
-	bare := &kernel.Adapter{Contract: kernel.Spec{Name: "bare_kernel"}}
-	if got := unplanted([]kernel.Kernel{bare}, faults.All()); !slices.Equal(got, []string{"bare_kernel"}) {
+	if got := unplanted([]kernel.Kernel{bareKernel{}}, faults.All()); !slices.Equal(got, []string{"bare_kernel"}) {
 		t.Errorf("unplanted(bare_kernel) = %v, want it named", got)
 	}
+}
+
+// bareKernel is a Kernel with none of the capabilities.
+type bareKernel struct{}
+
+func (bareKernel) Spec() *kernel.Spec { return &kernel.Spec{Name: "bare_kernel"} }
+
+func (bareKernel) Validate(kernel.Inputs) (kernel.Problem, error) { return nil, nil }
+
+func (bareKernel) Reference(context.Context, kernel.Problem, kernel.Precision, kernel.OutDTypes) ([]kernel.Output, error) {
+	return nil, nil
 }

@@ -1,5 +1,5 @@
-// Package dsa is dsa_indexer (reference/CONTRACTS.md §3.9), DeepSeek Sparse Attention's lightning indexer: the contract, the reference adapter over
-// reference/dsa, the coordinates that name an output element, and what the
+// Package dsa is dsa_indexer (reference/CONTRACTS.md §3.9), DeepSeek Sparse Attention's lightning indexer: the contract, its validated
+// problem (IndexerProblem), the reference adapter over reference/dsa, the coordinates that name an output element, and what the
 // tools ask of each kernel (cost, case inputs, slicing, contexts,
 // roofline).
 //
@@ -21,10 +21,10 @@ import (
 // dsa_indexer (reference/CONTRACTS.md §3.9): the contract tensors adapted to reference/dsa.
 
 // indexer is dsa_indexer.
-type indexer struct{ Adapter }
+type indexer struct{ spec Spec }
 
 func init() {
-	Register(&indexer{Adapter{Contract: Spec{
+	Register(&indexer{Spec{
 		Name:    "dsa_indexer",
 		Stage:   StageAttn,
 		Summary: "DeepSeek Sparse Attention lightning indexer scores and top-k",
@@ -52,7 +52,7 @@ func init() {
 			{Name: "topk_index", Kind: ParamEnum, Default: "request", Allowed: topkIndexKinds,
 				Doc: "request: topk_indices are token positions in the request (vLLM's indexer output); global_slot: cache slots block_table[b, t / P]·P + t % P, -1 kept as -1 (vLLM's triton_convert_req_index_to_global_index, what FLASHMLA_SPARSE receives as indices)"},
 		},
-	}, Compute: dsaIndexer}})
+	}})
 }
 
 // indexerRows is k_cache's Read: the entries of the attended tokens; in the
@@ -115,7 +115,29 @@ func outWidth(in Inputs, param, output string, def int) (int, error) {
 	return def, nil
 }
 
-func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
+// Spec implements Kernel.
+func (k *indexer) Spec() *Spec { return &k.spec }
+
+// IndexerProblem is a validated dsa_indexer: B·next_n query rows over a
+// paged key cache, the scores' width and the top-k asked for.
+type IndexerProblem struct {
+	in Inputs
+	// Input is the invocation as reference/dsa reads it (pages checked
+	// against the cache, per-row lengths when seq_lens is [B, next_n]).
+	Input dsa.Input
+	// PageSize, MaxSeq (0: the longest request) and TopK as the
+	// parameters and the captured outputs give them.
+	PageSize, MaxSeq, TopK int
+	// GlobalSlot: topk_indices are cache slots, not token positions.
+	GlobalSlot bool
+	plan       *dsa.Plan
+}
+
+// Inputs implements Problem.
+func (p *IndexerProblem) Inputs() Inputs { return p.in }
+
+// Validate implements Kernel.
+func (*indexer) Validate(in Inputs) (Problem, error) {
 	q := in.Tensors["q"]
 	kc := in.Tensors["k_cache"]
 	w := in.Tensors["weights"]
@@ -183,13 +205,24 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTy
 		return nil, fmt.Errorf("parameter k_scale_fmt = %s declares how an fp8 indexer cache's scales were written, but k_cache_dtype = %s has no scales", scaleFmt, kd)
 	}
 	din := dsa.Input{Q: q, KCache: kc, FP8: kd == "fp8_e4m3", Weights: w, Pages: pages, NextN: nextN, RowLens: rowLens, ScaleFmt: scaleFmt}
-	s, err := dsa.Compute(ctx, din, maxSeq)
+	plan, err := dsa.Prepare(din, maxSeq)
+	if err != nil {
+		return nil, err
+	}
+	return &IndexerProblem{in: in, Input: din, PageSize: ps, MaxSeq: maxSeq, TopK: topk, GlobalSlot: global == "global_slot", plan: plan}, nil
+}
+
+// Reference implements Kernel.
+func (*indexer) Reference(ctx context.Context, pr Problem, prec Precision, outDTypes OutDTypes) ([]Output, error) {
+	p := pr.(*IndexerProblem)
+	din, q, pages, ps, maxSeq, topk, nextN := p.Input, p.Input.Q, p.Input.Pages, p.PageSize, p.MaxSeq, p.TopK, max(p.Input.NextN, 1)
+	s, err := p.plan.Compute(ctx)
 	if err != nil {
 		return nil, err
 	}
 	exTop, epTop := s.TopK(topk)
 	slots := dsa.NewSlots(pages, s)
-	if global == "global_slot" {
+	if p.GlobalSlot {
 		exTop, epTop = slots.Map(exTop, topk), slots.Map(epTop, topk)
 	}
 	hi, dk := q.Shape[1], q.Shape[2]
@@ -238,7 +271,7 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTy
 		Reduction: dk + hi + 1,
 		Coords:    Coords{Axes: []CoordKind{rowAxis, KindRank}, Derived: func(idx []int) []Coord { return rowOf(idx[0]) }},
 	}
-	if global == "global_slot" {
+	if p.GlobalSlot {
 		// a slot is judged as the request's token it holds: one the row
 		// cannot see (another request's, a future one's) is no token of it
 		top.Equivalent = func(i int, actual float64) bool {
@@ -251,7 +284,7 @@ func dsaIndexer(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTy
 		}
 	}
 	if nextN > 1 {
-		sus, err := futureSuspects(ctx, din, in, maxSeq, topk, global == "global_slot")
+		sus, err := futureSuspects(ctx, din, maxSeq, topk, p.GlobalSlot)
 		if err != nil {
 			return nil, err
 		}
@@ -279,7 +312,7 @@ const futureTokensVisible = "future_tokens_visible"
 // causal limit leaves: every query row of a request sees all seq_len
 // tokens, its own future included. The signature names the failure
 // future_tokens_visible when the failing elements hold these values.
-func futureSuspects(ctx context.Context, din dsa.Input, in Inputs, maxSeq, topk int, global bool) ([]Suspect, error) {
+func futureSuspects(ctx context.Context, din dsa.Input, maxSeq, topk int, global bool) ([]Suspect, error) {
 	rows, err := dsa.AllVisible(din)
 	if err != nil {
 		return nil, err

@@ -1,5 +1,6 @@
-// Package kvcache is kv_cache_write and kv_cache_gather (reference/CONTRACTS.md §3.4, §3.5), the paged MLA latent cache's writer and reader: the contract, the reference adapter over
-// reference/kvcache, the coordinates that name an output element, and what the
+// Package kvcache is kv_cache_write and kv_cache_gather (reference/CONTRACTS.md §3.4, §3.5), the paged MLA latent cache's writer and reader: the contract, the validated
+// problems (WriteProblem, GatherProblem) that the reference and the CUDA
+// launchers take, the reference adapter over reference/kvcache, the coordinates that name an output element, and what the
 // tools ask of each kernel (cost, case inputs, slicing, contexts,
 // roofline).
 //
@@ -22,10 +23,10 @@ import (
 // and parameters adapted to reference/kvcache.
 
 // write is kv_cache_write.
-type write struct{ Adapter }
+type write struct{ spec Spec }
 
 // gather is kv_cache_gather.
-type gather struct{ Adapter }
+type gather struct{ spec Spec }
 
 var (
 	// tokenDTypes are the dtypes of a write's kv_c and k_pe.
@@ -36,7 +37,7 @@ var (
 )
 
 func init() {
-	Register(&write{Adapter{Contract: Spec{
+	Register(&write{Spec{
 		Name:    "kv_cache_write",
 		Stage:   StageCache,
 		Summary: "paged MLA latent cache write (vLLM concat_and_cache_mla, DeepSeek-V3.2 fp8_ds_mla, DeepSeek-V4 fp8_ds_mla_model1)",
@@ -53,8 +54,8 @@ func init() {
 		Params: []ParamSpec{
 			paged.CacheDTypeParam, paged.DSMLAScaleParam, paged.PageSizeParam,
 		},
-	}, Compute: kvCacheWrite}})
-	Register(&gather{Adapter{Contract: Spec{
+	}})
+	Register(&gather{Spec{
 		Name:    "kv_cache_gather",
 		Stage:   StageCache,
 		Summary: "paged latent cache lookup and dequantization (vLLM gather_and_maybe_dequant_cache)",
@@ -74,10 +75,36 @@ func init() {
 		Params: []ParamSpec{
 			paged.CacheDTypeParam, paged.DSMLAScaleParam, paged.PageSizeParam,
 		},
-	}, Compute: kvCacheGather}})
+	}})
 }
 
-func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
+// Spec implements Kernel.
+func (k *write) Spec() *Spec { return &k.spec }
+
+// Spec implements Kernel.
+func (k *gather) Spec() *Spec { return &k.spec }
+
+// WriteProblem is a validated kv_cache_write: T' token rows of kv_c
+// [T', L] and k_pe [T', R], the slots the first T = len(Slots) of them go
+// to (a negative slot skips its token), over cache_before in Layout.
+type WriteProblem struct {
+	in Inputs
+	// KVC, KPE, SlotMapping and Before are the contract tensors.
+	KVC, KPE, SlotMapping, Before *tensor.Tensor
+	// Layout is the cache's; its Saturate is what the parameters declare,
+	// and the reference applies the precision it is called at.
+	Layout kvcache.Layout
+	// KScale is fp8_e4m3's per-tensor scale (0 for the other layouts).
+	KScale float64
+	Slots  []int64
+	ov     *kvcache.Overlay
+}
+
+// Inputs implements Problem.
+func (p *WriteProblem) Inputs() Inputs { return p.in }
+
+// Validate implements Kernel.
+func (*write) Validate(in Inputs) (Problem, error) {
 	kvc := in.Tensors["kv_c"]
 	kpe := in.Tensors["k_pe"]
 	sm := in.Tensors["slot_mapping"]
@@ -91,15 +118,16 @@ func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes OutD
 	if err := CheckShape("slot_mapping", sm, -1); err != nil {
 		return nil, err
 	}
+	prec, err := PrecisionFrom(in.Params)
+	if err != nil {
+		return nil, err
+	}
 	lay, err := paged.CacheLayout(in.Params, prec, "cache_before", before, kvc.Shape[1], kpe.Shape[1])
 	if err != nil {
 		return nil, err
 	}
 	ks, err := paged.KScale(in, lay)
 	if err != nil {
-		return nil, err
-	}
-	if before, err = paged.AsDType("cache_after", before, outDTypes["cache_after"], lay); err != nil {
 		return nil, err
 	}
 	slots := make([]int64, sm.Len())
@@ -110,6 +138,25 @@ func kvCacheWrite(ctx context.Context, in Inputs, prec Precision, outDTypes OutD
 	if err != nil {
 		return nil, err
 	}
+	return &WriteProblem{in: in, KVC: kvc, KPE: kpe, SlotMapping: sm, Before: before, Layout: lay, KScale: ks, Slots: slots, ov: ov}, nil
+}
+
+// Reference implements Kernel. cache_after's dtype is checked here, after
+// the inputs: only the call knows it.
+func (*write) Reference(ctx context.Context, pr Problem, prec Precision, outDTypes OutDTypes) ([]Output, error) {
+	p := pr.(*WriteProblem)
+	kvc, kpe := p.KVC, p.KPE
+	lay := p.Layout
+	lay.Saturate = prec.FP8Saturate
+	before, err := paged.AsDType("cache_after", p.Before, outDTypes["cache_after"], lay)
+	if err != nil {
+		return nil, err
+	}
+	// The problem's overlay over the bytes as the output's dtype reads
+	// them, at the call's precision; the rest it shares, read-only.
+	ovc := *p.ov
+	ovc.Layout, ovc.Before = lay, before
+	ov := &ovc
 	derived := func(idx []int) []Coord {
 		// the entry an element belongs to: its own row, except in a
 		// block-split cache, whose [block, offset] rows are not entries
@@ -317,8 +364,51 @@ func (c *cacheAfter) unwritten(u, per int) bool {
 	return true
 }
 
-func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
-	in, err := Chunked(in)
+// GatherProblem is a validated kv_cache_gather: a cache of NB blocks of P
+// entries in Layout, and the requests' tokens to gather (a chunked
+// gather's block table already starts at each chunk: Chunked). A gather
+// has two readings, which only the output's dtype chooses: a dequantizing
+// one (Dequant) and, into a U8 gathered, a byte copy (ByteCopy), which
+// reads no k_scale. Validate checks both: it refuses inputs whose first
+// error is both readings' (a block table that leaves the cache), and keeps
+// an error of one reading only for its method to return.
+type GatherProblem struct {
+	in Inputs
+	// Cache, BlockTable and SeqLens are the tensors the gather reads;
+	// BlockTable is a chunked gather's table from each chunk on.
+	Cache, BlockTable, SeqLens *tensor.Tensor
+	Layout                     kvcache.Layout
+	NB, P                      int
+
+	dequant  *GatherDequant
+	deqErr   error
+	bytes    *kvcache.Pages
+	bytesErr error
+}
+
+// GatherDequant is the dequantizing reading of a gather: the cache view
+// over k_scale and the requests' pages.
+type GatherDequant struct {
+	KScale float64
+	Cache  *kvcache.Cache
+	Pages  *kvcache.Pages
+}
+
+// Inputs implements Problem.
+func (p *GatherProblem) Inputs() Inputs { return p.in }
+
+// Dequant returns the dequantizing reading, or why these inputs have none
+// (a missing k_scale, a cache that is not of the layout, a block table
+// that leaves it).
+func (p *GatherProblem) Dequant() (*GatherDequant, error) { return p.dequant, p.deqErr }
+
+// ByteCopy returns the requests' pages for a byte-copy gather (a U8
+// gathered), or why these inputs have none.
+func (p *GatherProblem) ByteCopy() (*kvcache.Pages, error) { return p.bytes, p.bytesErr }
+
+// Validate implements Kernel.
+func (*gather) Validate(orig Inputs) (Problem, error) {
+	in, err := Chunked(orig)
 	if err != nil {
 		return nil, err
 	}
@@ -336,6 +426,10 @@ func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes Out
 	if d > 64 {
 		r = 64
 	}
+	prec, err := PrecisionFrom(in.Params)
+	if err != nil {
+		return nil, err
+	}
 	lay, err := paged.CacheLayout(in.Params, prec, "cache", ct, d-r, r)
 	if err != nil {
 		return nil, err
@@ -343,21 +437,60 @@ func kvCacheGather(ctx context.Context, in Inputs, prec Precision, outDTypes Out
 	if err := paged.RefuseV4("kv_cache_gather", lay); err != nil {
 		return nil, err
 	}
-	if outDTypes["gathered"] == tensor.U8 {
-		return gatherBytes(ct, bt, sl, lay)
+	p := &GatherProblem{in: orig, Cache: ct, BlockTable: bt, SeqLens: sl, Layout: lay, NB: ct.Shape[0], P: lay.PageSize}
+	// One block table read serves both readings (the same arguments);
+	// each reports its errors in its own order.
+	pages, pagesErr := kvcache.NewPages(bt, sl, lay.PageSize, ct.Shape[0])
+	switch {
+	case ct.DType.Size() == 0:
+		p.bytesErr = fmt.Errorf("tensor cache has dtype %s, which has no byte size", ct.DType)
+	case pagesErr != nil:
+		p.bytesErr = pagesErr
+	case ct.Shape[1] != lay.PageSize:
+		p.bytesErr = fmt.Errorf("tensor cache has %d tokens a block; page_size is %d", ct.Shape[1], lay.PageSize)
+	default:
+		p.bytes = pages
 	}
 	ks, err := paged.KScale(in, lay)
 	if err != nil {
-		return nil, err
+		p.deqErr = err
+		return p, nil
 	}
 	c, err := kvcache.New(ct, lay, ks)
 	if err != nil {
-		return nil, err
+		p.deqErr = err
+		return p, nil
 	}
-	pages, err := kvcache.NewPages(bt, sl, lay.PageSize, c.NB)
+	if pagesErr != nil {
+		p.deqErr = pagesErr
+		if p.bytesErr == pagesErr {
+			// the first error of both readings: no output dtype escapes it
+			return nil, pagesErr
+		}
+		return p, nil
+	}
+	p.dequant = &GatherDequant{KScale: ks, Cache: c, Pages: pages}
+	return p, nil
+}
+
+// Reference implements Kernel: the byte copy for a U8 gathered, else the
+// dequantizing gather at the output's dtype.
+func (*gather) Reference(ctx context.Context, pr Problem, prec Precision, outDTypes OutDTypes) ([]Output, error) {
+	p := pr.(*GatherProblem)
+	ct, lay := p.Cache, p.Layout
+	lay.Saturate = prec.FP8Saturate
+	if outDTypes["gathered"] == tensor.U8 {
+		pages, err := p.ByteCopy()
+		if err != nil {
+			return nil, err
+		}
+		return gatherBytes(ct, pages, lay), nil
+	}
+	dq, err := p.Dequant()
 	if err != nil {
 		return nil, err
 	}
+	c, pages := dq.Cache, dq.Pages
 	// The default dst is the model's dtype: an fp16 cache's is F16.
 	def := tensor.BF16
 	if lay.Kind == kvcache.FP16 {
@@ -502,17 +635,7 @@ func (g *gathered) ReadBlock(lo int, dst []float64) {
 // csrc/libtorch_stable/cache_kernels.cu, vllm 0.33.0 _custom_ops.py
 // cp_gather_cache). Nothing is dequantized, so no k_scale is read and the
 // check is bitwise; the layout only names the coordinates.
-func gatherBytes(ct, bt, sl *tensor.Tensor, lay kvcache.Layout) ([]Output, error) {
-	if ct.DType.Size() == 0 {
-		return nil, fmt.Errorf("tensor cache has dtype %s, which has no byte size", ct.DType)
-	}
-	pages, err := kvcache.NewPages(bt, sl, lay.PageSize, ct.Shape[0])
-	if err != nil {
-		return nil, err
-	}
-	if ct.Shape[1] != lay.PageSize {
-		return nil, fmt.Errorf("tensor cache has %d tokens a block; page_size is %d", ct.Shape[1], lay.PageSize)
-	}
+func gatherBytes(ct *tensor.Tensor, pages *kvcache.Pages, lay kvcache.Layout) []Output {
 	es := ct.DType.Size()
 	entry := ct.Shape[2] * es
 	raw := &entryBytes{data: ct.Data, pages: pages, entry: entry, page: lay.PageSize}
@@ -529,7 +652,7 @@ func gatherBytes(ct, bt, sl *tensor.Tensor, lay kvcache.Layout) ([]Output, error
 		Mode:      Bitwise,
 		Reduction: 1,
 		Coords:    Coords{Axes: []CoordKind{KindRow, KindDim}, Derived: derived},
-	}}, nil
+	}}
 }
 
 // entryBytes is a byte-copy gather's answer as Values: byte j of row r is

@@ -1,5 +1,6 @@
-// Package mla is mla_decode and mla_decode_sparse (reference/CONTRACTS.md §3.6, §3.7), absorbed MLA decode attention over a paged latent cache: the contract, the reference adapter over
-// reference/mla, the coordinates that name an output element, and what the
+// Package mla is mla_decode and mla_decode_sparse (reference/CONTRACTS.md §3.6, §3.7), absorbed MLA decode attention over a paged latent cache: the contract, the validated
+// problems (DecodeProblem, SparseProblem) that the reference and the CUDA
+// launcher take, the reference adapter over reference/mla, the coordinates that name an output element, and what the
 // tools ask of each kernel (cost, case inputs, slicing, contexts,
 // roofline).
 //
@@ -49,10 +50,10 @@ import (
 const headTileRows = 64
 
 // decode is mla_decode.
-type decode struct{ Adapter }
+type decode struct{ spec Spec }
 
 // sparseDecode is mla_decode_sparse.
-type sparseDecode struct{ Adapter }
+type sparseDecode struct{ spec Spec }
 
 func init() {
 	qTypes := []tensor.DType{tensor.BF16, tensor.F16, tensor.F32}
@@ -60,7 +61,7 @@ func init() {
 	// The lse and the partials may be stored in the query's dtype: vLLM's
 	// TRITON_MLA returns lse in q.dtype (reference/CONTRACTS.md §8.2).
 	lseTypes := []tensor.DType{tensor.F32, tensor.BF16, tensor.F16}
-	Register(&decode{Adapter{Contract: Spec{
+	Register(&decode{Spec{
 		Name:    "mla_decode",
 		Stage:   StageAttn,
 		Summary: "absorbed MLA decode over a paged latent cache (FlashMLA layout), optional split-K partials",
@@ -90,8 +91,8 @@ func init() {
 			{Name: "empty_row", Kind: ParamEnum, Default: "zero", Allowed: []string{"zero", "nan"}, Doc: "the out of a row that sees no token: zero (the contract), or nan, a stage 2 dividing its zero accumulator by its zero sum (vLLM's and SGLang's Triton decode; reference/CONTRACTS.md §3.6)"},
 			{Name: "num_splits", Kind: ParamInt, Doc: "S, asking for the split-K partials; captured partials or split_bounds give it by their shape, and all that are given must agree (reference/CONTRACTS.md §3.6.1)"},
 		},
-	}, Compute: mlaDecode}})
-	Register(&sparseDecode{Adapter{Contract: Spec{
+	}})
+	Register(&sparseDecode{Spec{
 		Name:    "mla_decode_sparse",
 		Stage:   StageAttn,
 		Summary: "DeepSeek-V3.2 and V4 sparse MLA decode over top-k cache slots",
@@ -126,7 +127,7 @@ func init() {
 				Doc: "how the reader turns each fp8_ds_mla tile scale into its factor: f32 (as stored), bf16 (rounded to nearest, FlashMLA sm90) or e8m0_rz (the power of two at or below it, FlashMLA sm100); both the exact and the expected reference read it so, and the result's notes give how far that moves the exact output from the f32 reading"},
 			headDimVParam,
 		},
-	}, Compute: mlaDecodeSparse}})
+	}})
 }
 
 // headDimVParam is V, FlashMLA's head_dim_v (flash_mla_interface.py:58,
@@ -212,20 +213,59 @@ func sparseSlotsRead(it, tl *tensor.Tensor, slots int) ([]bool, error) {
 	return read, nil
 }
 
-// mlaCommon is what both decodes read the same way.
-type mlaCommon struct {
-	q      mla.Query
-	cache  *kvcache.Cache
-	lay    kvcache.Layout
-	cfg    mla.Config
-	prec   mla.Precision
-	qShape []int
+// Spec implements Kernel.
+func (k *decode) Spec() *Spec { return &k.spec }
+
+// Spec implements Kernel.
+func (k *sparseDecode) Spec() *Spec { return &k.spec }
+
+// Common is what both decodes' problems hold alike: the query [B, s_q, H,
+// D], the cache view in its layout, and the attention's configuration.
+type Common struct {
+	// QT and KVCache are the contract tensors q and kv_cache.
+	QT, KVCache *tensor.Tensor
+	Q           mla.Query
+	Cache       *kvcache.Cache
+	// Layout is the cache's (L + R = D); its Saturate is the parameters'
+	// and plays no part in a read.
+	Layout kvcache.Layout
+	// Config is the softmax scale, causality, lse convention and empty
+	// row (and for the sparse decode the value width).
+	Config mla.Config
 }
 
-// readMLACommon reads what both decodes share; scaled (mla_decode) reads
-// the fp8_e4m3 cache's k_scale_rope, k_scale_tiles and k_scale_dtype too
-// (paged.ScaledCache).
-func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes, scaled bool) (*mlaCommon, error) {
+// precision is the reference's precision for a call at prec whose outputs
+// are stored as outDTypes: each output is judged at its stored dtype.
+func (c *Common) precision(prec Precision, outDTypes OutDTypes) (mla.Precision, error) {
+	mp := mla.DefaultPrecision()
+	mp.Acc, mp.P, mp.KVDequant, mp.SoftmaxBlock = prec.Acc, prec.P, prec.KVDequant, prec.SoftmaxBlock
+	// out defaults to BF16, or to F16 for an F16 query (an fp16 model's
+	// kernels store out in the query's dtype: FlashMLA, vLLM TRITON_MLA).
+	outDef := tensor.BF16
+	if c.QT.DType == tensor.F16 {
+		outDef = tensor.F16
+	}
+	var err error
+	if mp.Out, err = OutDType(outDTypes, "out", outDef, tensor.BF16, tensor.F32, tensor.F16); err != nil {
+		return mp, err
+	}
+	// Each is judged at its stored dtype: the reference rounds its answer
+	// to it, and the tolerance follows from that rounding.
+	for _, o := range []struct {
+		name string
+		dst  *tensor.DType
+	}{{"lse", &mp.LSE}, {"partial_out", &mp.PartialOut}, {"partial_lse", &mp.PartialLSE}} {
+		if *o.dst, err = OutDType(outDTypes, o.name, tensor.F32, tensor.F32, tensor.BF16, tensor.F16); err != nil {
+			return mp, err
+		}
+	}
+	return mp, nil
+}
+
+// validateCommon checks what both decodes share; scaled (mla_decode)
+// reads the fp8_e4m3 cache's k_scale_rope, k_scale_tiles and
+// k_scale_dtype too (paged.ScaledCache).
+func validateCommon(in Inputs, scaled bool) (*Common, error) {
 	qt := in.Tensors["q"]
 	if err := CheckShape("q", qt, -1, -1, -1, -1); err != nil {
 		return nil, err
@@ -249,6 +289,10 @@ func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes, scaled bool) 
 	}
 	if l < 1 || l > d {
 		return nil, fmt.Errorf("parameter latent_dim = %d: want 1 <= L <= D = %d", l, d)
+	}
+	prec, err := PrecisionFrom(in.Params)
+	if err != nil {
+		return nil, err
 	}
 	lay, err := paged.CacheLayout(in.Params, prec, "kv_cache", ct, l, d-l)
 	if err != nil {
@@ -298,53 +342,60 @@ func readMLACommon(in Inputs, prec Precision, outDTypes OutDTypes, scaled bool) 
 	if emptyRow != "zero" && emptyRow != "nan" {
 		return nil, fmt.Errorf("parameter empty_row = %q: want zero or nan", emptyRow)
 	}
-	mp := mla.DefaultPrecision()
-	mp.Acc, mp.P, mp.KVDequant, mp.SoftmaxBlock = prec.Acc, prec.P, prec.KVDequant, prec.SoftmaxBlock
-	// out defaults to BF16, or to F16 for an F16 query (an fp16 model's
-	// kernels store out in the query's dtype: FlashMLA, vLLM TRITON_MLA).
-	outDef := tensor.BF16
-	if qt.DType == tensor.F16 {
-		outDef = tensor.F16
-	}
-	if mp.Out, err = OutDType(outDTypes, "out", outDef, tensor.BF16, tensor.F32, tensor.F16); err != nil {
-		return nil, err
-	}
-	// Each is judged at its stored dtype: the reference rounds its answer
-	// to it, and the tolerance follows from that rounding.
-	for _, o := range []struct {
-		name string
-		dst  *tensor.DType
-	}{{"lse", &mp.LSE}, {"partial_out", &mp.PartialOut}, {"partial_lse", &mp.PartialLSE}} {
-		if *o.dst, err = OutDType(outDTypes, o.name, tensor.F32, tensor.F32, tensor.BF16, tensor.F16); err != nil {
-			return nil, err
-		}
-	}
 	q := mla.Query{B: qt.Shape[0], SQ: qt.Shape[1], H: qt.Shape[2], D: d, Data: qt.Float64s()}
-	return &mlaCommon{q: q, cache: cache, lay: lay, prec: mp, qShape: qt.Shape,
-		cfg: mla.Config{SoftmaxScale: scale, Causal: causal, LSE: splitk.Convention{Base: base, Empty: empty}, EmptyRowNaN: emptyRow == "nan"}}, nil
+	return &Common{QT: qt, KVCache: ct, Q: q, Cache: cache, Layout: lay,
+		Config: mla.Config{SoftmaxScale: scale, Causal: causal, LSE: splitk.Convention{Base: base, Empty: empty}, EmptyRowNaN: emptyRow == "nan"}}, nil
 }
 
-func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
-	c, err := readMLACommon(in, prec, outDTypes, true)
+// DecodeProblem is a validated mla_decode: the common part, the requests'
+// pages, and the split-K partials asked for (S = 0: none; Bounds nil: the
+// default split).
+type DecodeProblem struct {
+	in Inputs
+	Common
+	Pages  *kvcache.Pages
+	S      int
+	Bounds []int
+}
+
+// Inputs implements Problem.
+func (p *DecodeProblem) Inputs() Inputs { return p.in }
+
+// Validate implements Kernel.
+func (*decode) Validate(in Inputs) (Problem, error) {
+	c, err := validateCommon(in, true)
 	if err != nil {
 		return nil, err
 	}
-	if err := paged.RefuseV4("mla_decode", c.lay); err != nil {
+	if err := paged.RefuseV4("mla_decode", c.Layout); err != nil {
 		return nil, err
 	}
 	bt := in.Tensors["block_table"]
 	sl := in.Tensors["seq_lens"]
-	pages, err := kvcache.NewPages(bt, sl, c.lay.PageSize, c.cache.NB)
+	pages, err := kvcache.NewPages(bt, sl, c.Layout.PageSize, c.Cache.NB)
 	if err != nil {
 		return nil, err
 	}
-	if pages.B() != c.q.B {
-		return nil, fmt.Errorf("tensor q has B = %d requests but seq_lens has %d", c.q.B, pages.B())
+	if pages.B() != c.Q.B {
+		return nil, fmt.Errorf("tensor q has B = %d requests but seq_lens has %d", c.Q.B, pages.B())
 	}
 	s, bounds, err := splitSpec(in, pages.SeqLens)
 	if err != nil {
 		return nil, err
 	}
+	return &DecodeProblem{in: in, Common: *c, Pages: pages, S: s, Bounds: bounds}, nil
+}
+
+// Reference implements Kernel. The outputs' dtypes are checked here,
+// after the inputs: only the call knows them.
+func (*decode) Reference(ctx context.Context, pr Problem, prec Precision, outDTypes OutDTypes) ([]Output, error) {
+	dp := pr.(*DecodeProblem)
+	mp, err := dp.precision(prec, outDTypes)
+	if err != nil {
+		return nil, err
+	}
+	c := &mlaCommon{q: dp.Q, cache: dp.Cache, lay: dp.Layout, cfg: dp.Config, prec: mp}
+	pages, s, bounds := dp.Pages, dp.S, dp.Bounds
 	p := &mla.Dense{Q: c.q, Cache: c.cache, Pages: pages}
 	ex, xp, err := mla.Decode(ctx, p, c.cfg, c.prec)
 	if err != nil {
@@ -418,6 +469,16 @@ func mlaDecode(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTyp
 		}), nil
 }
 
+// mlaCommon is a problem's common part at one call's precision, as the
+// reference bodies read it.
+type mlaCommon struct {
+	q     mla.Query
+	cache *kvcache.Cache
+	lay   kvcache.Layout
+	cfg   mla.Config
+	prec  mla.Precision
+}
+
 // blockSplitSuspects is, for a DeepSeek-V4 cache, what out would hold had
 // the kernel read the block-split cache token by token (kvcache.
 // ReadInterleaved): a V3.2 kernel's addressing widened to the 584-byte
@@ -459,7 +520,7 @@ func blockSplitSuspects(ctx context.Context, sp *mla.Sparse, c *mlaCommon, ct, e
 // page_block_size), and the extra indices without the cache, or the cache
 // without them, are refused as FlashMLA refuses them (:239-245). Indices
 // follow the same invalid_index convention.
-func readExtraScope(in Inputs, c *mlaCommon, invalid string) (*mla.SparseScope, error) {
+func readExtraScope(in Inputs, c *Common, invalid string) (*mla.SparseScope, error) {
 	xc, xi, xl := in.Tensors["extra_k_cache"], in.Tensors["extra_indices_in_kvcache"], in.Tensors["extra_topk_length"]
 	switch {
 	case xc == nil && xi == nil && xl == nil:
@@ -472,13 +533,13 @@ func readExtraScope(in Inputs, c *mlaCommon, invalid string) (*mla.SparseScope, 
 	if len(xc.Shape) != 3 {
 		return nil, fmt.Errorf("tensor extra_k_cache has shape %v; the contract wants [NB, P, entry]", xc.Shape)
 	}
-	lay := c.lay
+	lay := c.Layout
 	lay.PageSize = xc.Shape[1]
-	cache, err := kvcache.NewNamed("extra_k_cache", xc, lay, c.cache.KScale)
+	cache, err := kvcache.NewNamed("extra_k_cache", xc, lay, c.Cache.KScale)
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckShape("extra_indices_in_kvcache", xi, c.q.B, c.q.SQ, -1); err != nil {
+	if err := CheckShape("extra_indices_in_kvcache", xi, c.Q.B, c.Q.SQ, -1); err != nil {
 		return nil, err
 	}
 	x := &mla.SparseScope{Cache: cache, TopK: xi.Shape[2], Indices: make([]int64, xi.Len())}
@@ -487,14 +548,14 @@ func readExtraScope(in Inputs, c *mlaCommon, invalid string) (*mla.SparseScope, 
 		x.Indices[i] = xi.Int64At(i)
 		if v := x.Indices[i]; invalid == invalidMinusOne && v != -1 && (v < 0 || v >= slots) {
 			return nil, fmt.Errorf("tensor extra_indices_in_kvcache[%d,%d,%d] = %d is outside extra_k_cache (%d slots) and not -1: with invalid_index = minus_one (FlashMLA's convention) only -1 is masked",
-				i/(c.q.SQ*x.TopK), i/x.TopK%c.q.SQ, i%x.TopK, v, slots)
+				i/(c.Q.SQ*x.TopK), i/x.TopK%c.Q.SQ, i%x.TopK, v, slots)
 		}
 	}
 	if xl != nil {
-		if err := CheckShape("extra_topk_length", xl, c.q.B); err != nil {
+		if err := CheckShape("extra_topk_length", xl, c.Q.B); err != nil {
 			return nil, err
 		}
-		x.TopKLength = make([]int64, c.q.B)
+		x.TopKLength = make([]int64, c.Q.B)
 		for b := range x.TopKLength {
 			if x.TopKLength[b] = xl.Int64At(b); x.TopKLength[b] < 0 || x.TopKLength[b] > int64(x.TopK) {
 				return nil, fmt.Errorf("tensor extra_topk_length[%d] = %d is outside [0, extra topk = %d]", b, x.TopKLength[b], x.TopK)
@@ -577,13 +638,34 @@ func splitSpec(in Inputs, seqLens []int) (int, []int, error) {
 	return s, bounds, mla.CheckBounds(bounds, seqLens, s)
 }
 
-func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
-	c, err := readMLACommon(in, prec, outDTypes, false)
+// SparseProblem is a validated mla_decode_sparse: the common part, the
+// attended slots (FlashMLA's optional topk_length, attn_sink and extra
+// scope included), the value width V (Config.ValueDims) and how the
+// fp8_ds_mla tile scales are read.
+type SparseProblem struct {
+	in Inputs
+	Common
+	// Sparse holds Q, Cache, TopK, Indices (-1 and, with invalid_index =
+	// outside, any slot outside the cache not attended) and the optional
+	// parts.
+	Sparse *mla.Sparse
+	// MinusOneOnly: invalid_index = minus_one, every index in the cache
+	// or -1.
+	MinusOneOnly bool
+	ScaleRead    kvcache.ScaleRead
+}
+
+// Inputs implements Problem.
+func (p *SparseProblem) Inputs() Inputs { return p.in }
+
+// Validate implements Kernel.
+func (*sparseDecode) Validate(in Inputs) (Problem, error) {
+	c, err := validateCommon(in, false)
 	if err != nil {
 		return nil, err
 	}
 	it := in.Tensors["indices"]
-	if err := CheckShape("indices", it, c.q.B, c.q.SQ, -1); err != nil {
+	if err := CheckShape("indices", it, c.Q.B, c.Q.SQ, -1); err != nil {
 		return nil, err
 	}
 	topk := it.Shape[2]
@@ -596,36 +678,36 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 	if err != nil {
 		return nil, err
 	}
-	slots := int64(c.cache.NB) * int64(c.lay.PageSize)
+	slots := int64(c.Cache.NB) * int64(c.Layout.PageSize)
 	idx := make([]int64, it.Len())
 	for i := range idx {
 		idx[i] = it.Int64At(i)
 		if v := idx[i]; invalid == invalidMinusOne && v != -1 && (v < 0 || v >= slots) {
 			return nil, fmt.Errorf("tensor indices[%d,%d,%d] = %d is outside the cache (%d slots) and not -1: with invalid_index = minus_one (FlashMLA's convention) only -1 is masked, and FlashMLA would read this slot out of bounds",
-				i/(c.q.SQ*topk), i/topk%c.q.SQ, i%topk, v, slots)
+				i/(c.Q.SQ*topk), i/topk%c.Q.SQ, i%topk, v, slots)
 		}
 	}
 	extra, err := readExtraScope(in, c, invalid)
 	if err != nil {
 		return nil, err
 	}
-	v := c.lay.L
-	if c.lay.Kind.V4() {
-		v = c.lay.D()
+	v := c.Layout.L
+	if c.Layout.Kind.V4() {
+		v = c.Layout.D()
 	}
 	if v, err = in.Params.Int("head_dim_v", v); err != nil {
 		return nil, err
 	}
-	if v < 1 || v > c.lay.D() {
-		return nil, fmt.Errorf("parameter head_dim_v = %d: the value is the first V columns of a cache row, want 1 <= V <= D = %d", v, c.lay.D())
+	if v < 1 || v > c.Layout.D() {
+		return nil, fmt.Errorf("parameter head_dim_v = %d: the value is the first V columns of a cache row, want 1 <= V <= D = %d", v, c.Layout.D())
 	}
-	c.cfg.ValueDims = v
-	sp := &mla.Sparse{Q: c.q, Cache: c.cache, TopK: topk, Indices: idx, Extra: extra}
+	c.Config.ValueDims = v
+	sp := &mla.Sparse{Q: c.Q, Cache: c.Cache, TopK: topk, Indices: idx, Extra: extra}
 	if t := in.Tensors["topk_length"]; t != nil {
-		if err := CheckShape("topk_length", t, c.q.B); err != nil {
+		if err := CheckShape("topk_length", t, c.Q.B); err != nil {
 			return nil, err
 		}
-		sp.TopKLength = make([]int64, c.q.B)
+		sp.TopKLength = make([]int64, c.Q.B)
 		for b := range sp.TopKLength {
 			if sp.TopKLength[b] = t.Int64At(b); sp.TopKLength[b] < 0 || sp.TopKLength[b] > int64(topk) {
 				return nil, fmt.Errorf("tensor topk_length[%d] = %d is outside [0, topk = %d]", b, sp.TopKLength[b], topk)
@@ -633,7 +715,7 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 		}
 	}
 	if t := in.Tensors["attn_sink"]; t != nil {
-		if err := CheckShape("attn_sink", t, c.q.H); err != nil {
+		if err := CheckShape("attn_sink", t, c.Q.H); err != nil {
 			return nil, err
 		}
 		sp.AttnSink = t.Float64s()
@@ -647,10 +729,29 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 	if err != nil {
 		return nil, err
 	}
-	if err := c.cache.SetScaleRead(kvcache.ScaleRead(read)); err != nil {
+	if err := c.Cache.SetScaleRead(kvcache.ScaleRead(read)); err != nil {
 		return nil, err
 	}
-	ex, xp, err := mla.DecodeSparse(ctx, sp, c.cfg, c.prec)
+	return &SparseProblem{in: in, Common: *c, Sparse: sp, MinusOneOnly: invalid == invalidMinusOne, ScaleRead: kvcache.ScaleRead(read)}, nil
+}
+
+// Reference implements Kernel. The outputs' dtypes are checked here,
+// after the inputs: only the call knows them.
+func (*sparseDecode) Reference(ctx context.Context, pr Problem, prec Precision, outDTypes OutDTypes) ([]Output, error) {
+	p := pr.(*SparseProblem)
+	mp, err := p.precision(prec, outDTypes)
+	if err != nil {
+		return nil, err
+	}
+	in, read := p.in, string(p.ScaleRead)
+	// The scale-read note below switches the cache's reading and back: it
+	// does so on a copy, so that the problem stays as Validate left it.
+	cache := *p.Cache
+	sp := *p.Sparse
+	sp.Cache = &cache
+	c := &mlaCommon{q: p.Q, cache: &cache, lay: p.Layout, cfg: p.Config, prec: mp}
+	topk, extra, v := sp.TopK, sp.Extra, p.Config.ValueDims
+	ex, xp, err := mla.DecodeSparse(ctx, &sp, c.cfg, c.prec)
 	if err != nil {
 		return nil, err
 	}
@@ -661,7 +762,7 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 		if err := c.cache.SetScaleRead(kvcache.ScaleReadF32); err != nil {
 			return nil, err
 		}
-		f32, _, err := mla.DecodeSparse(ctx, sp, c.cfg, c.prec)
+		f32, _, err := mla.DecodeSparse(ctx, &sp, c.cfg, c.prec)
 		if err != nil {
 			return nil, err
 		}
@@ -689,7 +790,7 @@ func mlaDecodeSparse(ctx context.Context, in Inputs, prec Precision, outDTypes O
 	if extra != nil {
 		red = max(1, topk+extra.TopK)
 	}
-	outSus, lseSus, err := blockSplitSuspects(ctx, sp, c, in.Tensors["kv_cache"], in.Tensors["extra_k_cache"])
+	outSus, lseSus, err := blockSplitSuspects(ctx, &sp, c, in.Tensors["kv_cache"], in.Tensors["extra_k_cache"])
 	if err != nil {
 		return nil, err
 	}

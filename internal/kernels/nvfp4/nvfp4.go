@@ -1,4 +1,6 @@
-// Package nvfp4 is nvfp4_quantize, nvfp4_dequantize and nvfp4_gemm (reference/CONTRACTS.md §3.1-§3.3): the contract, the reference adapter over
+// Package nvfp4 is nvfp4_quantize, nvfp4_dequantize and nvfp4_gemm (reference/CONTRACTS.md §3.1-§3.3): the contract, the validated
+// problems (QuantizeProblem, DequantizeProblem, GEMMProblem) that the
+// reference and the CUDA launchers take, the reference adapter over
 // reference/nvfp4, the coordinates that name an output element, and what the
 // tools ask of each kernel (cost, case inputs, slicing, contexts,
 // roofline).
@@ -28,20 +30,20 @@ var (
 )
 
 // quantize is nvfp4_quantize.
-type quantize struct{ Adapter }
+type quantize struct{ spec Spec }
 
 // dequantize is nvfp4_dequantize.
-type dequantize struct{ Adapter }
+type dequantize struct{ spec Spec }
 
 // gemm is nvfp4_gemm.
-type gemm struct{ Adapter }
+type gemm struct{ spec Spec }
 
 // quantizeKernel is nvfp4_quantize, which the generators of the other two
 // quantize their inputs with.
 var quantizeKernel *quantize
 
 func init() {
-	quantizeKernel = &quantize{Adapter{Contract: Spec{
+	quantizeKernel = &quantize{Spec{
 		Name:    "nvfp4_quantize",
 		Stage:   StageQuant,
 		Summary: "NVFP4 activation quantization (vLLM scaled_fp4_quant)",
@@ -56,9 +58,9 @@ func init() {
 		Params: []ParamSpec{
 			{Name: "scale_layout", Kind: ParamEnum, Default: "linear", Allowed: nvfp4.Layouts, Doc: "the block scales' layout: row-major, the 128x4 swizzle of the tensor-core GEMMs, or the 8x4 one of TensorRT-LLM's small-batch kernels (reference/CONTRACTS.md §5)"},
 		},
-	}, Compute: nvfp4Quantize}}
+	}}
 	Register(quantizeKernel)
-	Register(&dequantize{Adapter{Contract: Spec{
+	Register(&dequantize{Spec{
 		Name:    "nvfp4_dequantize",
 		Stage:   StageQuant,
 		Summary: "NVFP4 dequantization (E2M1 code x E4M3 block scale x global scale)",
@@ -72,8 +74,8 @@ func init() {
 			{Name: "scale_layout", Kind: ParamEnum, Default: "linear", Allowed: nvfp4.Layouts, Doc: "the block scales' layout: row-major, the 128x4 swizzle of the tensor-core GEMMs, or the 8x4 one of TensorRT-LLM's small-batch kernels (reference/CONTRACTS.md §5)"},
 			{Name: "global_scale_kind", Kind: ParamEnum, Default: "dequant", Allowed: []string{"dequant", "quant"}, Doc: "whether global_scale multiplies on dequantization or is its inverse (the quantizer's)"},
 		},
-	}, Compute: nvfp4Dequantize}})
-	Register(&gemm{Adapter{Contract: Spec{
+	}})
+	Register(&gemm{Spec{
 		Name:    "nvfp4_gemm",
 		Stage:   StageQuant,
 		Summary: "NVFP4 W4A4 GEMM out = dequant(A) dequant(B)^T (the engines' NVFP4 linear layers)",
@@ -91,7 +93,7 @@ func init() {
 			{Name: "a_global_kind", Kind: ParamEnum, Default: "dequant", Allowed: []string{"dequant", "quant"}, Doc: "a_global's direction (see nvfp4_dequantize's global_scale_kind)"},
 			{Name: "b_global_kind", Kind: ParamEnum, Default: "dequant", Allowed: []string{"dequant", "quant"}, Doc: "b_global's direction"},
 		},
-	}, Compute: nvfp4GEMM}})
+	}})
 }
 
 // fp4Global reads a global scale tensor: F32 of shape [] or [1].
@@ -205,7 +207,74 @@ func fp4ElementCoords(rowAxis, colAxis CoordKind) Coords {
 	}}
 }
 
-func nvfp4Quantize(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
+// Spec implements Kernel.
+func (k *quantize) Spec() *Spec { return &k.spec }
+
+// Spec implements Kernel.
+func (k *dequantize) Spec() *Spec { return &k.spec }
+
+// Spec implements Kernel.
+func (k *gemm) Spec() *Spec { return &k.spec }
+
+// Operand is one validated NVFP4 matrix: its contract tensors as given
+// (the launchers upload them as they are, swizzled scales included) and the
+// matrix the reference reads (scales in linear order).
+type Operand struct {
+	// Packed is U8 [rows, K/2]; Scale F8_E4M3 or U8 in the scale layout;
+	// Global F32 [] or [1].
+	Packed, Scale, Global *tensor.Tensor
+	// Matrix holds Rows, K, the linear scale codes, the global scale and
+	// its direction.
+	Matrix *nvfp4.Matrix
+}
+
+// QuantizeProblem is a validated nvfp4_quantize: x [M, K] (K a multiple
+// of 16), its global scale, and the layout the block scales are written in.
+type QuantizeProblem struct {
+	in Inputs
+	// X is BF16 or F16 [M, K]; Global is F32 [] or [1].
+	X, Global   *tensor.Tensor
+	M, K        int
+	GlobalScale float64
+	Layout      nvfp4.Layout
+}
+
+// Inputs implements Problem.
+func (p *QuantizeProblem) Inputs() Inputs { return p.in }
+
+// DequantizeProblem is a validated nvfp4_dequantize: one operand.
+type DequantizeProblem struct {
+	in     Inputs
+	A      Operand
+	Layout nvfp4.Layout
+}
+
+// Inputs implements Problem.
+func (p *DequantizeProblem) Inputs() Inputs { return p.in }
+
+// GEMMProblem is a validated nvfp4_gemm: A [M, K] and B [N, K], one scale
+// layout for both.
+type GEMMProblem struct {
+	in      Inputs
+	A, B    Operand
+	M, N, K int
+	Layout  nvfp4.Layout
+}
+
+// Inputs implements Problem.
+func (p *GEMMProblem) Inputs() Inputs { return p.in }
+
+// operand validates one operand: packed codes, scales and global scale.
+func operand(in Inputs, packed, scale, global string, lay nvfp4.Layout, kind nvfp4.GlobalKind) (Operand, error) {
+	m, err := fp4Matrix(in, packed, scale, global, lay, kind)
+	if err != nil {
+		return Operand{}, err
+	}
+	return Operand{Packed: in.Tensors[packed], Scale: in.Tensors[scale], Global: in.Tensors[global], Matrix: m}, nil
+}
+
+// Validate implements Kernel.
+func (*quantize) Validate(in Inputs) (Problem, error) {
 	x := in.Tensors["x"]
 	if err := x.Check(); err != nil {
 		return nil, fmt.Errorf("tensor x: %v", err)
@@ -225,6 +294,59 @@ func nvfp4Quantize(ctx context.Context, in Inputs, prec Precision, outDTypes Out
 	if err != nil {
 		return nil, err
 	}
+	return &QuantizeProblem{in: in, X: x, Global: in.Tensors["global_scale"], M: m, K: k, GlobalScale: gs, Layout: lay}, nil
+}
+
+// Validate implements Kernel.
+func (*dequantize) Validate(in Inputs) (Problem, error) {
+	lay, err := fp4Layout(in.Params)
+	if err != nil {
+		return nil, err
+	}
+	kind, err := fp4Kind(in.Params, "global_scale_kind")
+	if err != nil {
+		return nil, err
+	}
+	a, err := operand(in, "packed", "block_scale", "global_scale", lay, kind)
+	if err != nil {
+		return nil, err
+	}
+	return &DequantizeProblem{in: in, A: a, Layout: lay}, nil
+}
+
+// Validate implements Kernel.
+func (*gemm) Validate(in Inputs) (Problem, error) {
+	lay, err := fp4Layout(in.Params)
+	if err != nil {
+		return nil, err
+	}
+	ak, err := fp4Kind(in.Params, "a_global_kind")
+	if err != nil {
+		return nil, err
+	}
+	bk, err := fp4Kind(in.Params, "b_global_kind")
+	if err != nil {
+		return nil, err
+	}
+	a, err := operand(in, "a_packed", "a_scale", "a_global", lay, ak)
+	if err != nil {
+		return nil, err
+	}
+	b, err := operand(in, "b_packed", "b_scale", "b_global", lay, bk)
+	if err != nil {
+		return nil, err
+	}
+	if a.Matrix.K != b.Matrix.K {
+		return nil, fmt.Errorf("tensor a_packed has K = %d but b_packed has K = %d", a.Matrix.K, b.Matrix.K)
+	}
+	return &GEMMProblem{in: in, A: a, B: b, M: a.Matrix.Rows, N: b.Matrix.Rows, K: a.Matrix.K, Layout: lay}, nil
+}
+
+// Reference implements Kernel. The output dtypes are checked here, after
+// the inputs: only the call knows them.
+func (*quantize) Reference(ctx context.Context, pr Problem, prec Precision, outDTypes OutDTypes) ([]Output, error) {
+	p := pr.(*QuantizeProblem)
+	x, m, k, gs, lay := p.X, p.M, p.K, p.GlobalScale, p.Layout
 	if d, ok := outDTypes["packed"]; ok && d != tensor.U8 {
 		return nil, fmt.Errorf("output packed has dtype %s; the contract wants U8", d)
 	}
@@ -393,23 +515,14 @@ func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.L
 	}, nil
 }
 
-func nvfp4Dequantize(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
-	lay, err := fp4Layout(in.Params)
-	if err != nil {
-		return nil, err
-	}
-	kind, err := fp4Kind(in.Params, "global_scale_kind")
-	if err != nil {
-		return nil, err
-	}
+// Reference implements Kernel.
+func (*dequantize) Reference(ctx context.Context, pr Problem, prec Precision, outDTypes OutDTypes) ([]Output, error) {
+	p := pr.(*DequantizeProblem)
 	od, err := fp4OutDType(outDTypes, "out", tensor.BF16, fp4FloatOutputs)
 	if err != nil {
 		return nil, err
 	}
-	a, err := fp4Matrix(in, "packed", "block_scale", "global_scale", lay, kind)
-	if err != nil {
-		return nil, err
-	}
+	a := p.A.Matrix
 	exact, err := nvfp4.Dequantize(ctx, a)
 	if err != nil {
 		return nil, err
@@ -424,34 +537,14 @@ func nvfp4Dequantize(ctx context.Context, in Inputs, prec Precision, outDTypes O
 	}}, nil
 }
 
-func nvfp4GEMM(ctx context.Context, in Inputs, prec Precision, outDTypes OutDTypes) ([]Output, error) {
-	lay, err := fp4Layout(in.Params)
-	if err != nil {
-		return nil, err
-	}
-	ak, err := fp4Kind(in.Params, "a_global_kind")
-	if err != nil {
-		return nil, err
-	}
-	bk, err := fp4Kind(in.Params, "b_global_kind")
-	if err != nil {
-		return nil, err
-	}
+// Reference implements Kernel.
+func (*gemm) Reference(ctx context.Context, pr Problem, prec Precision, outDTypes OutDTypes) ([]Output, error) {
+	p := pr.(*GEMMProblem)
 	od, err := fp4OutDType(outDTypes, "out", tensor.BF16, fp4FloatOutputs)
 	if err != nil {
 		return nil, err
 	}
-	a, err := fp4Matrix(in, "a_packed", "a_scale", "a_global", lay, ak)
-	if err != nil {
-		return nil, err
-	}
-	b, err := fp4Matrix(in, "b_packed", "b_scale", "b_global", lay, bk)
-	if err != nil {
-		return nil, err
-	}
-	if a.K != b.K {
-		return nil, fmt.Errorf("tensor a_packed has K = %d but b_packed has K = %d", a.K, b.K)
-	}
+	a, b := p.A.Matrix, p.B.Matrix
 	exact, expected, err := nvfp4.GEMM(ctx, a, b, od)
 	if err != nil {
 		return nil, err
