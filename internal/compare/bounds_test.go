@@ -1,6 +1,7 @@
 package compare
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -28,7 +29,7 @@ type boundsBits struct {
 }
 
 func boundsOf(o kernel.Output, exact, expected kernel.Dense) boundsBits {
-	b := ThreeWay{}.Bounds(o, tensor.BF16)
+	b := ThreeWay{}.Bounds(context.Background(), o, tensor.BF16)
 	a := b.Aggregate
 	out := boundsBits{
 		agg:         [4]uint64{math.Float64bits(a.RMSE), math.Float64bits(a.CosDiff), math.Float64bits(a.FloorRMSE), math.Float64bits(a.FloorCosDiff)},

@@ -19,8 +19,11 @@ type Policy interface {
 	Name() string
 	// Bounds returns the tolerance for output o when the kernel under test
 	// stored it in actualDType. It sees Exact and Expected but never the
-	// actual values, so a bound cannot be tuned to what it judges.
-	Bounds(o kernel.Output, actualDType tensor.DType) Bounds
+	// actual values, so a bound cannot be tuned to what it judges. Its
+	// passes over the output stop between units once ctx is done; what it
+	// returns then is of part of the output, and the caller, whose ctx it
+	// is, discards it.
+	Bounds(ctx context.Context, o kernel.Output, actualDType tensor.DType) Bounds
 }
 
 // Bounds is what a Policy allows.
@@ -93,7 +96,7 @@ type UnitRoundoff struct {
 func (UnitRoundoff) Name() string { return "unit-roundoff" }
 
 // Bounds implements Policy.
-func (p UnitRoundoff) Bounds(o kernel.Output, d tensor.DType) Bounds {
+func (p UnitRoundoff) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) Bounds {
 	c := orDefault(p.C, 1)
 	acc := p.Acc
 	if acc == "" {
@@ -105,6 +108,9 @@ func (p UnitRoundoff) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	var s2 float64
 	var cnt int
 	for i, n := 0, o.Exact.Len(); i < n; i++ {
+		if i%parallelChunk == 0 && ctx.Err() != nil {
+			break // the caller discards what is returned
+		}
 		if x := o.Exact.At(i); finite(x) {
 			s2 += x * x
 			cnt++
@@ -198,7 +204,7 @@ type ThreeWay struct {
 func (ThreeWay) Name() string { return "three-way" }
 
 // Bounds implements Policy.
-func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
+func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) Bounds {
 	acc := p.Acc
 	if acc == "" {
 		acc = tensor.F32
@@ -240,7 +246,7 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	// them; the column and global sums are sums of the units' sums.
 	units := newBoundsUnits(o, R, C, sep)
 	parts := make([]boundsPart, units.n)
-	units.run(func(lo int, xb, eb []float64, part *boundsPart) {
+	units.run(ctx, func(lo int, xb, eb []float64, part *boundsPart) {
 		if sep && part.colF == nil {
 			part.colF, part.colCnt = make([]float64, C), make([]int32, C)
 		}
@@ -342,7 +348,7 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	for u := range parts {
 		parts[u] = boundsPart{}
 	}
-	units.run(func(lo int, xb, eb []float64, part *boundsPart) {
+	units.run(ctx, func(lo int, xb, eb []float64, part *boundsPart) {
 		ulp2, acc2 := part.f2, part.x2
 		r, c := lo/C, lo%C
 		for k, x := range xb {
@@ -441,8 +447,9 @@ func newBoundsUnits(o kernel.Output, R, C int, sep bool) boundsUnits {
 // run calls pass on every unit's elements a block at a time (read by
 // readPair, the same bits as At), with the unit's part to add to, on
 // GOMAXPROCS goroutines that each read forks of the values
-// (kernel.Fork), or on this one where they cannot be forked.
-func (us boundsUnits) run(pass func(lo int, xb, eb []float64, part *boundsPart), parts []boundsPart) {
+// (kernel.Fork), or on this one where they cannot be forked. Once ctx is
+// done no unit starts (reference/parallel), and the sums are partial.
+func (us boundsUnits) run(ctx context.Context, pass func(lo int, xb, eb []float64, part *boundsPart), parts []boundsPart) {
 	workers := 0
 	if _, ok1 := kernel.Fork(us.o.Exact); !ok1 {
 		workers = 1
@@ -450,7 +457,7 @@ func (us boundsUnits) run(pass func(lo int, xb, eb []float64, part *boundsPart),
 		workers = 1
 	}
 	block := min(us.size, parallelChunk)
-	_ = parallel.Run(context.Background(), us.n, workers, func() func(int) {
+	_ = parallel.Run(ctx, us.n, workers, func() func(int) {
 		exact, expected := us.o.Exact, us.o.Expected
 		if workers != 1 {
 			exact, _ = kernel.Fork(exact)
