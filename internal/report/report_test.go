@@ -31,7 +31,7 @@ func fixtureBundle(t *testing.T, files ...string) Bundle {
 	rec := NewRecorder()
 	for _, f := range files {
 		path := fx + f
-		res := check.File(path, nil, rec.Options(check.Options{}))
+		res := check.File(t.Context(), path, nil, rec.Options(check.Options{}))
 		if res.Error != nil {
 			t.Fatalf("%s: %s", f, *res.Error)
 		}
