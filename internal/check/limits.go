@@ -312,10 +312,9 @@ func Run(ctx context.Context, c evidence.Capture, opts Options) Result {
 
 // File checks one evidence file (.safetensors, or .npy/.npz with the
 // metadata given in extraMeta since numpy files carry none) under ctx (see
-// Run), loading included: a
-// file that cannot be opened or read before ctx is done (a named pipe with
-// no writer) gets verdict error at the deadline. The file stays mapped
-// until the check has returned.
+// Run), loading included: a file that cannot be opened or read before ctx
+// is done (a named pipe with no writer) gets verdict error at the
+// deadline. The file stays mapped until the check has returned.
 func File(ctx context.Context, path string, extraMeta map[string]string, opts Options) Result {
 	if ctx == nil {
 		ctx = context.Background()
