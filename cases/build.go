@@ -201,7 +201,7 @@ func (c Case) InputsContext(ctx context.Context) (kernel.Inputs, error) {
 	kc.Params = params
 	ts, err := gen.Generate(ctx, kc, kernel.NewRNG(c.Seed, 1))
 	if err != nil {
-		return kernel.Inputs{}, fmt.Errorf("case %s: %v", c.Name, err)
+		return kernel.Inputs{}, fmt.Errorf("case %s: %w", c.Name, err)
 	}
 	return kernel.Inputs{Tensors: ts, Params: params}, nil
 }

@@ -250,7 +250,7 @@ func TestMLAModelJudgedWithItsBlock(t *testing.T) {
 		for k, v := range outputs {
 			cap.Tensors[k] = v
 		}
-		return check.Run(cap, check.Options{})
+		return check.Run(t.Context(), cap, check.Options{})
 	}
 	if pm, _ := cuda.PrecisionMeta("mla_decode", true); pm["softmax_block"] != "32" {
 		t.Fatalf("the cuda backend declares softmax_block %q for mla_decode, want 32 (MLA_BN)", pm["softmax_block"])

@@ -141,7 +141,7 @@ func RunCases(t *testing.T, b Backend, sel []cases.Case) {
 			if ops := check.EstimateCase(c.Sizes()).Ops; raceEnabled && ops > raceOps {
 				t.Skipf("about %.1e multiply-adds: too slow for the references under the race detector (go test without -race runs it)", float64(ops))
 			}
-			o := runCase(c, b)
+			o := runCase(t.Context(), c, b)
 			if r, ok := b.(Reporter); ok {
 				r.Report(t, o)
 			}
@@ -158,10 +158,10 @@ func RunCases(t *testing.T, b Backend, sel []cases.Case) {
 	}
 }
 
-// runCase builds c's inputs, runs b and judges the capture.
-func runCase(c cases.Case, b Backend) Outcome {
+// runCase builds c's inputs, runs b and judges the capture, under ctx.
+func runCase(ctx context.Context, c cases.Case, b Backend) Outcome {
 	o := Outcome{Case: c.Name, Kernel: c.Kernel}
-	in, err := c.Inputs()
+	in, err := c.InputsContext(ctx)
 	if err != nil {
 		o.Verdict, o.Reason = string(check.Error), "building the inputs: "+err.Error()
 		return o
@@ -172,7 +172,7 @@ func runCase(c cases.Case, b Backend) Outcome {
 		return o
 	}
 	meta["kcheck.backend"] = b.Name()
-	outs, bmeta, err := b.Run(context.Background(), c.Kernel, in.Tensors, in.Params)
+	outs, bmeta, err := b.Run(ctx, c.Kernel, in.Tensors, in.Params)
 	if errors.Is(err, ErrUnsupported) {
 		o.Verdict, o.Reason = "unsupported", err.Error()
 		return o
@@ -183,7 +183,7 @@ func runCase(c cases.Case, b Backend) Outcome {
 	}
 	capt := evidence.Assemble(c.Name, in.Tensors, outs, meta, bmeta)
 	o.Capture = &capt
-	r := check.Run(capt, check.Options{})
+	r := check.Run(ctx, capt, check.Options{})
 	o.Verdict, o.Reason = string(r.Verdict), explain(r)
 	return o
 }

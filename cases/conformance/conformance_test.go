@@ -70,7 +70,7 @@ func TestOutcomes(t *testing.T) {
 		{"nibble order", nibbles, "nvfp4_dequantize/m16/k2048/linear/dequant", string(check.Fail)},
 		{"unsupported", unsupported{}, "kv_cache_gather/bf16/p16/ctx-3P", "unsupported"},
 	} {
-		o := runCase(catalogCase(t, tc.c), tc.b)
+		o := runCase(t.Context(), catalogCase(t, tc.c), tc.b)
 		if o.Verdict != tc.verdict {
 			t.Errorf("%s on %s: verdict %s (%s), want %s", tc.name, tc.c, o.Verdict, o.Reason, tc.verdict)
 		}

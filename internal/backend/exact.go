@@ -45,7 +45,9 @@ func (Exact) Run(ctx context.Context, name string, in kernel.Inputs) (map[string
 		if o.Mode == kernel.Bitwise {
 			v = o.Expected
 		}
-		res[o.Name] = kernel.Materialize(o.DType, o.Shape, v)
+		if res[o.Name], err = kernel.MaterializeContext(ctx, o.DType, o.Shape, v); err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
 }

@@ -28,7 +28,7 @@ func BenchmarkInputAnomalies(b *testing.B) {
 	b.SetBytes(int64(len(out.Data) + len(lse.Data)))
 	b.ResetTimer()
 	for range b.N {
-		if notes := inputAnomalies(k, in); len(notes) != 0 {
+		if notes := inputAnomalies(b.Context(), k, in); len(notes) != 0 {
 			b.Fatalf("notes %q on inputs with no special value", notes)
 		}
 	}

@@ -90,7 +90,7 @@ func TestScanAnomaliesMatchesTheSerialScan(t *testing.T) {
 			}
 			for _, procs := range []int{1, 2, 8} {
 				old := runtime.GOMAXPROCS(procs)
-				got := scanAnomalies(x, tc.spec, tc.read)
+				got := scanAnomalies(t.Context(), x, tc.spec, tc.read)
 				runtime.GOMAXPROCS(old)
 				if got != tc.want {
 					t.Errorf("GOMAXPROCS %d: %+v, want %+v", procs, got, tc.want)

@@ -117,11 +117,11 @@ type Options struct {
 	ElementPath bool
 
 	stage, kind string          // labels for Observe within a pipeline
-	ctx         context.Context // RunContext's; checked between stages and outputs
+	ctx         context.Context // Run's; checked between stages and outputs
 }
 
-// context is RunContext's context (the background for Run): the references
-// and the comparison stop when it is done.
+// context is Run's context: the references and the comparison stop when
+// it is done.
 func (o Options) context() context.Context {
 	if o.ctx == nil {
 		return context.Background()
@@ -151,13 +151,10 @@ func errorResult(file, kern string, err error) Result {
 // provenanceKeys are the metadata keys reference/CONTRACTS.md §1.2 lists as provenance.
 var provenanceKeys = []string{"source", "device", "driver", "kernel_build", "captured_at"}
 
-// Run checks one capture. A panic is turned into verdict error, so one
-// file cannot end a run over many: a memory fault reading the capture's
-// mapped bytes is the file shrinking while it is checked (a re-capture into
-// the same path), said as such (faults.go); any other panic is a kcheck
-// bug, never the data's fault. Run's goroutine and the references' workers
-// (reference/parallel) have panic-on-fault on, so the fault reaches here.
-func Run(c evidence.Capture, opts Options) (res Result) {
+// run is Run's check of c, under opts.ctx. Its goroutine and the
+// references' workers (reference/parallel) have panic-on-fault on, so a
+// memory fault reading the mapped capture reaches the recover here.
+func run(c evidence.Capture, opts Options) (res Result) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	mapped := c.Tensors // as read, before prepare renames or adapts them
 	defer func() {
@@ -268,7 +265,7 @@ func runSingle(c evidence.Capture, kname string, meta map[string]string, opts Op
 	if len(outs) == 0 {
 		return errorResult(c.Name, kname, fmt.Errorf("the file holds none of %s's outputs (%s): nothing to check", kname, specNames(k.Spec().Outputs)))
 	}
-	notes = append(notes, inputAnomalies(k, kernel.Inputs{Tensors: in, Params: p})...)
+	notes = append(notes, inputAnomalies(opts.context(), k, kernel.Inputs{Tensors: in, Params: p})...)
 	checks, refs, err := compareOutputs(k, kernel.Inputs{Tensors: in, Params: p}, prec, outs, opts)
 	if err != nil {
 		return errorResult(c.Name, kname, err)
@@ -368,8 +365,10 @@ func specNames(specs []kernel.TensorSpec) string {
 // they were there. A note must mean something, so the entries of a paged
 // cache that no request attends (poisoned with NaN by engines and by
 // kcheck's own generator, on purpose) and the -inf of an empty split's
-// partial lse are left out (kernel.TensorSpec's Read and Meaningful).
-func inputAnomalies(k kernel.Kernel, in kernel.Inputs) []string {
+// partial lse are left out (kernel.TensorSpec's Read and Meaningful). The
+// scan stops between chunks once ctx is done, and its notes are then of
+// part of the inputs: Run returns the timeout instead.
+func inputAnomalies(ctx context.Context, k kernel.Kernel, in kernel.Inputs) []string {
 	var notes []string
 	for _, s := range k.Spec().Inputs {
 		t, ok := in.Tensors[s.Name]
@@ -384,7 +383,7 @@ func inputAnomalies(k kernel.Kernel, in kernel.Inputs) []string {
 			}
 			read = r
 		}
-		if a := scanAnomalies(t, s, read); a.nan+a.inf > 0 {
+		if a := scanAnomalies(ctx, t, s, read); a.nan+a.inf > 0 {
 			notes = append(notes, fmt.Sprintf("input anomaly: tensor %s holds %d NaN and %d Inf (first at %v)", s.Name, a.nan, a.inf, tensor.Unravel(a.first, t.Shape)))
 		}
 	}
@@ -403,13 +402,11 @@ type anomalies struct{ nan, inf, first int }
 // scanAnomalies counts the elements of t that spec s calls anomalous and
 // the kernel reads, scanning t's bits in parallel chunks merged in chunk
 // order. read is asked only about the special elements, as the serial
-// scan through Float64At did.
-func scanAnomalies(t *tensor.Tensor, s kernel.TensorSpec, read func(int) bool) anomalies {
+// scan through Float64At did. No chunk starts once ctx is done.
+func scanAnomalies(ctx context.Context, t *tensor.Tensor, s kernel.TensorSpec, read func(int) bool) anomalies {
 	n := t.Len()
 	chunks := make([]anomalies, (n+anomalyChunk-1)/anomalyChunk)
-	// Nothing here can be interrupted for long: a chunk is a read of its
-	// bytes at memory speed.
-	_ = parallel.Each(context.Background(), len(chunks), func(c int) {
+	_ = parallel.Each(ctx, len(chunks), func(c int) {
 		a := anomalies{first: -1}
 		t.ScanSpecial(c*anomalyChunk, min((c+1)*anomalyChunk, n), func(i int, sp tensor.Special) {
 			if !s.Anomalous(sp.Value()) || !read(i) {

@@ -92,7 +92,7 @@ func TestBadCaptures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := load(t, tc.file)
 			tc.mutate(&c)
-			res := Run(c, Options{})
+			res := Run(t.Context(), c, Options{})
 			if res.Verdict != Error || res.Error == nil {
 				t.Fatalf("verdict %s, want error", res.Verdict)
 			}
@@ -111,7 +111,7 @@ func TestNaNInputIsAnAnomalyNotAnError(t *testing.T) {
 	c := load(t, "nvfp4_quantize.safetensors")
 	x := c.Tensors["x"]
 	binary.LittleEndian.PutUint16(x.Data[2*5:], 0x7FC0) // x[0,5] = NaN
-	res := Run(c, Options{})
+	res := Run(t.Context(), c, Options{})
 	if res.Verdict == Error {
 		t.Fatalf("verdict error (%s); a NaN input must be checked", *res.Error)
 	}
@@ -172,7 +172,7 @@ func TestInputAnomalyNotesMeanSomething(t *testing.T) {
 					}
 				}
 			}
-			res := Run(capture, Options{})
+			res := Run(t.Context(), capture, Options{})
 			for _, n := range res.Notes {
 				if strings.HasPrefix(n, "input anomaly") {
 					t.Errorf("a correct generated input raises %q", n)
@@ -218,7 +218,7 @@ func TestInputAnomalyNotesMeanSomething(t *testing.T) {
 				capture.Tensors[name] = ts.Clone()
 			}
 			tc.edit(capture.Tensors)
-			res := Run(capture, Options{})
+			res := Run(t.Context(), capture, Options{})
 			var got []string
 			for _, n := range res.Notes {
 				if strings.HasPrefix(n, "input anomaly") {
@@ -259,7 +259,7 @@ func TestBadFiles(t *testing.T) {
 			if err := os.WriteFile(path, tc.data, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			res := File(path, nil, Options{})
+			res := File(t.Context(), path, nil, Options{})
 			if res.Verdict != Error || res.Error == nil || !strings.Contains(*res.Error, tc.want) {
 				t.Fatalf("verdict %s error %v, want error mentioning %q", res.Verdict, res.Error, tc.want)
 			}

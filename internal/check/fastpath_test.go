@@ -37,10 +37,10 @@ func TestFastPathOnFixtures(t *testing.T) {
 	}
 	same := func(name string, c evidence.Capture, procsList ...int) {
 		t.Helper()
-		want, _ := json.Marshal(Run(c, Options{ElementPath: true}))
+		want, _ := json.Marshal(Run(t.Context(), c, Options{ElementPath: true}))
 		for _, procs := range procsList {
 			prev := runtime.GOMAXPROCS(procs)
-			got, _ := json.Marshal(Run(c, Options{}))
+			got, _ := json.Marshal(Run(t.Context(), c, Options{}))
 			runtime.GOMAXPROCS(prev)
 			if !bytes.Equal(got, want) {
 				t.Errorf("%s at GOMAXPROCS %d: the fast path's result differs from the element path's:\n%s\n%s", name, procs, got, want)

@@ -19,12 +19,6 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
-// File checks one evidence file (.safetensors, or .npy/.npz with the
-// metadata given in extraMeta since numpy files carry none).
-func File(path string, extraMeta map[string]string, opts Options) Result {
-	return FileContext(context.Background(), path, extraMeta, opts)
-}
-
 // Load reads an evidence file into a Capture within the default memory
 // bound; closeFn releases its mapping.
 func Load(path string, extraMeta map[string]string) (c evidence.Capture, closeFn func(), err error) {

@@ -71,7 +71,7 @@ func TestExpandSkipsWhatIsNotARegularFile(t *testing.T) {
 
 // A named pipe named on the command line, with no writer: the check's
 // deadline covers opening it, and the verdict says what happened.
-func TestFileContextFIFOWithoutWriter(t *testing.T) {
+func TestFileFIFOWithoutWriter(t *testing.T) {
 	fifo := filepath.Join(t.TempDir(), "p.safetensors")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func TestFileContextFIFOWithoutWriter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	res := FileContext(ctx, fifo, nil, Options{})
+	res := File(ctx, fifo, nil, Options{})
 	if res.Verdict != Error || res.Error == nil || !strings.Contains(*res.Error, "timed out after") ||
 		!strings.Contains(*res.Error, "named pipe") || !strings.Contains(*res.Error, "--timeout") {
 		t.Fatalf("verdict %s, error %v", res.Verdict, deref(res.Error))

@@ -54,7 +54,7 @@ func TestFP16OverflowCulprit(t *testing.T) {
 	}
 	ts := map[string]*tensor.Tensor{"cache.kv_c": kvc, "cache.k_pe": kpe, "cache.slot_mapping": slots, "cache.cache_before": before,
 		"cache.cache_after": after, "attn.q": q, "attn.block_table": bt, "attn.seq_lens": sl, "attn.out": aout["out"], "attn.lse": aout["lse"]}
-	r := Run(evidence.Capture{Name: "fp16-overflow", Metadata: meta, Tensors: ts}, Options{})
+	r := Run(t.Context(), evidence.Capture{Name: "fp16-overflow", Metadata: meta, Tensors: ts}, Options{})
 	if r.Error != nil {
 		t.Fatalf("error: %s (notes %q)", *r.Error, r.Notes)
 	}
@@ -113,7 +113,7 @@ func TestVLLMTritonMLACaptures(t *testing.T) {
 		file  string
 		dtype tensor.DType
 	}{{"vllm_triton_mla_fp16.safetensors", tensor.F16}, {"vllm_triton_mla_bf16_lse.safetensors", tensor.BF16}} {
-		r := Run(loadTestdata(t, c.file), Options{})
+		r := Run(t.Context(), loadTestdata(t, c.file), Options{})
 		if r.Verdict != Pass {
 			t.Errorf("%s: verdict %s (error %v), want pass", c.file, r.Verdict, r.Error)
 		}
@@ -147,7 +147,7 @@ func TestVLLMTritonMLACaptures(t *testing.T) {
 		} {
 			cp := loadTestdata(t, c.file)
 			p.edit(cp)
-			r := Run(cp, Options{})
+			r := Run(t.Context(), cp, Options{})
 			if r.Verdict != p.verdict {
 				t.Errorf("%s, %s: verdict %s, want %s", c.file, p.name, r.Verdict, p.verdict)
 				continue

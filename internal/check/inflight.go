@@ -7,25 +7,16 @@ import (
 	"time"
 )
 
-// Work in flight, and what a deadline does to it.
+// Memory admission for work in flight.
 //
-// Every reference and comparison stops soon after its context is done
-// (kernel.Kernel.Reference; reference/parallel), so a check past its
-// deadline is waited for: it returns within a unit of work and its memory
-// is free for the next file. Should something not stop within stopGrace
-// (a pass over a whole capture that watches no context), it is left to
-// finish in the background, but its estimated working set stays charged
-// against the memory bound until it does: the next check waits until its
-// own estimate fits beside what is still held, so abandoned work can never
-// pile up past --max-memory (40 copies of a file estimated at 3.6 GiB once
-// reached 14 GB under --max-memory 4G --timeout 2s).
+// Every step of a check stops soon after its context is done (Run), so a
+// check holds its memory only while it runs. Checks can still run side by
+// side in one process (tests in parallel, a program checking several
+// captures at once), and each is bounded alone: so each charges its estimated working set against the
+// memory bound while it runs, and one that does not fit beside what is held
+// waits, under its context, until it does.
 
-// stopGrace is how long work past its deadline is waited for before it is
-// left to finish in the background, still charged.
-var stopGrace = 2 * time.Second
-
-// charges is the memory charged to the work running in this process,
-// abandoned work included.
+// charges is the memory charged to the work running in this process.
 var charges = struct {
 	sync.Mutex
 	held    int64
@@ -72,7 +63,7 @@ func charge(ctx context.Context, bytes, limit int64) (release func(), err error)
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("waited %v for memory: %s of the bound %s is still held by %d earlier check(s) past their deadline that have not stopped yet",
+			return nil, fmt.Errorf("waited %v for memory: %s of the bound %s is held by %d other check(s) running in this process",
 				time.Since(waited).Round(time.Millisecond), FormatBytes(held), FormatBytes(limit), n)
 		}
 	}
@@ -87,36 +78,14 @@ func heldBytes() (bytes int64, count int) {
 
 // Charged runs fn, work that runs references in this process (a check;
 // kcheck run's backends), with bytes, its estimated working set, charged
-// against the memory bound limit (charge), on its own goroutine when ctx
-// can be done. It returns fn's result, or finished = false when ctx was
-// done and fn had not returned stopGrace later: fn then runs on, and its
-// charge is released when it returns. An error means fn never started
-// (ctx was done while it waited for memory held by earlier work).
-func Charged[T any](ctx context.Context, bytes, limit int64, fn func() T) (res T, finished bool, err error) {
+// against the memory bound limit (charge) until fn returns. fn watches ctx
+// itself. An error means fn never started: ctx was done while it waited
+// for memory that other work held.
+func Charged[T any](ctx context.Context, bytes, limit int64, fn func() T) (res T, err error) {
 	release, err := charge(ctx, bytes, limit)
 	if err != nil {
-		return res, false, err
+		return res, err
 	}
-	if ctx.Done() == nil {
-		defer release()
-		return fn(), true, nil
-	}
-	done := make(chan T, 1)
-	go func() {
-		defer release()
-		done <- fn()
-	}()
-	select {
-	case r := <-done:
-		return r, true, nil
-	case <-ctx.Done():
-	}
-	grace := time.NewTimer(stopGrace)
-	defer grace.Stop()
-	select {
-	case r := <-done:
-		return r, true, nil
-	case <-grace.C:
-		return res, false, nil
-	}
+	defer release()
+	return fn(), nil
 }

@@ -30,7 +30,7 @@ func TestCharges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	_, err = charge(ctx, 500, limit)
 	cancel()
-	if err == nil || !strings.Contains(err.Error(), "600 B of the bound 1000 B is still held by 1 earlier check") {
+	if err == nil || !strings.Contains(err.Error(), "600 B of the bound 1000 B is held by 1 other check") {
 		t.Fatalf("err = %v, want a wait that names the memory held", err)
 	}
 	got := make(chan error, 1)
@@ -68,35 +68,28 @@ func TestCharges(t *testing.T) {
 	}
 }
 
-// Work that does not stop at its deadline is left running, still charged:
-// the next work waits for its memory (and the deadline it waited under is
-// named), and runs once the first has returned.
-func TestChargedWorkThatDoesNotStop(t *testing.T) {
-	defer func(g time.Duration) { stopGrace = g }(stopGrace)
-	stopGrace = 10 * time.Millisecond
+// Charged holds its charge while fn runs and releases it when fn returns;
+// work that does not fit beside what is held waits, and gives up when its
+// context is done before it fits, without running.
+func TestCharged(t *testing.T) {
 	const limit = 1000
-	unblock := make(chan struct{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	_, finished, err := Charged(ctx, 800, limit, func() int { <-unblock; return 1 }) // watches no context
-	if err != nil || finished {
-		t.Fatalf("finished %v, err %v: want it left running", finished, err)
-	}
-	if held, n := heldBytes(); held != 800 || n != 1 {
-		t.Fatalf("held %d bytes in %d charges, want the 800 of the work left running", held, n)
-	}
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel2()
-	if _, _, err := Charged(ctx2, 800, limit, func() int { return 2 }); err == nil || !strings.Contains(err.Error(), "800 B of the bound 1000 B") {
-		t.Fatalf("err = %v, want a wait for the memory still held", err)
-	}
-	close(unblock)
-	r, finished, err := Charged(context.Background(), 800, limit, func() int { return 3 })
-	if err != nil || !finished || r != 3 {
-		t.Fatalf("after the first returned: %d, %v, %v", r, finished, err)
+	r, err := Charged(context.Background(), 800, limit, func() int {
+		if held, n := heldBytes(); held != 800 || n != 1 {
+			t.Errorf("held %d bytes in %d charges while fn runs, want 800 in 1", held, n)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		ran := false
+		if _, err := Charged(ctx, 800, limit, func() int { ran = true; return 2 }); err == nil || !strings.Contains(err.Error(), "800 B of the bound 1000 B") || ran {
+			t.Errorf("beside 800 held: err = %v, ran %v: want a wait for the memory held, and no run", err, ran)
+		}
+		return 1
+	})
+	if err != nil || r != 1 {
+		t.Fatalf("Charged = %d, %v", r, err)
 	}
 	if held, n := heldBytes(); held != 0 || n != 0 {
-		t.Fatalf("held %d bytes in %d charges at the end", held, n)
+		t.Fatalf("held %d bytes in %d charges after fn returned", held, n)
 	}
 }
 
@@ -139,45 +132,23 @@ func TestTimedOutChecksHoldNothing(t *testing.T) {
 	goroutines := runtime.NumGoroutine()
 	for i := 0; i < 4; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		res := RunContext(ctx, c, Options{})
+		res := Run(ctx, c, Options{})
 		cancel()
 		if res.Verdict != Error || res.Error == nil || !strings.Contains(*res.Error, "timed out") {
 			t.Fatalf("check %d: verdict %s, error %v: want a timeout", i, res.Verdict, res.Error)
 		}
 	}
-	// A check past its deadline is waited for stopGrace, then left to stop
-	// at its next unit of work, still charged. On a loaded machine (and
-	// under -race) a unit can outlast stopGrace, so what is asserted is that
-	// every one does stop and let go, within a bound far above a unit.
-	waitUncharged(t, 60*time.Second)
-	if n := runtime.NumGoroutine(); n > goroutines+2 {
-		t.Errorf("%d goroutines, %d before: timed-out checks are still running", n, goroutines)
+	// Run returns once its work has stopped: nothing is charged, and no
+	// goroutine of the checks is left (the workers of reference/parallel
+	// exit as they return, so only a moment's settling is allowed).
+	if held, n := heldBytes(); held != 0 || n != 0 {
+		t.Errorf("%d bytes in %d charges held after the checks returned", held, n)
 	}
+	settleGoroutines(t, goroutines)
 	var after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > 32<<20 {
 		t.Errorf("the live heap grew by %d MiB over four timed-out checks: they hold their memory", grown>>20)
-	}
-}
-
-// waitUncharged fails t unless every charge is released within bound. A
-// check past its deadline returns after at most stopGrace and its work
-// stops at its next unit, still charged until then; on a loaded machine
-// (and under -race) a unit can outlast stopGrace, so tests wait for the
-// work to let go, with a bound far above one unit, instead of assuming it
-// already has.
-func waitUncharged(t *testing.T, bound time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for {
-		held, n := heldBytes()
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%v after the deadline: %d checks still charged (%d bytes): their work never stopped", bound, n, held)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -11,7 +11,6 @@ import (
 
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/kcheck-dev/kcheck/internal/bounded"
@@ -29,7 +28,7 @@ import (
 // block table that points every request at the same pages is legal and
 // small on disk), and a check whose estimate exceeds the bound is refused
 // with the tensor and the numbers, verdict error. Time is bounded by a
-// context deadline (RunContext).
+// context deadline (Run).
 
 // DefaultMaxMemory is the working-set bound when none is given: half the
 // machine's physical memory, at most 8 GiB (8 GiB when it cannot be read).
@@ -242,8 +241,8 @@ func deadlineError(ctx context.Context, started time.Time, what string) error {
 // bug, which the fuzz targets look for.
 const InternalErrorPrefix = "internal error: "
 
-// interrupted returns the context's error, wrapped, once RunContext's
-// context is done (nil without one).
+// interrupted returns the context's error, wrapped, once Run's context is
+// done (nil without one).
 func (o Options) interrupted() error {
 	if o.ctx == nil || o.ctx.Err() == nil {
 		return nil
@@ -255,8 +254,8 @@ func (o Options) interrupted() error {
 }
 
 // stopped turns the error of a reference or comparison that stopped because
-// RunContext's context is done into interrupted's (timed out, or
-// interrupted); any other error is returned as it is.
+// Run's context is done into interrupted's (timed out, or interrupted); any
+// other error is returned as it is.
 func (o Options) stopped(err error) error {
 	if err != nil && o.ctx != nil && o.ctx.Err() != nil && errors.Is(err, o.ctx.Err()) {
 		return o.interrupted()
@@ -264,21 +263,62 @@ func (o Options) stopped(err error) error {
 	return err
 }
 
-// RunContext is Run under ctx: when ctx is done (a deadline, an interrupt)
-// the result is verdict error, saying so. The references and the
-// comparison stop soon after ctx is done and are waited for; the check's
-// estimated working set is charged against the memory bound while it runs
-// and, should it not stop within a grace period, until it does
-// (inflight.go), so timed-out checks cannot pile up in memory.
-func RunContext(ctx context.Context, c evidence.Capture, opts Options) Result {
-	return runContext(ctx, c, opts, func() {})
+// Run checks one capture under ctx and returns when the check is done or
+// soon after ctx is: every step of a check (the anomaly scan, the
+// references, the comparison and its signature, a pipeline's stages)
+// stops between its units of work once ctx is done, so a deadline or an
+// interrupt is an ordinary return with verdict error, saying which and
+// after how long. The check's estimated working set is charged against the
+// memory bound while it runs (inflight.go), so that checks run side by
+// side in one process wait for memory rather than exhaust it.
+//
+// A panic is turned into verdict error, so one file cannot end a run over
+// many: a memory fault reading the capture's mapped bytes is the file
+// shrinking while it is checked (a re-capture into the same path), said as
+// such (faults.go); any other panic is a kcheck bug, never the data's
+// fault.
+func Run(ctx context.Context, c evidence.Capture, opts Options) Result {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	started := time.Now()
+	kname := c.Metadata["kcheck.kernel"]
+	if ctx.Err() != nil {
+		return errorResult(c.Name, kname, deadlineError(ctx, started, "not started"))
+	}
+	opts.ctx = ctx
+	var e kernel.Estimate // it reads seq_lens: guarded, as the check is, against the file shrinking
+	if err := Guard(c, func() { e = estimateCapture(c) }); err != nil {
+		return errorResult(c.Name, kname, err)
+	}
+	release, err := charge(ctx, e.Bytes, opts.MaxMemory)
+	if err != nil {
+		return errorResult(c.Name, kname, fmt.Errorf("%s: %w", deadlineError(ctx, started, "not started"), err))
+	}
+	defer release()
+	r := run(c, opts)
+	if ctx.Err() != nil {
+		what := "the check"
+		if kname != "" {
+			what = "the " + kname + " check"
+		}
+		if e.Ops > 1e6 {
+			what += fmt.Sprintf(" (about %.1e multiply-adds)", float64(e.Ops))
+		}
+		return errorResult(c.Name, kname, deadlineError(ctx, started, what))
+	}
+	return r
 }
 
-// FileContext is File under ctx (see RunContext), loading included: a file
-// that cannot be opened or read before ctx is done (a named pipe with no
-// writer) gets verdict error at the deadline. The file stays mapped until
-// the check has returned, waited for or not.
-func FileContext(ctx context.Context, path string, extraMeta map[string]string, opts Options) Result {
+// File checks one evidence file (.safetensors, or .npy/.npz with the
+// metadata given in extraMeta since numpy files carry none) under ctx (see
+// Run), loading included: a file that cannot be opened or read before ctx
+// is done (a named pipe with no writer) gets verdict error at the
+// deadline. The file stays mapped until the check has returned.
+func File(ctx context.Context, path string, extraMeta map[string]string, opts Options) Result {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	c, closeFn, err := LoadContext(ctx, path, extraMeta, opts.MaxMemory)
 	if err != nil {
 		if errors.Is(err, ErrTimeout) {
@@ -286,73 +326,8 @@ func FileContext(ctx context.Context, path string, extraMeta map[string]string, 
 		}
 		return errorResult(path, "", err)
 	}
-	return runContext(ctx, c, opts, closeFn)
-}
-
-// RunLoaded is RunContext on a capture that LoadContext returned, with
-// its closeFn: the mapping is released once the check has returned,
-// whether its result was waited for or abandoned at ctx's deadline (a
-// reference left running still reads it).
-func RunLoaded(ctx context.Context, c evidence.Capture, closeFn func(), opts Options) Result {
-	return runContext(ctx, c, opts, closeFn)
-}
-
-// runContext runs c under ctx and calls release once Run has returned,
-// whether or not its result was waited for.
-func runContext(ctx context.Context, c evidence.Capture, opts Options, release func()) Result {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	started := time.Now()
-	kname := c.Metadata["kcheck.kernel"]
-	if ctx.Err() != nil {
-		release()
-		return errorResult(c.Name, kname, deadlineError(ctx, started, "not started"))
-	}
-	opts.ctx = ctx
-	// A check past its deadline must not report to the caller's observer (a
-	// report's recorder) while the caller has moved on to the next file.
-	var mu sync.Mutex
-	abandoned := false
-	if observe := opts.Observe; observe != nil {
-		opts.Observe = func(o Observation) {
-			mu.Lock()
-			defer mu.Unlock()
-			if !abandoned {
-				observe(o)
-			}
-		}
-	}
-	// What a timeout would report is worked out before the check starts:
-	// a check left running releases the file (unmapping its tensors) when
-	// it finishes, so nothing here may read c.Tensors once it is running.
-	what := "the check"
-	if kname != "" {
-		what = "the " + kname + " check"
-	}
-	var e kernel.Estimate // it reads seq_lens: guarded, as Run is, against the file shrinking
-	if err := Guard(c, func() { e = estimateCapture(c) }); err != nil {
-		release()
-		return errorResult(c.Name, kname, err)
-	}
-	if e.Ops > 1e6 {
-		what += fmt.Sprintf(" (about %.1e multiply-adds)", float64(e.Ops))
-	}
-	r, finished, err := Charged(ctx, e.Bytes, opts.MaxMemory, func() Result {
-		defer release()
-		return Run(c, opts)
-	})
-	switch {
-	case err != nil:
-		release()
-		return errorResult(c.Name, kname, fmt.Errorf("%s: %w", deadlineError(ctx, started, "not started"), err))
-	case ctx.Err() != nil || !finished:
-		mu.Lock()
-		abandoned = true
-		mu.Unlock()
-		return errorResult(c.Name, kname, deadlineError(ctx, started, what))
-	}
-	return r
+	defer closeFn()
+	return Run(ctx, c, opts)
 }
 
 // estimateCapture estimates a check of c: its kernel's reference, or a

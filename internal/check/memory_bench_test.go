@@ -65,7 +65,7 @@ func rssChild(path string) int {
 		return 2
 	}
 	start := time.Now()
-	res := File(path, nil, Options{MaxMemory: -1})
+	res := File(context.Background(), path, nil, Options{MaxMemory: -1})
 	secs := time.Since(start).Seconds()
 	if res.Error != nil {
 		fmt.Fprintln(os.Stderr, *res.Error)

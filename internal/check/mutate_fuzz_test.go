@@ -295,7 +295,7 @@ func checkInvariantsWith(t *testing.T, c evidence.Capture, opts Options) Result 
 	runtime.ReadMemStats(&ms0)
 	ctx, cancel := context.WithTimeout(context.Background(), fuzzTimeout)
 	defer cancel()
-	res := RunContext(ctx, c, opts)
+	res := Run(ctx, c, opts)
 	runtime.ReadMemStats(&ms1)
 	switch res.Verdict {
 	case Pass, Fail, Inconclusive:

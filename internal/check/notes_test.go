@@ -18,7 +18,7 @@ func TestIgnoredTensorNotesBounded(t *testing.T) {
 			for i := 0; i < extra; i++ {
 				c.Tensors[fmt.Sprintf("extra%06d", i)] = tensor.New(tensor.U8, 0)
 			}
-			res := Run(c, Options{})
+			res := Run(t.Context(), c, Options{})
 			if res.Verdict != Pass {
 				t.Fatalf("verdict %s: %v", res.Verdict, deref(res.Error))
 			}

@@ -256,7 +256,10 @@ func runPipeline(c evidence.Capture, meta map[string]string, opts Options) Resul
 		}
 		if err == nil {
 			for _, o := range chainRefs {
-				chain[st.prefix+"."+o.Name] = kernel.Materialize(o.DType, o.Shape, o.Expected)
+				if chain[st.prefix+"."+o.Name], err = kernel.MaterializeContext(opts.context(), o.DType, o.Shape, o.Expected); err != nil {
+					err = opts.stopped(err)
+					break
+				}
 			}
 		}
 		if err != nil {

@@ -32,7 +32,7 @@ func TestPipelineAttribution(t *testing.T) {
 	if testing.Short() {
 		t.Skip("pipelines checked stage by stage: make test runs it in its pass without -race (-short is its race-detector pass)")
 	}
-	ok := Run(loadExample(t, "pipeline_ok.safetensors"), Options{})
+	ok := Run(t.Context(), loadExample(t, "pipeline_ok.safetensors"), Options{})
 	if ok.Verdict != Pass || ok.Stage != nil {
 		t.Fatalf("correct pipeline: verdict %s stage %v", ok.Verdict, ok.Stage)
 	}
@@ -44,7 +44,7 @@ func TestPipelineAttribution(t *testing.T) {
 			t.Errorf("stage %s has links but no propagated checks", st.Prefix)
 		}
 	}
-	bad := Run(loadExample(t, "pipeline_quant_nibble_order.safetensors"), Options{})
+	bad := Run(t.Context(), loadExample(t, "pipeline_quant_nibble_order.safetensors"), Options{})
 	if bad.Verdict != Fail || bad.Stage == nil || *bad.Stage != "quant" {
 		t.Fatalf("faulty quant: verdict %s stage %v, want fail at quant", bad.Verdict, bad.Stage)
 	}
@@ -89,7 +89,7 @@ func TestPipelineMetadataErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := loadExample(t, "pipeline_ok.safetensors")
 			tc.mutate(&c)
-			res := Run(c, Options{})
+			res := Run(t.Context(), c, Options{})
 			if res.Verdict != Error || res.Error == nil || !strings.Contains(*res.Error, tc.want) {
 				t.Fatalf("verdict %s error %v, want error mentioning %q", res.Verdict, res.Error, tc.want)
 			}

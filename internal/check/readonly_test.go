@@ -94,10 +94,10 @@ func TestInputsNeverWritten(t *testing.T) {
 				for n, t := range outs {
 					c.Tensors[n] = t
 				}
-				Run(c, Options{})
+				Run(t.Context(), c, Options{})
 			}
 		}
-		Run(capture, Options{})
+		Run(t.Context(), capture, Options{})
 		// The adapters rename and re-lay tensors the same way in a pipeline
 		// as alone: run them on the single-kernel files (a pipeline check
 		// takes seconds under -race).
@@ -109,7 +109,7 @@ func TestInputsNeverWritten(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			Run(capture, Options{Conventions: e.Conventions(), Adapt: e.Adapt})
+			Run(t.Context(), capture, Options{Conventions: e.Conventions(), Adapt: e.Adapt})
 		}
 		if err := f.Close(); err != nil {
 			t.Fatal(err)

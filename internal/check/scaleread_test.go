@@ -40,7 +40,7 @@ func TestDSMLAScaleRead(t *testing.T) {
 			declared.Metadata[k] = v
 		}
 		declared.Metadata["ds_mla_scale_read"] = tc.read
-		res := Run(declared, Options{})
+		res := Run(t.Context(), declared, Options{})
 		if res.Verdict != Pass {
 			t.Fatalf("%s capture, declared: verdict %s (%v)", tc.read, res.Verdict, res.Checks)
 		}
@@ -56,7 +56,7 @@ func TestDSMLAScaleRead(t *testing.T) {
 		for _, n := range loss {
 			t.Logf("%s", n)
 		}
-		plain := Run(cp, Options{})
+		plain := Run(t.Context(), cp, Options{})
 		t.Logf("%s capture read as f32: %s; out worst err/tol %.3g", tc.read, plain.Verdict, float64(plain.Checks[0].Metrics.MaxExcess))
 		if tc.undeclared != "" && plain.Verdict != tc.undeclared {
 			t.Errorf("%s capture read as f32: verdict %s, want %s", tc.read, plain.Verdict, tc.undeclared)
@@ -80,7 +80,7 @@ func TestDSMLAScaleRead(t *testing.T) {
 	for k, v := range one.Tensors {
 		pipe.Tensors["attn."+k] = v
 	}
-	res := Run(pipe, Options{})
+	res := Run(t.Context(), pipe, Options{})
 	found := false
 	for _, n := range res.Notes {
 		found = found || strings.HasPrefix(n, "stage attn: out: ds_mla_scale_read = e8m0_rz")
@@ -94,7 +94,7 @@ func TestDSMLAScaleRead(t *testing.T) {
 	b.KVCacheDType, b.Params = "bf16", nil
 	cp := captureOf(t, b, produce(t, b, def, nil))
 	cp.Metadata["ds_mla_scale_read"] = "e8m0_rz"
-	if res := Run(cp, Options{}); res.Verdict != Error || res.Error == nil || !strings.Contains(*res.Error, "kv_cache_dtype = bf16 has none") {
+	if res := Run(t.Context(), cp, Options{}); res.Verdict != Error || res.Error == nil || !strings.Contains(*res.Error, "kv_cache_dtype = bf16 has none") {
 		t.Errorf("e8m0_rz on a bf16 cache: %s %v", res.Verdict, res.Error)
 	}
 }

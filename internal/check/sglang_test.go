@@ -21,7 +21,7 @@ import (
 func TestSGLangTritonDecodeWorkerCapture(t *testing.T) {
 	const file = "sglang_triton_decode_s4_ctx3.safetensors"
 	opts := Options{Engine: engines.Layout}
-	r := Run(loadTestdata(t, file), opts)
+	r := Run(t.Context(), loadTestdata(t, file), opts)
 	judged := map[string]compare.Verdict{}
 	for _, c := range r.Checks {
 		judged[c.Tensor] = c.Verdict
@@ -54,7 +54,7 @@ func TestSGLangTritonDecodeWorkerCapture(t *testing.T) {
 	} {
 		cp := loadTestdata(t, file)
 		p.edit(cp.Tensors)
-		r := Run(cp, opts)
+		r := Run(t.Context(), cp, opts)
 		for _, c := range r.Checks {
 			if c.Tensor == p.tensor && c.Verdict != Fail {
 				t.Errorf("%s: %s %s (%s), want fail", p.name, c.Tensor, c.Verdict, c.Reason)

@@ -113,8 +113,8 @@ func shrinkChild(spec string) int {
 		}
 	}}
 	enc := json.NewEncoder(os.Stdout)
-	enc.Encode(File(shrinking, nil, opts))
-	enc.Encode(File(intact, nil, Options{}))
+	enc.Encode(File(context.Background(), shrinking, nil, opts))
+	enc.Encode(File(context.Background(), intact, nil, Options{}))
 	return 0
 }
 

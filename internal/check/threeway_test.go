@@ -102,7 +102,7 @@ func TestThreeWayOnAttention(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			outs := map[string]*tensor.Tensor{"out": tc.outs["out"]}
-			res := Run(captureOf(t, decode, outs), Options{})
+			res := Run(t.Context(), captureOf(t, decode, outs), Options{})
 			if res.Verdict != tc.want {
 				t.Fatalf("verdict %s, want %s (%s: worst err/tol %.3g, rmse ratio %.3g)", res.Verdict, tc.want,
 					res.Checks[0].Reason, float64(res.Checks[0].Metrics.MaxExcess), float64(res.Checks[0].Metrics.RMSERatio))
@@ -141,14 +141,14 @@ func TestThreeWayOnCodes(t *testing.T) {
 	if differ == 0 {
 		t.Fatalf("exact and fp32 quantizers agree everywhere: the test would prove nothing")
 	}
-	if res := Run(captureOf(t, quant, outs), Options{}); res.Verdict != Pass {
+	if res := Run(t.Context(), captureOf(t, quant, outs), Options{}); res.Verdict != Pass {
 		t.Fatalf("exact-division codes (%d differ from fp32) verdict %s, want pass", differ, res.Verdict)
 	}
 
 	write := cases.Case{Name: "w", Kernel: "kv_cache_write", Preset: "deepseek-v3", SeqLens: []int{40, 17}, PageSize: 16,
 		KVCacheDType: "fp8_e4m3", Seed: 5, Params: map[string]string{"fp8_saturate": "false"}}
 	sat := produce(t, write, kernel.DefaultPrecision(), nil)
-	if res := Run(captureOf(t, write, sat), Options{}); res.Verdict != Pass {
+	if res := Run(t.Context(), captureOf(t, write, sat), Options{}); res.Verdict != Pass {
 		t.Fatalf("saturating writer under declared non-saturating: verdict %s, want pass", res.Verdict)
 	}
 }
@@ -178,7 +178,7 @@ func TestDeclaredPrecisionF32OutputsPass(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res := Run(captureOf(t, tc.c, outs), Options{})
+			res := Run(t.Context(), captureOf(t, tc.c, outs), Options{})
 			if res.Verdict != Pass || len(res.Checks) != 1 {
 				t.Fatalf("verdict %s (%v), want pass", res.Verdict, reasons(res))
 			}

@@ -110,7 +110,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 			return progress.interrupted(o.io, reportNote(o.report))
 		}
 		fctx, cancel := fileContext(ctx, o.timeout)
-		res := check.FileContext(fctx, path, extra, opts)
+		res := check.File(fctx, path, extra, opts)
 		cancel()
 		if ctx.Err() != nil { // this file did not finish
 			return progress.interrupted(o.io, reportNote(o.report))

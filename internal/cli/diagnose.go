@@ -235,8 +235,7 @@ func (o *diagnoseOptions) captures(ctx context.Context, sink *reportSink) (ExitC
 		var lens map[int]int
 		c, closeFn, err := check.LoadContext(ctx, path, extra, opts.MaxMemory)
 		if err == nil {
-			// read before the check, which may unmap c when abandoned, and
-			// guarded as the check is against the file shrinking meanwhile
+			// read guarded, as the check is, against the file shrinking meanwhile
 			if err = check.Guard(c, func() { lens = diagnose.ContextLens(c) }); err != nil {
 				closeFn()
 			}
@@ -248,7 +247,8 @@ func (o *diagnoseOptions) captures(ctx context.Context, sink *reportSink) (ExitC
 			msg := err.Error()
 			rep = &diagnose.Report{Mode: "capture", File: path, Verdict: check.Error, Error: &msg, Reason: msg, Steps: []sim.StepResult{}}
 		} else {
-			res := check.RunLoaded(ctx, c, closeFn, opts)
+			res := check.Run(ctx, c, opts)
+			closeFn()
 			rep = diagnose.FromCheck(res, lens)
 			sink.add(ctx, res, "kcheck diagnose "+report.ShellQuote(path), path)
 		}

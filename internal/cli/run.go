@@ -262,10 +262,8 @@ func (o *runOptions) run(ctx context.Context) error {
 	verdicts := newTally()
 	for _, c := range sel {
 		bar.Describe(printable.Escape(c.Name))
-		res, finished := interruptible(ctx, func() check.Result {
-			return RunCase(ctx, c, be, opts, o.timeout, o.outDir, o.force)
-		})
-		if !finished || ctx.Err() != nil {
+		res := RunCase(ctx, c, be, opts, o.timeout, o.outDir, o.force)
+		if ctx.Err() != nil { // this case did not finish
 			bar.Clear()
 			return done.interrupted(o.io, reportNote(o.report))
 		}
@@ -334,15 +332,12 @@ func RunCase(ctx context.Context, c cases.Case, be backend.Backend, opts check.O
 		c   evidence.Capture
 		err error
 	}
-	started := time.Now()
 	gctx, cancel := fileContext(ctx, timeout)
-	r, finished, err := check.Charged(gctx, check.EstimateCase(c.Sizes()).Bytes, opts.MaxMemory, func() captured {
+	r, err := check.Charged(gctx, check.EstimateCase(c.Sizes()).Bytes, opts.MaxMemory, func() captured {
 		capt, err := Capture(gctx, c, be, 0)
 		return captured{capt, err}
 	})
-	if err == nil && !finished {
-		err = stoppedError(gctx, started)
-	} else if err != nil {
+	if err != nil {
 		err = fmt.Errorf("not started: %v", err)
 	}
 	cancel()
@@ -367,7 +362,7 @@ func RunCase(ctx context.Context, c cases.Case, be backend.Backend, opts check.O
 	}
 	cctx, cancel := fileContext(ctx, timeout)
 	defer cancel()
-	res := check.RunContext(cctx, capture, opts)
+	res := check.Run(cctx, capture, opts)
 	res.File = c.Name
 	return res
 }

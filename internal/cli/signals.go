@@ -118,29 +118,6 @@ func (p *progressLog) interrupted(s *IO, note string) error {
 	return exitError{ExitInterrupted}
 }
 
-// interruptible runs fn and returns its result, or ok = false as soon as
-// ctx is canceled: the command's loop answers an interrupt at once, while
-// what fn runs stops on its own (every reference watches ctx).
-func interruptible[T any](ctx context.Context, fn func() T) (res T, ok bool) {
-	if ctx.Done() == nil {
-		return fn(), true
-	}
-	done := make(chan T, 1)
-	go func() { done <- fn() }()
-	select {
-	case r := <-done:
-		return r, true
-	case <-ctx.Done():
-		// A result that raced the cancellation still counts.
-		select {
-		case r := <-done:
-			return r, true
-		default:
-		}
-		return res, false
-	}
-}
-
 // stoppedError says why work started at started under ctx, a case's,
 // stopped: the per-case time limit, or an interrupt.
 func stoppedError(ctx context.Context, started time.Time) error {

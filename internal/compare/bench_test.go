@@ -49,7 +49,7 @@ func BenchmarkThreeWayBounds(b *testing.B) {
 	b.SetBytes(int64(n) * 16)
 	b.ResetTimer()
 	for range b.N {
-		if bd := (ThreeWay{}).Bounds(o, tensor.BF16); bd.Aggregate.RMSE <= 0 {
+		if bd := (ThreeWay{}).Bounds(b.Context(), o, tensor.BF16); bd.Aggregate.RMSE <= 0 {
 			b.Fatalf("rmse bound %v", bd.Aggregate.RMSE)
 		}
 	}

@@ -1,6 +1,7 @@
 package compare
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -28,7 +29,7 @@ type boundsBits struct {
 }
 
 func boundsOf(o kernel.Output, exact, expected kernel.Dense) boundsBits {
-	b := ThreeWay{}.Bounds(o, tensor.BF16)
+	b := ThreeWay{}.Bounds(context.Background(), o, tensor.BF16)
 	a := b.Aggregate
 	out := boundsBits{
 		agg:         [4]uint64{math.Float64bits(a.RMSE), math.Float64bits(a.CosDiff), math.Float64bits(a.FloorRMSE), math.Float64bits(a.FloorCosDiff)},
@@ -158,7 +159,7 @@ func TestBoundsSettledRunsLikeValues(t *testing.T) {
 
 // boundsIn is boundsOf in the output's own dtype.
 func boundsIn(o kernel.Output, exact, expected kernel.Dense) boundsBits {
-	b := ThreeWay{}.Bounds(o, o.DType)
+	b := ThreeWay{}.Bounds(context.Background(), o, o.DType)
 	a := b.Aggregate
 	out := boundsBits{
 		agg:         [4]uint64{math.Float64bits(a.RMSE), math.Float64bits(a.CosDiff), math.Float64bits(a.FloorRMSE), math.Float64bits(a.FloorCosDiff)},

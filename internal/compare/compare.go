@@ -251,6 +251,10 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	shape := actual.Shape
 	c := Check{Tensor: o.Name, DType: actual.DType, Shape: append([]int(nil), shape...), Mode: "numeric"}
 
+	ctx := opts.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	var b Bounds
 	if o.Mode == kernel.Bitwise {
 		c.Mode = "bitwise"
@@ -262,7 +266,10 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		}
 	} else {
 		c.Policy = pol.Name()
-		b = pol.Bounds(o, actual.DType)
+		b = pol.Bounds(ctx, o, actual.DType)
+		if err := ctx.Err(); err != nil { // bounds of part of the output
+			return Check{}, err
+		}
 	}
 	band := max(b.Band, 1)
 	c.Tolerance = b.Explanation
@@ -274,9 +281,7 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	j := newJudge(&o, actual, b)
 	j.elementPath = opts.ElementPath
 	j.worstK, j.band = k, band
-	if opts.Context != nil {
-		j.ctx = opts.Context
-	}
+	j.ctx = ctx
 	var t tally
 	if err := j.tallyAll(N, &t); err != nil {
 		return Check{}, err
@@ -387,9 +392,9 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 		}
 		if c.Verdict != Pass {
 			c.Signature, c.Profile = signature.AnalyzeProfile(o, newExcessValues(N, j), signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At,
-				NonFinite: nonFinite, Overflow: m.Overflow, OverflowDType: actual.DType, Profile: opts.Profile, Judged: judged})
+				NonFinite: nonFinite, Overflow: m.Overflow, OverflowDType: actual.DType, Profile: opts.Profile, Judged: judged, Context: ctx})
 		} else {
-			c.Profile = signature.NewProfile(o, newExcessValues(N, j), signature.Options{Judged: judged})
+			c.Profile = signature.NewProfile(o, newExcessValues(N, j), signature.Options{Judged: judged, Context: ctx})
 		}
 	}
 	if err := j.ctx.Err(); err != nil { // the excess read as 0 from then on: no signature, no profile

@@ -2,6 +2,7 @@ package compare
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -22,7 +23,7 @@ import (
 type constPolicy struct{ tol, band float64 }
 
 func (constPolicy) Name() string { return "const" }
-func (p constPolicy) Bounds(kernel.Output, tensor.DType) Bounds {
+func (p constPolicy) Bounds(context.Context, kernel.Output, tensor.DType) Bounds {
 	return Bounds{Tol: func(int, float64, float64) float64 { return p.tol }, Band: p.band, Explanation: "constant"}
 }
 
@@ -351,7 +352,7 @@ func TestJSON(t *testing.T) {
 // worked out by hand.
 func TestUnitRoundoffBound(t *testing.T) {
 	o := kernel.Output{Name: "y", Shape: []int{4}, Exact: kernel.Dense([]float64{1, -2, 0, 4}), Expected: kernel.Dense([]float64{1, -2, 0, 4}), Reduction: 16}
-	b := UnitRoundoff{}.Bounds(o, tensor.BF16)
+	b := UnitRoundoff{}.Bounds(t.Context(), o, tensor.BF16)
 	// rms(exact) = sqrt((1+4+0+16)/4) = sqrt(5.25); γ_16 = 16u/(1-16u), u = 2^-24; u_bf16 = 2^-8.
 	g := 16 * 0x1p-24 / (1 - 16*0x1p-24)
 	rms := math.Sqrt(5.25)

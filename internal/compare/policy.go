@@ -20,8 +20,11 @@ type Policy interface {
 	Name() string
 	// Bounds returns the tolerance for output o when the kernel under test
 	// stored it in actualDType. It sees Exact and Expected but never the
-	// actual values, so a bound cannot be tuned to what it judges.
-	Bounds(o kernel.Output, actualDType tensor.DType) Bounds
+	// actual values, so a bound cannot be tuned to what it judges. Its
+	// passes over the output stop between units once ctx is done; what it
+	// returns then is of part of the output, and the caller, whose ctx it
+	// is, discards it.
+	Bounds(ctx context.Context, o kernel.Output, actualDType tensor.DType) Bounds
 }
 
 // Bounds is what a Policy allows.
@@ -94,7 +97,7 @@ type UnitRoundoff struct {
 func (UnitRoundoff) Name() string { return "unit-roundoff" }
 
 // Bounds implements Policy.
-func (p UnitRoundoff) Bounds(o kernel.Output, d tensor.DType) Bounds {
+func (p UnitRoundoff) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) Bounds {
 	c := orDefault(p.C, 1)
 	acc := p.Acc
 	if acc == "" {
@@ -106,6 +109,9 @@ func (p UnitRoundoff) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	var s2 float64
 	var cnt int
 	for i, n := 0, o.Exact.Len(); i < n; i++ {
+		if i%parallelChunk == 0 && ctx.Err() != nil {
+			break // the caller discards what is returned
+		}
 		if x := o.Exact.At(i); finite(x) {
 			s2 += x * x
 			cnt++
@@ -199,7 +205,7 @@ type ThreeWay struct {
 func (ThreeWay) Name() string { return "three-way" }
 
 // Bounds implements Policy.
-func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
+func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) Bounds {
 	acc := p.Acc
 	if acc == "" {
 		acc = tensor.F32
@@ -241,7 +247,7 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 	// them; the column and global sums are sums of the units' sums.
 	units := newBoundsUnits(o, R, C, sep)
 	parts := make([]boundsPart, units.n)
-	units.run(func(lo int, xb, eb []float64, part *boundsPart) {
+	units.run(ctx, func(lo int, xb, eb []float64, part *boundsPart) {
 		if sep && part.colF == nil {
 			part.colF, part.colCnt = make([]float64, C), make([]int32, C)
 		}
@@ -391,7 +397,7 @@ func (p ThreeWay) Bounds(o kernel.Output, d tensor.DType) Bounds {
 		spacingByCode[sd] = t
 		return t
 	}
-	units.run(func(lo int, xb, eb []float64, part *boundsPart) {
+	units.run(ctx, func(lo int, xb, eb []float64, part *boundsPart) {
 		ulp2, acc2 := part.f2, part.x2
 		r, c := lo/C, lo%C
 		for k, x := range xb {
@@ -512,8 +518,9 @@ func newBoundsUnits(o kernel.Output, R, C int, sep bool) boundsUnits {
 // settled is set, a run of elements whose exact and expected values are
 // the same bytes of a dtype the byte passes decode (settledRun) goes to
 // it instead, as those bytes: a pass there makes the additions pass makes,
-// in the same order, from the codes.
-func (us boundsUnits) run(pass func(lo int, xb, eb []float64, part *boundsPart), settled func(lo int, d tensor.DType, b []byte, part *boundsPart), parts []boundsPart) {
+// in the same order, from the codes. Once ctx is done no unit starts
+// (reference/parallel), and the sums are partial.
+func (us boundsUnits) run(ctx context.Context, pass func(lo int, xb, eb []float64, part *boundsPart), settled func(lo int, d tensor.DType, b []byte, part *boundsPart), parts []boundsPart) {
 	workers := 0
 	if _, ok1 := kernel.Fork(us.o.Exact); !ok1 {
 		workers = 1
@@ -521,7 +528,7 @@ func (us boundsUnits) run(pass func(lo int, xb, eb []float64, part *boundsPart),
 		workers = 1
 	}
 	block := min(us.size, parallelChunk)
-	_ = parallel.Run(context.Background(), us.n, workers, func() func(int) {
+	_ = parallel.Run(ctx, us.n, workers, func() func(int) {
 		exact, expected := us.o.Exact, us.o.Expected
 		if workers != 1 {
 			exact, _ = kernel.Fork(exact)

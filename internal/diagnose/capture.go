@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"context"
 	"fmt"
 	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"math"
@@ -271,9 +272,9 @@ func fmtErr(e float64) string {
 	return fmt.Sprintf("%.3g%%", 100*e)
 }
 
-// Capture checks a capture and lays out its attribution.
-func Capture(c evidence.Capture, opts check.Options) *Report {
-	return FromCheck(check.Run(c, opts), ContextLens(c))
+// Capture checks a capture under ctx and lays out its attribution.
+func Capture(ctx context.Context, c evidence.Capture, opts check.Options) *Report {
+	return FromCheck(check.Run(ctx, c, opts), ContextLens(c))
 }
 
 // ContextLens reads each step's longest context from the capture's

@@ -40,7 +40,7 @@ func TestCaptureDiagnosisNamesEveryFaultsStage(t *testing.T) {
 			for k, v := range outs {
 				ts[k] = v
 			}
-			rep := FromCheck(check.Run(evidence.Capture{Name: f.Name, Metadata: meta, Tensors: ts}, check.Options{}), nil)
+			rep := FromCheck(check.Run(t.Context(), evidence.Capture{Name: f.Name, Metadata: meta, Tensors: ts}, check.Options{}), nil)
 			if rep.Verdict != "fail" || rep.Stage == nil || *rep.Stage != f.Stage {
 				t.Fatalf("verdict %s stage %v, want fail in %s", rep.Verdict, deref(rep.Stage), f.Stage)
 			}

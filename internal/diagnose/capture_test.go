@@ -39,7 +39,7 @@ func TestCaptureAttribution(t *testing.T) {
 		{"pipeline_quant_nibble_order.safetensors", "fail", "quant"},
 	}
 	for _, tc := range tests {
-		rep := Capture(load(t, tc.file), check.Options{})
+		rep := Capture(t.Context(), load(t, tc.file), check.Options{})
 		want := tc.culprit
 		if want == "" {
 			want = "null"
@@ -98,7 +98,7 @@ func TestContextLens(t *testing.T) {
 }
 
 func TestErrorCapture(t *testing.T) {
-	rep := Capture(evidence.Capture{Name: "x", Metadata: map[string]string{"kcheck.kernel": "pipeline"}}, check.Options{})
+	rep := Capture(t.Context(), evidence.Capture{Name: "x", Metadata: map[string]string{"kcheck.kernel": "pipeline"}}, check.Options{})
 	if rep.Verdict != check.Error || rep.Error == nil || !strings.Contains(*rep.Error, "kcheck.stages") {
 		t.Errorf("verdict %s, error %v; want an error naming kcheck.stages", rep.Verdict, rep.Error)
 	}

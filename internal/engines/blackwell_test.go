@@ -82,9 +82,9 @@ func TestTrtllmMLADecodeNames(t *testing.T) {
 			c.PageSize = 32 // trtllm-gen takes pages of 32 or 64 tokens (_core.py:4429-4432)
 			c.SQ = tc.sq
 			meta, ts := capture(t, c, map[string]string{"lse_base": tc.lseBase}, tc.corrupt, tc.at)
-			want := mustFail(t, check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+			want := mustFail(t, check.Run(t.Context(), evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
 			fm, ft := trtllmCapture(meta, ts, tc.flat, tc.call)
-			got := check.Run(evidence.Capture{Name: "trtllm", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
+			got := check.Run(t.Context(), evidence.Capture{Name: "trtllm", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
 			if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 				t.Fatalf("trtllm-named capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 			}
@@ -133,7 +133,7 @@ func TestTrtllmMLADecodeRefuses(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(ft)
 			}
-			r := check.Run(evidence.Capture{Name: "trtllm", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
+			r := check.Run(t.Context(), evidence.Capture{Name: "trtllm", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
 			if r.Verdict != check.Error || r.Error == nil || !strings.Contains(*r.Error, tc.error) {
 				t.Fatalf("verdict %s, error %v; want an error saying %q (notes %q)", r.Verdict, r.Error, tc.error, r.Notes)
 			}
@@ -191,9 +191,9 @@ func TestCutlassMLADecodeNames(t *testing.T) {
 	c.PageSize = 128 // CUTLASS_MLA's only block size (cutlass_mla.py:48-50)
 	for _, corrupt := range []string{"out", "lse"} {
 		meta, ts := capture(t, c, map[string]string{"softmax_block": "128"}, corrupt, 1)
-		want := mustFail(t, check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+		want := mustFail(t, check.Run(t.Context(), evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
 		fm, ft := cutlassCapture(meta, ts)
-		got := check.Run(evidence.Capture{Name: "cutlass", Metadata: fm, Tensors: ft}, fromOpts(t, "vllm"))
+		got := check.Run(t.Context(), evidence.Capture{Name: "cutlass", Metadata: fm, Tensors: ft}, fromOpts(t, "vllm"))
 		if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 			t.Fatalf("%s planted: CUTLASS_MLA-named capture checks differently:\n got %s\nwant %s\nnotes %q", corrupt, g, w, got.Notes)
 		}
@@ -216,7 +216,7 @@ func TestCutlassMLADecodeNames(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fm, ft := cutlassCapture(meta, ts)
 			tc.edit(ft)
-			r := check.Run(evidence.Capture{Name: "cutlass", Metadata: fm, Tensors: ft}, fromOpts(t, "vllm"))
+			r := check.Run(t.Context(), evidence.Capture{Name: "cutlass", Metadata: fm, Tensors: ft}, fromOpts(t, "vllm"))
 			if r.Verdict != check.Error || r.Error == nil || !strings.Contains(*r.Error, tc.error) {
 				t.Fatalf("verdict %s, error %v; want an error saying %q (notes %q)", r.Verdict, r.Error, tc.error, r.Notes)
 			}
@@ -236,7 +236,7 @@ func TestFlashInferCutlassMLANames(t *testing.T) {
 	c.PageSize = 64 // a page size dividing 128 (cutlass_backend.py:28-40)
 	meta, ts := capture(t, c, map[string]string{"softmax_block": "128"}, "out", 9000)
 	delete(ts, "lse") // the cutlass backend writes none
-	want := mustFail(t, check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+	want := mustFail(t, check.Run(t.Context(), evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
 	q, out := ts["q"], ts["out"]
 	fm := map[string]string{"kcheck.format": "1", "kcheck.kernel": "mla_decode", "backend": "cutlass", "sm_scale": meta["softmax_scale"],
 		"page_size": meta["page_size"], "return_lse": "False", "bmm1_scale": "None", "bmm2_scale": "None", "o_scale": "None"}
@@ -247,13 +247,13 @@ func TestFlashInferCutlassMLANames(t *testing.T) {
 		"page_table": ts["block_table"],
 		"output":     {DType: out.DType, Shape: []int{out.Shape[0], out.Shape[2], out.Shape[3]}, Data: out.Data},
 	}
-	got := check.Run(evidence.Capture{Name: "cutlass", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
+	got := check.Run(t.Context(), evidence.Capture{Name: "cutlass", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Fatalf("cutlass-backend capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 	}
 	wantNotes(t, got.Notes, "kv_len -> seq_lens", "page_table -> block_table", "query -> q", "softmax_block = 128, p_dtype = bf16")
 	fm["o_scale"] = "0.5"
-	r := check.Run(evidence.Capture{Name: "cutlass", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
+	r := check.Run(t.Context(), evidence.Capture{Name: "cutlass", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
 	if r.Verdict != check.Error || r.Error == nil || !strings.Contains(*r.Error, `o_scale = "0.5"`) {
 		t.Fatalf("verdict %s, error %v; want o_scale refused", r.Verdict, r.Error)
 	}
@@ -300,7 +300,7 @@ func TestFlashInferFP8MLARefused(t *testing.T) {
 					ts[k] = v
 				}
 			}
-			r := check.Run(evidence.Capture{Name: "fp8", Metadata: meta, Tensors: ts}, fromOpts(t, "flashinfer"))
+			r := check.Run(t.Context(), evidence.Capture{Name: "fp8", Metadata: meta, Tensors: ts}, fromOpts(t, "flashinfer"))
 			if r.Verdict != check.Error || r.Error == nil || !strings.Contains(*r.Error, tc.error) {
 				t.Fatalf("verdict %s, error %v; want a refusal saying %q", r.Verdict, r.Error, tc.error)
 			}

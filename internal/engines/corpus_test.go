@@ -57,7 +57,7 @@ func TestCorpusVerdicts(t *testing.T) {
 			}
 			defer closeFile()
 			c.Name = e.File
-			r := check.Run(c, fromOpts(t, e.From))
+			r := check.Run(t.Context(), c, fromOpts(t, e.From))
 			notes := strings.Join(r.Notes, "\n  ")
 			switch e.Expect.Verdict {
 			case "pass":

@@ -130,7 +130,7 @@ func mlaCase() cases.Case {
 // exactly as the contract-named capture of the same run.
 func TestFlashMLANamesCheckIdentically(t *testing.T) {
 	meta, ts := capture(t, mlaCase(), nil, "out", 700)
-	want := check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
+	want := check.Run(t.Context(), evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
 	if want.Verdict != check.Fail {
 		t.Fatalf("planted error not detected: verdict %s", want.Verdict)
 	}
@@ -150,7 +150,7 @@ func TestFlashMLANamesCheckIdentically(t *testing.T) {
 		"out":           ts["out"],
 		"softmax_lse":   ts["lse"],
 	}
-	got := check.Run(evidence.Capture{Name: "flashmla", Metadata: fm, Tensors: ft}, fromOpts(t, "flashmla"))
+	got := check.Run(t.Context(), evidence.Capture{Name: "flashmla", Metadata: fm, Tensors: ft}, fromOpts(t, "flashmla"))
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("FlashMLA-named capture checks differently:\n got %s\nwant %s", g, w)
 	}
@@ -167,7 +167,7 @@ func TestFlashInferMLANamesCheckIdentically(t *testing.T) {
 	c := mlaCase()
 	c.SQ = 2
 	meta, ts := capture(t, c, map[string]string{"lse_base": "2"}, "lse", 3)
-	want := check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
+	want := check.Run(t.Context(), evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
 	if want.Verdict != check.Fail {
 		t.Fatalf("planted error not detected: verdict %s", want.Verdict)
 	}
@@ -218,7 +218,7 @@ func TestFlashInferMLANamesCheckIdentically(t *testing.T) {
 		"output":     {DType: out.DType, Shape: []int{B * SQ, H, L}, Data: out.Data},
 		"lse":        fl,
 	}
-	got := check.Run(evidence.Capture{Name: "flashinfer", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
+	got := check.Run(t.Context(), evidence.Capture{Name: "flashinfer", Metadata: fm, Tensors: ft}, fromOpts(t, "flashinfer"))
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("FlashInfer-named capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 	}
@@ -232,7 +232,7 @@ func TestFlashInferMLANamesCheckIdentically(t *testing.T) {
 	for k, v := range fm {
 		pm[k] = v
 	}
-	got = check.Run(evidence.Capture{Name: "flashinfer-packed", Metadata: pm, Tensors: packed}, fromOpts(t, "flashinfer"))
+	got = check.Run(t.Context(), evidence.Capture{Name: "flashinfer-packed", Metadata: pm, Tensors: packed}, fromOpts(t, "flashinfer"))
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("packed FlashInfer capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 	}
@@ -251,7 +251,7 @@ func TestVLLMTritonMLANames(t *testing.T) {
 	c.Splits = 3
 	for _, corrupt := range []string{"partial_lse", "out"} {
 		meta, ts := capture(t, c, nil, corrupt, 1)
-		want := mustFail(t, check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+		want := mustFail(t, check.Run(t.Context(), evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
 		q, kc, po, pl := ts["q"], ts["kv_cache"], ts["partial_out"], ts["partial_lse"]
 		B, H, D := q.Shape[0], q.Shape[2], q.Shape[3]
 		S, L := po.Shape[3], po.Shape[4]
@@ -282,13 +282,13 @@ func TestVLLMTritonMLANames(t *testing.T) {
 		for k, v := range vt {
 			copied[k] = v
 		}
-		got := check.Run(evidence.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
+		got := check.Run(t.Context(), evidence.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
 		if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 			t.Errorf("%s planted: TRITON_MLA-named capture checks differently:\n got %s\nwant %s\nnotes %q", corrupt, g, w, got.Notes)
 		}
 		wantNotes(t, got.Notes, "sm_scale read as softmax_scale", "num_kv_splits read as num_splits", "k_buffer -> kv_cache",
 			"req_to_token -> block_table", "b_seq_len -> seq_lens", "o -> out", "read as partial_out [2 1 2 3 512]")
-		sg := check.Run(evidence.Capture{Name: "sglang", Metadata: vm, Tensors: copied}, fromOpts(t, "sglang"))
+		sg := check.Run(t.Context(), evidence.Capture{Name: "sglang", Metadata: vm, Tensors: copied}, fromOpts(t, "sglang"))
 		if sg.Verdict != check.Error {
 			t.Errorf("--from sglang read vLLM's TRITON_MLA names: verdict %s, notes %q", sg.Verdict, sg.Notes)
 		}
@@ -301,7 +301,7 @@ func TestVLLMCacheWriteNames(t *testing.T) {
 	c := cases.Case{Name: "w", Kernel: "kv_cache_write", Preset: "deepseek-v3", SeqLens: []int{9, 4}, PageSize: 4,
 		KVCacheDType: "fp8_e4m3", Seed: 3}
 	meta, ts := capture(t, c, nil, "cache_after", 1000)
-	want := check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
+	want := check.Run(t.Context(), evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
 	vm := map[string]string{}
 	for k, v := range meta {
 		vm[k] = v
@@ -311,7 +311,7 @@ func TestVLLMCacheWriteNames(t *testing.T) {
 		"kv_c": ts["kv_c"], "k_pe": ts["k_pe"], "slot_mapping": ts["slot_mapping"], "scale": ts["k_scale"],
 		"kv_cache_before": ts["cache_before"], "kv_cache": ts["cache_after"],
 	}
-	got := check.Run(evidence.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
+	got := check.Run(t.Context(), evidence.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("vLLM-named capture checks differently:\n got %s\nwant %s", g, w)
 	}
@@ -361,7 +361,7 @@ func TestVLLMDSMLAWriteConvention(t *testing.T) {
 				"kv_c": ts["kv_c"], "k_pe": ts["k_pe"], "slot_mapping": ts["slot_mapping"],
 				"kv_cache_before": ts["cache_before"], "kv_cache": ts["cache_after"],
 			}
-			got := check.Run(evidence.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
+			got := check.Run(t.Context(), evidence.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
 			if got.Error != nil {
 				t.Fatalf("error %s (notes %q)", *got.Error, got.Notes)
 			}
@@ -380,7 +380,7 @@ func TestVLLMDSMLAWriteConvention(t *testing.T) {
 func TestVLLMScaledFP4QuantNames(t *testing.T) {
 	c := cases.Case{Name: "q", Kernel: "nvfp4_quantize", M: 8, K: 64, Seed: 11, Params: map[string]string{"scale_layout": "swizzled_128x4"}}
 	meta, ts := capture(t, c, nil, "packed", 5)
-	want := mustFail(t, check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+	want := mustFail(t, check.Run(t.Context(), evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
 	sc := ts["block_scale"]
 	if sc.Len()%4 != 0 {
 		t.Fatalf("block_scale %v", sc.Shape)
@@ -390,7 +390,7 @@ func TestVLLMScaledFP4QuantNames(t *testing.T) {
 		"input": ts["x"], "input_global_scale": ts["global_scale"], "output": ts["packed"],
 		"output_scale": {DType: tensor.I32, Shape: []int{128, 1}, Data: sc.Data}, // [M_pad, K_pad/4]
 	}
-	got := check.Run(evidence.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
+	got := check.Run(t.Context(), evidence.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("vLLM-named capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 	}
@@ -401,7 +401,7 @@ func TestVLLMScaledFP4QuantNames(t *testing.T) {
 func TestVLLMMergeAttnStates(t *testing.T) {
 	c := cases.Case{Name: "m", Kernel: "splitk_combine", Preset: "deepseek-v3", Heads: 2, Batch: 3, Splits: 2, Seed: 16}
 	meta, ts := capture(t, c, nil, "out", 9)
-	want := mustFail(t, check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+	want := mustFail(t, check.Run(t.Context(), evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
 	po, pl := ts["partial_out"], ts["partial_lse"]
 	N, L := po.Shape[0], po.Shape[2]
 	H := 2
@@ -440,7 +440,7 @@ func TestVLLMMergeAttnStates(t *testing.T) {
 		"prefix_output": outs[0], "suffix_output": outs[1], "prefix_lse": lses[0], "suffix_lse": lses[1],
 		"output": {DType: out.DType, Shape: []int{T, H, L}, Data: out.Data}, "output_lse": olse,
 	}
-	got := check.Run(evidence.Capture{Name: "vllm", Metadata: map[string]string{"kcheck.format": "1"}, Tensors: vt}, fromOpts(t, "vllm"))
+	got := check.Run(t.Context(), evidence.Capture{Name: "vllm", Metadata: map[string]string{"kcheck.format": "1"}, Tensors: vt}, fromOpts(t, "vllm"))
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("merge_attn_states capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 	}
@@ -453,7 +453,7 @@ func TestVLLMMergeAttnStates(t *testing.T) {
 func TestFlashInferMergeStates(t *testing.T) {
 	c := cases.Case{Name: "m", Kernel: "splitk_combine", Preset: "deepseek-v3", Heads: 2, Batch: 2, Splits: 3, Seed: 17}
 	meta, ts := capture(t, c, map[string]string{"lse_base": "2"}, "lse", 1)
-	want := mustFail(t, check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+	want := mustFail(t, check.Run(t.Context(), evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
 	po, pl := ts["partial_out"], ts["partial_lse"]
 	N, S, L := po.Shape[0], po.Shape[1], po.Shape[2]
 	H := 2
@@ -477,7 +477,7 @@ func TestFlashInferMergeStates(t *testing.T) {
 		"v_merged": {DType: out.DType, Shape: []int{T, H, L}, Data: out.Data},
 		"s_merged": {DType: lse.DType, Shape: []int{T, H}, Data: lse.Data},
 	}
-	got := check.Run(evidence.Capture{Name: "fi", Metadata: map[string]string{"kcheck.format": "1"}, Tensors: ft}, fromOpts(t, "flashinfer"))
+	got := check.Run(t.Context(), evidence.Capture{Name: "fi", Metadata: map[string]string{"kcheck.format": "1"}, Tensors: ft}, fromOpts(t, "flashinfer"))
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("merge_states capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 	}
@@ -910,7 +910,7 @@ func TestVLLMTritonMLAUnwrittenSplits(t *testing.T) {
 	c.Splits = 3
 	for _, corrupt := range []string{"", "partial_out"} {
 		meta, ts := capture(t, c, nil, corrupt, 3) // element 3: request 0, head 0, split 0
-		want := check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
+		want := check.Run(t.Context(), evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
 		if (want.Verdict == check.Pass) != (corrupt == "") {
 			t.Fatalf("contract capture, %q planted: verdict %s", corrupt, want.Verdict)
 		}
@@ -955,7 +955,7 @@ func TestVLLMTritonMLAUnwrittenSplits(t *testing.T) {
 			"attn_logits": al,
 		}
 		before := append([]byte(nil), al.Data...)
-		got := check.Run(evidence.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
+		got := check.Run(t.Context(), evidence.Capture{Name: "vllm", Metadata: vm, Tensors: vt}, fromOpts(t, "vllm"))
 		if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 			t.Errorf("%q planted: TRITON_MLA capture with unwritten splits checks differently:\n got %s\nwant %s\nnotes %q", corrupt, g, w, got.Notes)
 		}
@@ -1040,18 +1040,18 @@ func TestSGLangTritonDecode(t *testing.T) {
 		}}
 	}
 	delete(ts, "lse") // SGLang's decode returns no final lse
-	want := check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
+	want := check.Run(t.Context(), evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
 	if want.Verdict != check.Pass {
 		t.Fatalf("contract capture: %s %q", want.Verdict, want.Notes)
 	}
-	got := check.Run(sglang(indices), fromOpts(t, "sglang"))
+	got := check.Run(t.Context(), sglang(indices), fromOpts(t, "sglang"))
 	if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 		t.Errorf("SGLang-named capture checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 	}
 	wantNotes(t, got.Notes, "3 of 9 splits empty, not judged", "split_bounds [3 4] from num_kv_splits [2 1 3]", "one token a page")
 	shifted := append([]int64(nil), indices...)
 	copy(shifted[1:lens[0]], indices[2:lens[0]+1]) // request 0's tokens 1.. read one slot late
-	if r := check.Run(sglang(shifted), fromOpts(t, "sglang")); r.Verdict != check.Fail {
+	if r := check.Run(t.Context(), sglang(shifted), fromOpts(t, "sglang")); r.Verdict != check.Fail {
 		t.Errorf("a kv_indices shift passed: %s", r.Verdict)
 	}
 }
@@ -1113,7 +1113,7 @@ func TestVLLMTritonMLALSEInQueryDType(t *testing.T) {
 				"lse": {DType: l.DType, Shape: []int{B, H}, Data: l.Data},
 			}
 		}
-		got := check.Run(evidence.Capture{Name: "vllm", Metadata: vm, Tensors: named(out, lse)}, fromOpts(t, "vllm"))
+		got := check.Run(t.Context(), evidence.Capture{Name: "vllm", Metadata: vm, Tensors: named(out, lse)}, fromOpts(t, "vllm"))
 		if got.Verdict != check.Pass {
 			t.Errorf("%s: a correct TRITON_MLA capture (lse %s): verdict %s, error %v, checks %s", c.cache, lse.DType, got.Verdict, got.Error, checksJSON(t, got))
 			continue
@@ -1127,7 +1127,7 @@ func TestVLLMTritonMLALSEInQueryDType(t *testing.T) {
 		for i := 0; i < bad.Len(); i++ {
 			bad.SetFloat64(i, bad.Float64At(i)*math.Log2E)
 		}
-		if r := check.Run(evidence.Capture{Name: "vllm", Metadata: vm, Tensors: named(out, bad)}, fromOpts(t, "vllm")); r.Verdict != check.Fail {
+		if r := check.Run(t.Context(), evidence.Capture{Name: "vllm", Metadata: vm, Tensors: named(out, bad)}, fromOpts(t, "vllm")); r.Verdict != check.Fail {
 			t.Errorf("%s: a base-2 lse: verdict %s, want fail", c.cache, r.Verdict)
 		}
 		wrong := map[string]string{}
@@ -1135,7 +1135,7 @@ func TestVLLMTritonMLALSEInQueryDType(t *testing.T) {
 			wrong[k] = v
 		}
 		wrong["sm_scale"] = fmt.Sprint(math.Pow(576, -0.5))
-		if r := check.Run(evidence.Capture{Name: "vllm", Metadata: wrong, Tensors: named(out, lse)}, fromOpts(t, "vllm")); r.Verdict != check.Fail {
+		if r := check.Run(t.Context(), evidence.Capture{Name: "vllm", Metadata: wrong, Tensors: named(out, lse)}, fromOpts(t, "vllm")); r.Verdict != check.Fail {
 			t.Errorf("%s: the capture judged with FlashMLA's default scale: verdict %s, want fail", c.cache, r.Verdict)
 		}
 	}

@@ -247,7 +247,7 @@ func TestFlashInferFP8MLA(t *testing.T) {
 			r := newFP8Run(t, tc.tiles, seqs, tc.backend)
 			out, lse := r.produce(t, tc.fault)
 			meta, ts := r.flashInfer(out, lse, tc.backend)
-			got := check.Run(evidence.Capture{Name: "flashinfer-fp8", Metadata: meta, Tensors: ts}, fromOpts(t, "flashinfer"))
+			got := check.Run(t.Context(), evidence.Capture{Name: "flashinfer-fp8", Metadata: meta, Tensors: ts}, fromOpts(t, "flashinfer"))
 			if got.Error != nil {
 				t.Fatalf("error: %s (notes %q)", *got.Error, got.Notes)
 			}
@@ -299,7 +299,7 @@ func TestFlashInferFP8MLAReference(t *testing.T) {
 			if tc.sdt != "" {
 				c.Metadata["k_scale_dtype"] = tc.sdt
 			}
-			got := check.Run(c, fromOpts(t, "flashinfer"))
+			got := check.Run(t.Context(), c, fromOpts(t, "flashinfer"))
 			if got.Error != nil {
 				t.Fatalf("error: %s (notes %q)", *got.Error, got.Notes)
 			}

@@ -45,9 +45,9 @@ func TestVLLMCopyGathers(t *testing.T) {
 			c := cases.Case{Name: "g", Kernel: "kv_cache_gather", Preset: "deepseek-v3", SeqLens: []int{5, 17}, PageSize: 8,
 				KVCacheDType: tc.kind, Seed: 3}
 			meta, ts := capture(t, c, nil, "gathered", 600)
-			want := mustFail(t, check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
+			want := mustFail(t, check.Run(t.Context(), evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{}))
 			fm, ft := gatherCall(ts, tc.starts)
-			got := check.Run(evidence.Capture{Name: "vllm", Metadata: fm, Tensors: ft}, fromOpts(t, "vllm"))
+			got := check.Run(t.Context(), evidence.Capture{Name: "vllm", Metadata: fm, Tensors: ft}, fromOpts(t, "vllm"))
 			if g, w := checksJSON(t, got), checksJSON(t, want); g != w {
 				t.Fatalf("vLLM-named gather checks differently:\n got %s\nwant %s\nnotes %q", g, w, got.Notes)
 			}
@@ -90,7 +90,7 @@ func TestVLLMCopyGathersRefuse(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(fm, ft)
 			}
-			r := check.Run(evidence.Capture{Name: "vllm", Metadata: fm, Tensors: ft}, fromOpts(t, "vllm"))
+			r := check.Run(t.Context(), evidence.Capture{Name: "vllm", Metadata: fm, Tensors: ft}, fromOpts(t, "vllm"))
 			if r.Verdict != check.Error || r.Error == nil || !strings.Contains(*r.Error, tc.error) {
 				t.Fatalf("verdict %s, error %v; want an error saying %q (notes %q)", r.Verdict, r.Error, tc.error, r.Notes)
 			}
@@ -141,7 +141,7 @@ func TestVLLMByteCopyGather(t *testing.T) {
 				}
 				fm, ft := gatherCall(ts, "cu_seq_lens")
 				ft["dst"] = &tensor.Tensor{DType: tc.dtype, Shape: []int{rowsN, entry}, Data: d}
-				r := check.Run(evidence.Capture{Name: "vllm", Metadata: fm, Tensors: ft}, fromOpts(t, "vllm"))
+				r := check.Run(t.Context(), evidence.Capture{Name: "vllm", Metadata: fm, Tensors: ft}, fromOpts(t, "vllm"))
 				if r.Verdict != tc.want {
 					t.Fatalf("verdict %s, want %s (error %v, notes %q)", r.Verdict, tc.want, r.Error, r.Notes)
 				}

@@ -71,7 +71,7 @@ func asVLLM(t *testing.T, meta map[string]string, ts map[string]*tensor.Tensor) 
 // conversion is read.)
 func TestVLLMIndexerNames(t *testing.T) {
 	meta, ts := capture(t, indexerCase(nil), nil, "", 0)
-	want := check.Run(evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
+	want := check.Run(t.Context(), evidence.Capture{Name: "contract", Metadata: meta, Tensors: ts}, check.Options{})
 	if want.Verdict != check.Pass {
 		t.Fatalf("the contract-named capture: verdict %s", want.Verdict)
 	}
@@ -148,7 +148,7 @@ func TestVLLMIndexerNames(t *testing.T) {
 			if c.edit != nil {
 				c.edit(m, vts)
 			}
-			r := check.Run(evidence.Capture{Name: "vllm", Metadata: m, Tensors: vts}, fromOpts(t, "vllm"))
+			r := check.Run(t.Context(), evidence.Capture{Name: "vllm", Metadata: m, Tensors: vts}, fromOpts(t, "vllm"))
 			if r.Verdict != c.verdict {
 				t.Fatalf("verdict %s, want %s (error %v)\n  %s\n  %s", r.Verdict, c.verdict, r.Error, failing(r), strings.Join(r.Notes, "\n  "))
 			}

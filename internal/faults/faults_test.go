@@ -30,7 +30,7 @@ func runTrigger(t *testing.T, f *Fault, be backend.Backend) check.Result {
 	if err != nil {
 		t.Fatalf("%s: %v", f.Trigger.Case.Kernel, err)
 	}
-	return check.Run(capt, check.Options{})
+	return check.Run(t.Context(), capt, check.Options{})
 }
 
 // Every fault of the catalog must be caught on its own trigger, while the

@@ -90,3 +90,19 @@ func AbsMax(v []float64) float64 {
 	}
 	return m
 }
+
+// StopStride is how many values a generator draws between looks at its
+// context: a fraction of a millisecond of drawing, so that a look (a call
+// to ctx.Err) costs nothing beside the drawing.
+const StopStride = 1 << 14
+
+// Stopped is ctx's error at every StopStride-th index i, nil between: a
+// generator's loop over a tensor the case sizes calls it each element and
+// stops between strides, with the values it draws, and their order, as
+// they were.
+func Stopped(ctx context.Context, i int) error {
+	if i&(StopStride-1) != 0 {
+		return nil
+	}
+	return ctx.Err()
+}

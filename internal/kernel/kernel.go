@@ -441,7 +441,9 @@ func Produce(ctx context.Context, k Kernel, in Inputs, prec Precision, outDTypes
 	}
 	res := make(map[string]*tensor.Tensor, len(outs))
 	for _, o := range outs {
-		res[o.Name] = Materialize(o.DType, o.Shape, o.Expected)
+		if res[o.Name], err = MaterializeContext(ctx, o.DType, o.Shape, o.Expected); err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
 }

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -138,17 +139,29 @@ func (v TensorValues) At(i int) float64 { return v.T.Float64At(i) }
 // does), without a float64 copy of the whole output: the one copy is the
 // tensor itself, in its own dtype.
 func Materialize(d tensor.DType, shape []int, v Values) *tensor.Tensor {
+	t, _ := MaterializeContext(context.Background(), d, shape, v)
+	return t
+}
+
+// MaterializeContext is Materialize under ctx: an output computed on
+// demand may be a whole KV cache, decoded an entry at a time, so the
+// writing stops between strides of values once ctx is done and returns
+// its error.
+func MaterializeContext(ctx context.Context, d tensor.DType, shape []int, v Values) (*tensor.Tensor, error) {
 	if dense, ok := v.(Dense); ok {
-		return tensor.FromFloat64s(d, shape, dense)
+		return tensor.FromFloat64s(d, shape, dense), nil
 	}
 	t := tensor.New(d, shape...)
 	if v.Len() != t.Len() {
 		panic(fmt.Sprintf("kernel.Materialize: %d values for shape %v", v.Len(), shape))
 	}
 	for i, n := 0, t.Len(); i < n; i++ {
+		if err := Stopped(ctx, i); err != nil {
+			return nil, err
+		}
 		t.SetFloat64(i, v.At(i))
 	}
-	return t
+	return t, nil
 }
 
 // Float64s copies every value of v into a slice: for tests and outputs known

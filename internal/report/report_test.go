@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"image/png"
 	"math"
@@ -30,7 +31,7 @@ func fixtureBundle(t *testing.T, files ...string) Bundle {
 	rec := NewRecorder()
 	for _, f := range files {
 		path := fx + f
-		res := check.File(path, nil, rec.Options(check.Options{}))
+		res := check.File(t.Context(), path, nil, rec.Options(check.Options{}))
 		if res.Error != nil {
 			t.Fatalf("%s: %s", f, *res.Error)
 		}
@@ -478,7 +479,7 @@ func TestGridBinning(t *testing.T) {
 type fixedTol float64
 
 func (fixedTol) Name() string { return "fixed" }
-func (f fixedTol) Bounds(kernel.Output, tensor.DType) compare.Bounds {
+func (f fixedTol) Bounds(context.Context, kernel.Output, tensor.DType) compare.Bounds {
 	return compare.Bounds{Tol: func(int, float64, float64) float64 { return float64(f) }, Band: 1}
 }
 

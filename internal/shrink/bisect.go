@@ -60,8 +60,9 @@ func BisectContext(ctx context.Context, c cases.Case, be backend.Backend, opts c
 		capt, err := Run(ctx, cc, be)
 		v := check.Error
 		if err == nil {
-			v = check.Run(capt, opts).Verdict
-		} else if ctx.Err() != nil {
+			v = check.Run(ctx, capt, opts).Verdict
+		}
+		if ctx.Err() != nil { // the probe did not finish: no verdict of the case's
 			return false, ctx.Err()
 		}
 		res.Probes = append(res.Probes, bisect.Probe{N: n, Verdict: v})

@@ -109,7 +109,10 @@ func Capture(ctx context.Context, c evidence.Capture, opts Options) (*Result, er
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	res0 := check.Run(c, opts.Check)
+	res0 := check.Run(ctx, c, opts.Check)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	want := FingerprintOf(res0)
 	if want.Verdict != check.Fail {
 		return nil, fmt.Errorf("%s does not fail (verdict %s): nothing to shrink", c.Name, res0.Verdict)
@@ -138,7 +141,7 @@ func Capture(ctx context.Context, c evidence.Capture, opts Options) (*Result, er
 				if err != nil || Size(cand) >= Size(r.Capture) {
 					continue
 				}
-				res := check.Run(cand, opts.Check)
+				res := check.Run(ctx, cand, opts.Check)
 				if FingerprintOf(res) != want {
 					continue
 				}

@@ -134,7 +134,10 @@ func Case(ctx context.Context, c cases.Case, be backend.Backend, opts Options) (
 	if err != nil {
 		return nil, err
 	}
-	res0 := check.Run(cap0, opts.Check)
+	res0 := check.Run(ctx, cap0, opts.Check)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	want := FingerprintOf(res0)
 	if want.Verdict != check.Fail {
 		return nil, fmt.Errorf("case %s does not fail on %s (verdict %s): nothing to shrink", c.Name, be.Name(), res0.Verdict)
@@ -161,7 +164,7 @@ func Case(ctx context.Context, c cases.Case, be backend.Backend, opts Options) (
 			if Size(capt) >= Size(r.Capture) {
 				continue
 			}
-			res := check.Run(capt, opts.Check)
+			res := check.Run(ctx, capt, opts.Check)
 			if FingerprintOf(res) != want {
 				continue
 			}

@@ -55,7 +55,7 @@ func TestCaseShrinkKeepsTheSignature(t *testing.T) {
 			if err := safetensors.Write(path, r.Capture.Metadata, r.Capture.Tensors, safetensors.WriteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			if got := FingerprintOf(check.File(path, nil, check.Options{})); got != r.Fingerprint {
+			if got := FingerprintOf(check.File(t.Context(), path, nil, check.Options{})); got != r.Fingerprint {
 				t.Errorf("the written evidence checks to %v, want %v", got, r.Fingerprint)
 			}
 			if r.Capture.Metadata["kcheck.case_json"] == "" || r.Capture.Metadata["kcheck.shrunk_from"] != tc.c.Name {

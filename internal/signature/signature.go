@@ -63,6 +63,7 @@
 package signature
 
 import (
+	"context"
 	"fmt"
 	"iter"
 	"math"
@@ -181,6 +182,12 @@ type Options struct {
 	// signature's passes were two thirds of a failing cache check). It is
 	// used only with the default Threshold of 1, the one it was made for.
 	Judged *Judged
+	// Context, when set, stops the passes over the failing elements
+	// between words of the bitmap once it is done: they read the suspects'
+	// and the expected values, which an output the size of a KV cache
+	// computes on demand. What is returned then is of part of the output,
+	// and the caller, whose context it is, discards it.
+	Context context.Context
 }
 
 // Judged is what one pass over every element's excess found: the elements
@@ -190,6 +197,10 @@ type Judged struct {
 	Failing   []uint64
 	MaxFinite float64
 }
+
+// stopWords is how many words of the failing bitmap (64 elements each) a
+// pass reads between looks at its context.
+const stopWords = 64
 
 type coordStats struct {
 	name  string
@@ -408,9 +419,17 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 			}
 		}
 	}
-	// failingSeq yields the failing elements in order.
+	// failingSeq yields the failing elements in order, none once
+	// opt.Context is done.
+	ctx := opt.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	failingSeq := func(yield func(int) bool) {
 		for w, word := range failSet {
+			if w%stopWords == 0 && ctx.Err() != nil {
+				return
+			}
 			for ; word != 0; word &= word - 1 {
 				if !yield(w<<6 + bits.TrailingZeros64(word)) {
 					return

@@ -39,21 +39,33 @@ func (*indexer) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tenso
 	rows := len(seqLens) * int(max(IntParam(c.Params, "next_n", 1), 1))
 	k := tensor.New(tensor.BF16, pg.NB, g.PageSize, indexerDim)
 	for i := 0; i < k.Len(); i++ {
+		if err := Stopped(ctx, i); err != nil {
+			return nil, err
+		}
 		k.SetFloat64(i, r.Normal())
 	}
 	q := make([]float64, rows*heads*indexerDim)
 	for i := range q {
+		if err := Stopped(ctx, i); err != nil {
+			return nil, err
+		}
 		q[i] = formats.RoundBF16(r.Normal())
 	}
 	qt := BF16([]int{rows, heads, indexerDim}, q)
 	if fp8 {
-		k = fp8IndexerCache(k, g.PageSize, c.Params.String("k_scale_fmt", dsa.ScaleAny) == dsa.ScaleUE8M0)
+		var err error
+		if k, err = fp8IndexerCache(ctx, k, g.PageSize, c.Params.String("k_scale_fmt", dsa.ScaleAny) == dsa.ScaleUE8M0); err != nil {
+			return nil, err
+		}
 		// an fp8 q is e4m3(q / q_scale) with q_scale folded into the
 		// weights: the codes of a unit-scale q stand for any of them
 		qt = tensor.FromFloat64s(tensor.F8E4M3, qt.Shape, q)
 	}
 	w := make([]float64, rows*heads)
 	for i := range w {
+		if err := Stopped(ctx, i); err != nil {
+			return nil, err
+		}
 		w[i] = r.Normal() * 0.1
 	}
 	ts := paged.Tables(seqLens, pg)
@@ -91,12 +103,15 @@ func (*indexer) PlanCost(c Case, cost *Cost) Shapes {
 // tl.exp2(tl.ceil(tl.log2(scale)))`, the codes then the scale region).
 // Without a declared convention the writer is amax, as it was before
 // k_scale_fmt existed.
-func fp8IndexerCache(k *tensor.Tensor, p int, ue8m0 bool) *tensor.Tensor {
+func fp8IndexerCache(ctx context.Context, k *tensor.Tensor, p int, ue8m0 bool) (*tensor.Tensor, error) {
 	nb, dk := k.Shape[0], k.Shape[2]
 	out := tensor.New(tensor.U8, nb, p, dk+4)
 	block := p * (dk + 4)
 	row := make([]float64, dk)
 	for blk := 0; blk < nb; blk++ {
+		if err := ctx.Err(); err != nil { // a block is p rows
+			return nil, err
+		}
 		for off := 0; off < p; off++ {
 			k.RowInto(row, (blk*p+off)*dk, dk)
 			amax := 0.0
@@ -114,5 +129,5 @@ func fp8IndexerCache(k *tensor.Tensor, p int, ue8m0 bool) *tensor.Tensor {
 			binary.LittleEndian.PutUint32(out.Data[base+p*dk+4*off:], math.Float32bits(scale))
 		}
 	}
-	return out
+	return out, nil
 }

@@ -22,7 +22,7 @@ func (*write) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tensor.
 	seqLens := g.SeqLenList()
 	d := g.Latent + g.Rope
 	pg := paged.NewPaging(r, seqLens, g.PageSize)
-	before, err := paged.EmptyCache(r, g.KVCacheDType, pg.NB, g.PageSize, d, "random")
+	before, err := paged.EmptyCache(ctx, r, g.KVCacheDType, pg.NB, g.PageSize, d, "random")
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +36,10 @@ func (*write) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tensor.
 			slots = append(slots, slot)
 		}
 	}
-	kvc, kpe := paged.Tokens(r, len(slots), g.Latent, g.Rope)
+	kvc, kpe, err := paged.Tokens(ctx, r, len(slots), g.Latent, g.Rope)
+	if err != nil {
+		return nil, err
+	}
 	md := paged.ModelDType(g.KVCacheDType)
 	ts := map[string]*tensor.Tensor{
 		"kv_c": tensor.FromFloat64s(md, []int{len(slots), g.Latent}, kvc), "k_pe": tensor.FromFloat64s(md, []int{len(slots), g.Rope}, kpe),

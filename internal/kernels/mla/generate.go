@@ -53,6 +53,9 @@ func generate(ctx context.Context, c Case, r *RNG, seqLens []int) (map[string]*t
 	d := g.Latent + g.Rope
 	q := make([]float64, g.Batch*g.SQ*g.Heads*d)
 	for i := range q {
+		if err := Stopped(ctx, i); err != nil {
+			return nil, pg, err
+		}
 		q[i] = formats.RoundBF16(r.Normal())
 	}
 	// An fp16 cache is an fp16 model's, whose query is fp16 too (the
@@ -80,6 +83,9 @@ func (*sparseDecode) Generate(ctx context.Context, c Case, r *RNG) (map[string]*
 	idx := make([]int64, g.Batch*g.SQ*topk)
 	for req, s := range seqLens {
 		for i := 0; i < g.SQ; i++ {
+			if err := ctx.Err(); err != nil { // a row is a permutation of its context
+				return nil, err
+			}
 			row := idx[(req*g.SQ+i)*topk:][:topk]
 			picked := r.Perm(s)
 			for j := range row {

@@ -25,17 +25,21 @@ func shape(c Case) (m, k int) {
 }
 
 // activations returns bf16-representable values like a layer's: normal
-// with a few outlier channels (the reason per-block scales exist).
-func activations(r *RNG, n, cols int) []float64 {
+// with a few outlier channels (the reason per-block scales exist); ctx's
+// error once it is done.
+func activations(ctx context.Context, r *RNG, n, cols int) ([]float64, error) {
 	v := make([]float64, n)
 	for i := range v {
+		if err := Stopped(ctx, i); err != nil {
+			return nil, err
+		}
 		x := r.Normal()
 		if (i%cols)%97 == 13 {
 			x *= 20 // an outlier channel
 		}
 		v[i] = formats.RoundBF16(x)
 	}
-	return v
+	return v, nil
 }
 
 // quantized runs the nvfp4_quantize reference on x to make packed codes
@@ -73,14 +77,20 @@ func (*gemm) Defaults(Case) Params { return Params{} }
 // Generate implements Generator.
 func (*quantize) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tensor.Tensor, error) {
 	m, k := shape(c)
-	x := activations(r, m*k, k)
+	x, err := activations(ctx, r, m*k, k)
+	if err != nil {
+		return nil, err
+	}
 	return map[string]*tensor.Tensor{"x": BF16([]int{m, k}, x), "global_scale": F32Scalar(448 * 6 / AbsMax(x))}, nil
 }
 
 // Generate implements Generator: activations quantized by the reference.
 func (*dequantize) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tensor.Tensor, error) {
 	m, k := shape(c)
-	x := activations(r, m*k, k)
+	x, err := activations(ctx, r, m*k, k)
+	if err != nil {
+		return nil, err
+	}
 	packed, scale, gs, err := quantized(ctx, x, m, k, c.Params.String("scale_layout", "linear"))
 	if err != nil {
 		return nil, err
@@ -97,9 +107,15 @@ func (*gemm) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tensor.T
 	if n == 0 {
 		n = defaultN
 	}
-	a := activations(r, m*k, k)
+	a, err := activations(ctx, r, m*k, k)
+	if err != nil {
+		return nil, err
+	}
 	w := make([]float64, n*k)
 	for i := range w {
+		if err := Stopped(ctx, i); err != nil {
+			return nil, err
+		}
 		w[i] = formats.RoundBF16(r.Normal() * 0.02) // init-like weights
 	}
 	layout := c.Params.String("scale_layout", "linear")

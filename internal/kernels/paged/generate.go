@@ -64,8 +64,9 @@ func entryWidth(cacheDType string, d int) int {
 }
 
 // EmptyCache returns a cache of nb blocks filled with fill: "poison"
-// (NaN in every field) or "random" (earlier content a write must keep).
-func EmptyCache(r *RNG, cacheDType string, nb, page, d int, fill string) (*tensor.Tensor, error) {
+// (NaN in every field) or "random" (earlier content a write must keep),
+// or ctx's error once it is done.
+func EmptyCache(ctx context.Context, r *RNG, cacheDType string, nb, page, d int, fill string) (*tensor.Tensor, error) {
 	var t *tensor.Tensor
 	switch cacheDType {
 	case "bf16":
@@ -78,6 +79,9 @@ func EmptyCache(r *RNG, cacheDType string, nb, page, d int, fill string) (*tenso
 		return nil, fmt.Errorf("kv_cache_dtype %q: want bf16, fp16, fp8_e4m3, fp8_ds_mla, fp8_ds_mla_model1 or fp8_ds_mla_v41", cacheDType)
 	}
 	for i := range t.Data {
+		if err := Stopped(ctx, i); err != nil {
+			return nil, err
+		}
 		if fill == "poison" {
 			t.Data[i] = 0xFF // bf16 and fp16 0xFFFF, e4m3 0xFF, f32 0xFFFFFFFF: NaN in every field
 		} else {
@@ -86,23 +90,33 @@ func EmptyCache(r *RNG, cacheDType string, nb, page, d int, fill string) (*tenso
 	}
 	if fill != "poison" && (cacheDType == "bf16" || cacheDType == "fp16") {
 		for i := 0; i < t.Len(); i++ {
+			if err := Stopped(ctx, i); err != nil {
+				return nil, err
+			}
 			t.SetFloat64(i, r.Normal())
 		}
 	}
 	return t, nil
 }
 
-// Tokens returns bf16 kv_c [T, L] and k_pe [T, R] values.
-func Tokens(r *RNG, n, l, rope int) (kvc, kpe []float64) {
+// Tokens returns bf16 kv_c [T, L] and k_pe [T, R] values, or ctx's error
+// once it is done.
+func Tokens(ctx context.Context, r *RNG, n, l, rope int) (kvc, kpe []float64, err error) {
 	kvc = make([]float64, n*l)
 	for i := range kvc {
+		if err := Stopped(ctx, i); err != nil {
+			return nil, nil, err
+		}
 		kvc[i] = formats.RoundBF16(r.Normal())
 	}
 	kpe = make([]float64, n*rope)
 	for i := range kpe {
+		if err := Stopped(ctx, i); err != nil {
+			return nil, nil, err
+		}
 		kpe[i] = formats.RoundBF16(r.Normal())
 	}
-	return kvc, kpe
+	return kvc, kpe, nil
 }
 
 // ModelDType is the dtype of a case's activations (q, kv_c, k_pe) for its
@@ -157,7 +171,7 @@ func KScaleOf(kvc, kpe []float64) float64 {
 func Cache(ctx context.Context, r *RNG, g Geometry, seqLens []int, params Params) (cache *tensor.Tensor, pg Paging, kScale float64, err error) {
 	d := g.Latent + g.Rope
 	pg = NewPaging(r, seqLens, g.PageSize)
-	before, err := EmptyCache(r, g.KVCacheDType, pg.NB, g.PageSize, d, "poison")
+	before, err := EmptyCache(ctx, r, g.KVCacheDType, pg.NB, g.PageSize, d, "poison")
 	if err != nil {
 		return nil, pg, 0, err
 	}
@@ -167,7 +181,10 @@ func Cache(ctx context.Context, r *RNG, g Geometry, seqLens []int, params Params
 			slots = append(slots, pg.Slot(req, t, g.PageSize))
 		}
 	}
-	kvc, kpe := Tokens(r, len(slots), g.Latent, g.Rope)
+	kvc, kpe, err := Tokens(ctx, r, len(slots), g.Latent, g.Rope)
+	if err != nil {
+		return nil, pg, 0, err
+	}
 	kScale = KScaleOf(kvc, kpe)
 	wp := Params{"kv_cache_dtype": g.KVCacheDType, "page_size": fmt.Sprint(g.PageSize)}
 	for k, v := range params {

@@ -27,10 +27,16 @@ func (combine) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tensor
 	n := g.Batch * g.SQ * g.Heads
 	po := make([]float64, n*s*g.Latent)
 	for i := range po {
+		if err := Stopped(ctx, i); err != nil {
+			return nil, err
+		}
 		po[i] = r.Normal()
 	}
 	pl := make([]float64, n*s)
 	for i := range pl {
+		if err := Stopped(ctx, i); err != nil {
+			return nil, err
+		}
 		pl[i] = 5 + 3*r.Normal()
 		if r.Intn(8) == 0 {
 			pl[i] = math.Inf(-1) // an empty split

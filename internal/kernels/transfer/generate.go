@@ -45,7 +45,7 @@ func (kernelTransfer) Generate(ctx context.Context, c Case, r *RNG) (map[string]
 	}
 	g := c.Geometry
 	dpg := paged.NewPaging(r, seqLens, g.PageSize)
-	before, err := paged.EmptyCache(r, g.KVCacheDType, dpg.NB, g.PageSize, g.Latent+g.Rope, "random")
+	before, err := paged.EmptyCache(ctx, r, g.KVCacheDType, dpg.NB, g.PageSize, g.Latent+g.Rope, "random")
 	if err != nil {
 		return nil, err
 	}

@@ -89,7 +89,7 @@ func TestTransferChecks(t *testing.T) {
 		{"whole pages", small("bf16", "bf16", 0, map[string]string{"whole_pages": "true"})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if r := check.Run(captureOf(t, tc.c, nil), check.Options{}); r.Verdict != check.Pass {
+			if r := check.Run(t.Context(), captureOf(t, tc.c, nil), check.Options{}); r.Verdict != check.Pass {
 				t.Fatalf("the reference's transfer: verdict %s (%v)", r.Verdict, reasons(r))
 			}
 			flipToken := func(in Inputs, out map[string]*tensor.Tensor) {
@@ -97,7 +97,7 @@ func TestTransferChecks(t *testing.T) {
 				a := out["dst_cache_after"]
 				a.Data[lo*a.DType.Size()] ^= 0x40
 			}
-			if r := check.Run(captureOf(t, tc.c, flipToken), check.Options{}); r.Verdict != check.Fail {
+			if r := check.Run(t.Context(), captureOf(t, tc.c, flipToken), check.Options{}); r.Verdict != check.Fail {
 				t.Errorf("request 0 token 20's entry changed: verdict %s, want fail", r.Verdict)
 			}
 			stray := func(in Inputs, out map[string]*tensor.Tensor) {
@@ -116,7 +116,7 @@ func TestTransferChecks(t *testing.T) {
 				}
 				t.Fatal("no spare block")
 			}
-			if r := check.Run(captureOf(t, tc.c, stray), check.Options{}); r.Verdict != check.Fail {
+			if r := check.Run(t.Context(), captureOf(t, tc.c, stray), check.Options{}); r.Verdict != check.Fail {
 				t.Errorf("a byte no token owns changed: verdict %s, want fail", r.Verdict)
 			}
 		})
@@ -274,7 +274,7 @@ func TestTransferSlices(t *testing.T) {
 		if planted {
 			want = check.Fail
 		}
-		if r := check.Run(sliced, check.Options{}); r.Verdict != want {
+		if r := check.Run(t.Context(), sliced, check.Options{}); r.Verdict != want {
 			t.Errorf("planted=%v: request 1 alone: verdict %s, want %s (%v)", planted, r.Verdict, want, reasons(r))
 		}
 	}
@@ -303,7 +303,7 @@ func TestConvertedTieIsExcused(t *testing.T) {
 			"dst_k_scale":      F32Scalar(1),
 			"dst_cache_after":  after,
 		}
-		if r := check.Run(evidence.Capture{Name: "tie", Metadata: meta, Tensors: ts}, check.Options{}); r.Verdict != tc.want {
+		if r := check.Run(t.Context(), evidence.Capture{Name: "tie", Metadata: meta, Tensors: ts}, check.Options{}); r.Verdict != tc.want {
 			t.Errorf("code %#02x for 1.0625: verdict %s, want %s (%v)", tc.code, r.Verdict, tc.want, reasons(r))
 		}
 	}
@@ -358,7 +358,7 @@ func TestSGLangWholePageTransfer(t *testing.T) {
 		if whole == "false" {
 			want = check.Fail
 		}
-		if r := check.Run(evidence.Capture{Name: "sglang", Metadata: meta, Tensors: ts}, check.Options{}); r.Verdict != want {
+		if r := check.Run(t.Context(), evidence.Capture{Name: "sglang", Metadata: meta, Tensors: ts}, check.Options{}); r.Verdict != want {
 			t.Errorf("whole_pages=%s: verdict %s, want %s (%v)", whole, r.Verdict, want, reasons(r))
 		}
 	}
@@ -447,7 +447,7 @@ func TestDisaggregatedStepNamesTheTransfer(t *testing.T) {
 				meta["attn."+k] = v
 			}
 		}
-		r := check.Run(evidence.Capture{Name: "pd step", Metadata: meta, Tensors: ts}, check.Options{})
+		r := check.Run(t.Context(), evidence.Capture{Name: "pd step", Metadata: meta, Tensors: ts}, check.Options{})
 		stage := ""
 		if r.Stage != nil {
 			stage = *r.Stage
@@ -484,7 +484,7 @@ func TestDecodeSideShiftIsNamed(t *testing.T) {
 		}
 		out["dst_cache_after"] = after
 	})
-	r := check.Run(capt, check.Options{})
+	r := check.Run(t.Context(), capt, check.Options{})
 	if r.Verdict != check.Fail || len(r.Checks) != 1 || r.Checks[0].Signature == nil || r.Checks[0].Signature.Pattern != signature.BlockTableShift {
 		t.Fatalf("a decode-side shift: %v", reasons(r))
 	}
