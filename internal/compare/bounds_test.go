@@ -2,12 +2,15 @@ package compare
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"runtime"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -227,5 +230,68 @@ func TestBoundsMixedSettledRuns(t *testing.T) {
 		got := boundsIn(o, exact, expected)
 		runtime.GOMAXPROCS(prev)
 		compareBounds(t, fmt.Sprintf("GOMAXPROCS %d", procs), got, want)
+	}
+}
+
+// TestSampledProfileFromTheRecord: an output big enough for the profile
+// to sample (signature.SampleRate < 1), with bulk runs (halfSettled),
+// judged elements, failures and a NaN, gets the same check, signature and
+// profile, bit for bit, from the comparison's record of the sampled and
+// failing elements' excess as from the element path, which judges every
+// element again.
+func TestSampledProfileFromTheRecord(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2.6 M elements on the element path")
+	}
+	const rows, cols = 5000, 512
+	n := rows * cols
+	r := rand.New(rand.NewPCG(21, 3))
+	exact, expected := make(kernel.Dense, n), make(kernel.Dense, n)
+	codes := tensor.New(tensor.BF16, n)
+	actual := tensor.New(tensor.BF16, rows, cols)
+	for i := range exact {
+		codes.SetFloat64(i, r.NormFloat64())
+		exact[i] = codes.Float64At(i)
+		expected[i] = exact[i]
+		v := exact[i]
+		if !settledAt(i, cols) {
+			expected[i] = exact[i] * (1 + r.NormFloat64()*0x1p-9)
+			v = expected[i]
+		}
+		if row := i / cols; row%64 == 0 && i%cols < 40 {
+			v += 0.5 // every 64th row's first columns fail
+		}
+		actual.SetFloat64(i, v)
+	}
+	actual.SetFloat64(777*cols+300, math.NaN())
+	o := kernel.Output{Name: "gathered", Shape: []int{rows, cols}, DType: tensor.BF16, Reduction: 1,
+		Exact: halfSettled{exact, codes.Data, cols}, Expected: halfSettled{expected, codes.Data, cols},
+		Coords: kernel.Coords{Axes: []kernel.CoordKind{kernel.KindRow, "dim"}, Derived: func(idx []int) []kernel.Coord {
+			return []kernel.Coord{{Kind: kernel.KindPageOffset, Value: idx[0] % 64}}
+		}}}
+	want, err := Compare(o, actual, nil, Options{ElementPath: true, Profile: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Compare(o, actual, nil, Options{Profile: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Profile.Rate >= 1 || got.bulk == 0 {
+		t.Fatalf("profile rate %v, %d elements in bulk: the test samples nothing or has no bulk run", got.Profile.Rate, got.bulk)
+	}
+	if want.Verdict != Fail || want.Signature == nil {
+		t.Fatalf("verdict %s, signature %v: the planted failures are not seen", want.Verdict, want.Signature)
+	}
+	if diff := cmp.Diff(want.Signature, got.Signature); diff != "" {
+		t.Errorf("signature from the record differs (-element path +record):\n%s", diff)
+	}
+	if diff := cmp.Diff(want.Profile.Coords(), got.Profile.Coords(), cmpopts.EquateNaNs()); diff != "" {
+		t.Errorf("profile from the record differs (-element path +record):\n%s", diff)
+	}
+	wj, _ := json.Marshal(want)
+	gj, _ := json.Marshal(got)
+	if string(wj) != string(gj) {
+		t.Errorf("the check differs (its metrics, worst elements or reason):\n%s\n%s", gj, wj)
 	}
 }

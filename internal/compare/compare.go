@@ -25,6 +25,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"sort"
 	"strings"
 	"unsafe"
 
@@ -281,6 +282,9 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	j := newJudge(&o, actual, b)
 	j.elementPath = opts.ElementPath
 	j.worstK, j.band = k, band
+	if j.rate = signature.SampleRate(N, signature.DefaultMaxElements); j.rate < 1 && !opts.ElementPath {
+		j.record = true
+	}
 	j.ctx = ctx
 	var t tally
 	if err := j.tallyAll(N, &t); err != nil {
@@ -391,10 +395,10 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 			}
 		}
 		if c.Verdict != Pass {
-			c.Signature, c.Profile = signature.AnalyzeProfile(o, newExcessValues(N, j), signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At,
+			c.Signature, c.Profile = signature.AnalyzeProfile(o, newExcessValues(N, j, &t), signature.Options{Systematic: overElems == 0 && aggFail != "", Actual: actual.Float64At,
 				NonFinite: nonFinite, Overflow: m.Overflow, OverflowDType: actual.DType, Profile: opts.Profile, Judged: judged, Context: ctx})
 		} else {
-			c.Profile = signature.NewProfile(o, newExcessValues(N, j), signature.Options{Judged: judged, Context: ctx})
+			c.Profile = signature.NewProfile(o, newExcessValues(N, j, &t), signature.Options{Judged: judged, Context: ctx})
 		}
 	}
 	if err := j.ctx.Err(); err != nil { // the excess read as 0 from then on: no signature, no profile
@@ -440,6 +444,11 @@ type judge struct {
 	// worstK and band: Compare's, for the tallies
 	worstK int
 	band   float64
+	// record: the tallies record the excess a profile sampled at rate
+	// reads (tally.rec); only where the profile samples, and not on the
+	// element path, whose profile judges every element again
+	record bool
+	rate   float64
 }
 
 func newJudge(o *kernel.Output, actual *tensor.Tensor, b Bounds) *judge {
@@ -571,7 +580,11 @@ const parallelChunk = 1 << 12
 // ScratchBytes is the most a comparison holds besides its inputs and the
 // reference: the judged elements of one chunk per CPU and the three
 // blocks of values each was judged from, whatever the output's size
-// (internal/check counts it in its memory estimates).
+// (internal/check counts it in its memory estimates). Not counted, as the
+// signature's bitmap of failing elements (N/8 bytes) is not: the record
+// of the excess a sampled profile reads, made only for outputs of more
+// than signature.DefaultMaxElements and at most recordCap elements (64
+// MiB).
 func ScratchBytes() int64 {
 	return int64(runtime.GOMAXPROCS(0)) * parallelChunk * int64(unsafe.Sizeof(element{})+3*8)
 }
@@ -600,7 +613,7 @@ func (j *judge) window(n int) *window {
 		o := *j.o
 		o.Exact, o.Expected = ex, xp
 		f := newJudge(&o, j.actual, j.b)
-		f.elementPath, f.worstK, f.band, f.ctx = j.elementPath, j.worstK, j.band, j.ctx
+		f.elementPath, f.worstK, f.band, f.ctx, f.record, f.rate = j.elementPath, j.worstK, j.band, j.ctx, j.record, j.rate
 		forks = append(forks, f)
 	}
 	j.win = &window{forks: forks, chunks: make([]chunk, len(forks))}
@@ -632,10 +645,43 @@ type excessValues struct {
 	j       *judge
 	w       *window // nil: one goroutine
 	stopped bool
+	// rec, recUpTo: the comparison's record; p its cursor (fromRecord)
+	rec     []recorded
+	recUpTo int
+	p       int
 }
 
-func newExcessValues(n int, j *judge) *excessValues {
-	return &excessValues{n: n, j: j, w: j.window(n)}
+func newExcessValues(n int, j *judge, t *tally) *excessValues {
+	x := &excessValues{n: n, j: j, w: j.window(n)}
+	if j.record {
+		x.rec, x.recUpTo = t.rec, t.recUpTo
+	}
+	return x
+}
+
+// fromRecord returns element i's excess from the comparison's record
+// (tally.rec), ok = false where the record does not hold it: elements
+// past recUpTo, and those neither failing nor in the sample. A sampled
+// element below recUpTo that is not in it was in a bulk run: its excess
+// is 0. Reads in index order advance a cursor; a read behind it searches.
+func (x *excessValues) fromRecord(i int) (float64, bool) {
+	r := x.rec
+	if i >= x.recUpTo || r == nil {
+		return 0, false
+	}
+	if x.p > 0 && r[x.p-1].i >= i {
+		x.p = sort.Search(len(r), func(k int) bool { return r[k].i >= i })
+	}
+	for x.p < len(r) && r[x.p].i < i {
+		x.p++
+	}
+	if x.p < len(r) && r[x.p].i == i {
+		return r[x.p].exc, true
+	}
+	if signature.InSample(i, x.j.rate) {
+		return 0, true
+	}
+	return 0, false
 }
 
 func (x *excessValues) Len() int { return x.n }
@@ -644,6 +690,9 @@ func (x *excessValues) At(i int) float64 {
 	if x.stopped || (i%parallelChunk == 0 && x.j.ctx.Err() != nil) {
 		x.stopped = true
 		return 0
+	}
+	if v, ok := x.fromRecord(i); ok {
+		return v
 	}
 	if w := x.w; w != nil {
 		if (i == 0 || i == w.hi) && i < x.n && !(i >= w.lo && i < w.hi && w.full) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/signature"
 	"github.com/kcheck-dev/kcheck/reference/parallel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -40,9 +41,16 @@ type tally struct {
 	// what the signature would otherwise judge every element again for
 	// (signature.Judged). failSet is the whole output's, made from the
 	// chunks' on merge once one of them fails.
-	maxFinite     float64
-	fail          [parallelChunk / 64]uint64
-	failSet       []uint64
+	maxFinite float64
+	fail      [parallelChunk / 64]uint64
+	failSet   []uint64
+	// rec is the excess of the chunk's elements a profile reads: the
+	// failing ones and the clean ones in its sample (signature.InSample),
+	// but those of bulk runs, whose excess is 0 (record). The whole
+	// output's holds the chunks' up to element recUpTo, in index order.
+	rec           []recorded
+	recUpTo       int
+	recFull       bool
 	specials      [len(specialValues)]Special
 	firstSpecial  [len(specialValues)]item
 	firstOverflow item
@@ -51,9 +59,33 @@ type tally struct {
 
 // reset empties t for the next chunk, keeping its heap's storage.
 func (t *tally) reset() {
-	w := t.worst.items[:0]
+	w, r := t.worst.items[:0], t.rec[:0]
 	*t = tally{}
-	t.worst.items = w
+	t.worst.items, t.rec = w, r
+}
+
+// recorded is one element's excess as the comparison judged it.
+type recorded struct {
+	i   int
+	exc float64
+}
+
+// recordCap bounds the excess a comparison records (16 bytes each): past
+// it, a profile judges the rest of the output's elements again.
+const recordCap = 1 << 22
+
+// mergeRecord appends chunk c's record, the chunk ending at element hi,
+// to t's while t's stays within recordCap.
+func (t *tally) mergeRecord(c *tally, hi int) {
+	if t.recFull {
+		return
+	}
+	if len(t.rec)+len(c.rec) > recordCap {
+		t.recFull = true
+		return
+	}
+	t.rec = append(t.rec, c.rec...)
+	t.recUpTo = hi
 }
 
 // sameSum is the chunk's sum of same-bits squares, its lanes added in a
@@ -133,6 +165,11 @@ func (t *tally) push(it item, k int) {
 
 // add tallies element i, judged (the equivalence rule applied).
 func (t *tally) add(j *judge, i int, e *element) {
+	if j.record {
+		if x := e.excess(); x > 1 || signature.InSample(i, j.rate) {
+			t.rec = append(t.rec, recorded{i, x})
+		}
+	}
 	av, ev, xv := e.av, e.ev, e.xv
 	if e.special == same {
 		// What the general path below adds for such an element: its
@@ -540,6 +577,7 @@ func (j *judge) tallyAll(n int, t *tally) error {
 			j.tallyChunk(&c)
 			t.merge(&c.t, j.worstK)
 			t.mergeFailing(&c.t, lo, n)
+			t.mergeRecord(&c.t, min(lo+parallelChunk, n))
 		}
 		return nil
 	}
@@ -558,6 +596,7 @@ func (j *judge) tallyAll(n int, t *tally) error {
 			}
 			t.merge(&c.t, j.worstK)
 			t.mergeFailing(&c.t, c.lo, n)
+			t.mergeRecord(&c.t, c.hi)
 		}
 	}
 	return nil

@@ -122,7 +122,7 @@ func NewProfile(o kernel.Output, excess kernel.Values, opt Options) *Profile {
 	}
 	maxElems := opt.MaxElements
 	if maxElems <= 0 {
-		maxElems = 1 << 21
+		maxElems = DefaultMaxElements
 	}
 	N := excess.Len()
 	shape := o.Shape

@@ -439,7 +439,7 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 	}
 	maxElems := opt.MaxElements
 	if maxElems <= 0 {
-		maxElems = 1 << 21
+		maxElems = DefaultMaxElements
 	}
 	// Off the failing elements every weight is 0 (but for a systematic
 	// error's), so the bitmap tells collect which elements it may leave out
@@ -779,10 +779,7 @@ func collect(o kernel.Output, shape []int, N int, raw func(int) float64, capped,
 	// and a pseudo-random share r of the others stands for all of them
 	// with weight 1/r (a hash, not a stride, so that no period of the
 	// tensor's layout aliases with the sample).
-	rate := 1.0
-	if N > maxElems {
-		rate = float64(maxElems) / float64(N)
-	}
+	rate := SampleRate(N, maxElems)
 	p.Rate = rate
 	// The parity of the last axis, unless the kernel names one itself.
 	last := len(shape) - 1
@@ -1031,6 +1028,26 @@ func listValues(set []int) string {
 	}
 	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
+
+// DefaultMaxElements is Options.MaxElements' default: the most elements
+// a profile reads before it samples.
+const DefaultMaxElements = 1 << 21
+
+// SampleRate is the share of an N-element output's clean elements a
+// profile reads with at most maxElems elements (1: every one).
+func SampleRate(N, maxElems int) float64 {
+	if N > maxElems {
+		return float64(maxElems) / float64(N)
+	}
+	return 1
+}
+
+// InSample reports whether element i is among the clean elements a
+// profile sampled at rate reads: a hash of i, not a stride, so that no
+// period of the tensor's layout aliases with the sample. A comparison
+// that records these elements' excess as it judges them spares the
+// profile from judging them again (compare).
+func InSample(i int, rate float64) bool { return rate >= 1 || unitHash(uint64(i)) < rate }
 
 // unitHash maps i to [0, 1) with splitmix64's finalizer.
 func unitHash(i uint64) float64 {
