@@ -572,6 +572,27 @@ def check_file(path):
     return out
 
 
+def lse_selftest(n=131072, rows=4):
+    """lse_close against a correct fp32 lse of n tokens: scores of rms 3 (half the terms
+    under half an ulp of the running sum, as in a 128K decode), their exps summed in
+    order in fp32, as one correct kernel does, must pass (it errs by about 3e-4, which a
+    fixed 1e-4 does not allow); the same lse moved by twice gamma_n must fail."""
+    s = np.random.default_rng(7).standard_normal((rows, n)) * 3
+    m = s.max(axis=1, keepdims=True)
+    e = np.exp(s - m)
+    ref = m[:, 0] + np.log(e.sum(axis=1))
+    acc = np.cumsum(e.astype(np.float32), axis=1, dtype=np.float32)[:, -1]
+    got = np.float32(m[:, 0]) + np.log(acc.astype(np.float64)).astype(np.float32)
+    problems = []
+    for delta, want in ((0.0, 0), (2 * n * U32, rows), (-2 * n * U32, rows)):
+        res = Result()
+        lse_close(res, "lse", (got + np.float32(delta)).astype(np.float32), "F32", ref, n)
+        if res.failing["lse"] != want:
+            problems.append("lse_close: a sequential fp32 lse of %d tokens moved by %g: %d of %d rows fail, want %d (worst %.3g of tol)"
+                            % (n, delta, res.failing["lse"], rows, want, res.worst))
+    return problems
+
+
 def selftest():
     """The fast E4M3 encoder against nearest-even on the code table: every code's value,
     every midpoint and its fp32 neighbours, saturation, and random values."""
@@ -598,6 +619,7 @@ def selftest():
     swz[off.reshape(-1)] = lin.reshape(-1)
     if not np.array_equal(unswizzle(swz, 256, 8), lin):
         problems.append("unswizzle does not invert section 5's offsets")
+    problems += lse_selftest()
     print(json.dumps({"selftest": "fail" if problems else "pass", "problems": problems, "values": int(probes.size)}))
     return 1 if problems else 0
 
