@@ -27,7 +27,8 @@ two units in the last place of the output dtype for the gathers and
 dequantize, and for the float64 combine and GEMM answers rtol = 2^-7 plus
 2^-8 of the row's rms (a bf16 output's rounding, with room for fp32
 accumulation); MLA decode's atol is 2^-8 of sum_j p_j |v_j| instead, twice
-the error of rounding P to bf16. An lse (MLA decode's, the combine's) may
+the error of rounding P to bf16, for out and each split-K partial_out (section
+3.6.1). An lse (MLA decode's and its partial_lse, the combine's) may
 differ by what section 1.1 allows a correct fp32 kernel: the stored dtype's
 rounding, the fp32 sum of its n terms (Higham's gamma_n, for an order not
 known) and, for MLA, the score noise (see lse_close). They are not kcheck's
@@ -400,6 +401,48 @@ def kv_cache_gather(t, dt, meta, res):
         res.count("gathered", np.count_nonzero(bad))
 
 
+def attend(s, k, lat, qinf, scale):
+    """One request's heads over the tokens of s ([H, n] scaled scores, overwritten): the
+    float64 out, sum_j p_j |v_j|, the natural lse and that lse's score noise. No token:
+    out 0 and lse -inf, as the contract writes an empty split."""
+    heads, n = s.shape
+    if n == 0:
+        return np.zeros((heads, lat)), np.zeros((heads, lat)), np.full(heads, -np.inf), np.zeros(heads)
+    m = s.max(axis=1, keepdims=True)
+    e = np.exp(s - m)
+    den = e.sum(axis=1)
+    out = (e @ k[:, :lat]) / den[:, None]
+    # sum_j p_j |v_j|: the scale of the error that rounding P to bf16 (2^-9 of each
+    # p_j) makes, which a peaked softmax puts on single tokens' values
+    mag = (e @ np.abs(k[:, :lat])) / den[:, None]
+    lse = m[:, 0] + np.log(den)
+    # section 1.1's score noise, u/sqrt3 (sqrt(D/2) |q|_inf |k_j|_2 + sqrt(D/3) |q.k_j|),
+    # p-weighted and times the softmax scale (|s_j| = scale |q.k_j| already carries
+    # it); einsum, so that no [n, D] or [H, n] temporary is made
+    d = k.shape[1]
+    c1, c2 = U32 / np.sqrt(3) * np.sqrt(d / 2), U32 / np.sqrt(3) * np.sqrt(d / 3)
+    k_norm = np.sqrt(np.einsum("jd,jd->j", k, k))
+    np.abs(s, out=s)
+    noise = (c1 * scale * qinf * (e @ k_norm) + c2 * np.einsum("hj,hj->h", e, s)) / den
+    return out, mag, lse, noise
+
+
+def split_bounds(t, meta, sl, splits):
+    """[B, S+1] token bounds of the splits (section 3.6.1): split_bounds when given, else
+    ceil(seq_len / S) tokens a split, the last fewer, trailing splits empty."""
+    if "num_splits" in meta and int(meta["num_splits"]) != splits:
+        raise Unusable("num_splits = %s, but the partials hold %d splits" % (meta["num_splits"], splits))
+    if "split_bounds" in t:
+        sb = np.asarray(t["split_bounds"], dtype=np.int64)
+        if sb.shape != (len(sl), splits + 1):
+            raise Unusable("split_bounds %s, but the partials hold %d splits of %d requests" % (list(sb.shape), splits, len(sl)))
+        if (sb[:, 0] != 0).any() or (np.diff(sb, axis=1) < 0).any() or (sb[:, -1] != sl).any():
+            raise Unusable("split_bounds: each row must start at 0, not decrease and end at its seq_len")
+        return sb
+    per = -(-sl // splits)
+    return np.minimum(per[:, None] * np.arange(splits + 1)[None, :], sl[:, None])
+
+
 def mla_decode(t, dt, meta, res):
     if meta.get("kv_cache_dtype", "bf16") != "bf16":
         raise Unusable("mla_decode over a %s cache: this check reads bf16 caches" % meta.get("kv_cache_dtype"))
@@ -411,37 +454,36 @@ def mla_decode(t, dt, meta, res):
         raise Unusable("s_q = %d: this check does s_q = 1" % sq)
     page, scale, lat = cache.shape[1], float(meta["softmax_scale"]), out.shape[-1]
     base2 = meta.get("lse_base", "e") == "2"
-    ref_out = np.empty((bsz, sq, heads, lat))
-    ref_mag = np.empty((bsz, sq, heads, lat))
-    ref_lse = np.empty((bsz, heads, sq))
-    lse_terms = np.empty((bsz, 1, 1))
-    lse_noise = np.empty((bsz, heads, sq))
-    c1, c2 = U32 / np.sqrt(3) * np.sqrt(d / 2), U32 / np.sqrt(3) * np.sqrt(d / 3)
+    sl = np.asarray(sl, dtype=np.int64)
+    # split-K partials, [B, s_q, H, S, L] and [B, s_q, H, S], checked when present
+    pname = [x for x in ("partial_out", "partial_lse") if x in t]
+    splits = t[pname[0]].shape[3] if pname else 0
+    bounds = split_bounds(t, meta, sl, splits) if pname else None
+    ref_out, ref_mag = np.empty((bsz, sq, heads, lat)), np.empty((bsz, sq, heads, lat))
+    ref_lse, lse_noise = np.empty((bsz, heads, sq)), np.empty((bsz, heads, sq))
+    p_out, p_mag = np.empty((bsz, sq, heads, splits, lat)), np.empty((bsz, sq, heads, splits, lat))
+    p_lse, p_noise = np.empty((bsz, sq, heads, splits)), np.empty((bsz, sq, heads, splits))
     for b in range(bsz):
         n = int(sl[b])
         k = bf16_to_f32(request_rows(cache, bt[b], n, page)).astype(np.float64)
         qb = bf16_to_f32(q[b, 0]).astype(np.float64)
+        qinf = np.abs(qb).max(axis=1)
         s = (qb @ k.T) * scale
-        m = s.max(axis=1, keepdims=True)
-        e = np.exp(s - m)
-        den = e.sum(axis=1)
-        ref_out[b, 0] = (e @ k[:, :lat]) / den[:, None]
-        # sum_j p_j |v_j|: the scale of the error that rounding P to bf16 (2^-9 of each
-        # p_j) makes, which a peaked softmax puts on single tokens' values
-        ref_mag[b, 0] = (e @ np.abs(k[:, :lat])) / den[:, None]
-        ref_lse[b, :, 0] = m[:, 0] + np.log(den)
-        # section 1.1's score noise, u/sqrt3 (sqrt(D/2) |q|_inf |k_j|_2 + sqrt(D/3) |q.k_j|),
-        # p-weighted and times the softmax scale (|s_j| = scale |q.k_j| already carries
-        # it); einsum, so that no [n, D] or [H, n] temporary is made
-        k_norm = np.sqrt(np.einsum("jd,jd->j", k, k))
-        np.abs(s, out=s)
-        by_norm = scale * np.abs(qb).max(axis=1) * (e @ k_norm)
-        lse_noise[b, :, 0] = (c1 * by_norm + c2 * np.einsum("hj,hj->h", e, s)) / den
-        lse_terms[b] = n
+        for i in range(splits):
+            lo, hi = bounds[b, i], bounds[b, i + 1]
+            p_out[b, 0, :, i], p_mag[b, 0, :, i], p_lse[b, 0, :, i], p_noise[b, 0, :, i] = \
+                attend(s[:, lo:hi].copy(), k[lo:hi], lat, qinf, scale)
+        ref_out[b, 0], ref_mag[b, 0], ref_lse[b, :, 0], lse_noise[b, :, 0] = attend(s, k, lat, qinf, scale)
     if base2:
         ref_lse /= np.log(2)
+        p_lse /= np.log(2)
     allclose_rows(res, "out", values(out, dt["out"]), ref_out, ulp_rtol(dt["out"]), ref_mag)
-    lse_close(res, "lse", lse, dt["lse"], ref_lse, lse_terms, lse_noise, base2)
+    lse_close(res, "lse", lse, dt["lse"], ref_lse, sl[:, None, None], lse_noise, base2)
+    if "partial_out" in t:
+        allclose_rows(res, "partial_out", values(t["partial_out"], dt["partial_out"]), p_out, ulp_rtol(dt["partial_out"]), p_mag)
+    if "partial_lse" in t:
+        terms = np.diff(bounds, axis=1)[:, None, None, :]  # each split sums its own tokens
+        lse_close(res, "partial_lse", t["partial_lse"], dt["partial_lse"], p_lse, terms, p_noise, base2)
 
 
 def splitk_combine(t, dt, meta, res):
