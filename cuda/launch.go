@@ -147,6 +147,11 @@ type Result struct {
 	// hash of the module, timing (kcheck.cuda.* keys) and any parameter the
 	// run chose (num_splits).
 	Meta map[string]string
+	// Drop names the input file's parameters the run made untrue, to be
+	// left out of the output's metadata: a dense decode asked for split
+	// partials that ran with one split writes none, so its num_splits
+	// would ask the check for partials that do not exist.
+	Drop []string
 	// Millis are the per-repetition device times.
 	Millis []float64
 }

@@ -222,8 +222,11 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 	if err != nil {
 		return nil, err
 	}
-	if S > 1 && !sparse {
+	switch {
+	case S > 1 && !sparse:
 		res.Meta["num_splits"] = strconv.Itoa(S)
+	case !sparse:
+		res.Drop = append(res.Drop, "num_splits") // no partials were written: S = 1
 	}
 	res.Meta["kcheck.cuda.splits"] = strconv.Itoa(S)
 	return res, nil

@@ -177,8 +177,8 @@ func cmdRun(argv []string, stdout, stderr io.Writer) int {
 		meta["kcheck.cuda.copy_ms"] = strconv.FormatFloat(ms, 'g', 6, 64)
 		meta["kcheck.cuda.copy_bytes"] = strconv.FormatInt(*copyBytes, 10)
 	}
-	if _, ok := res.Outputs["partial_out"]; !ok && k == "mla_decode" {
-		delete(meta, "num_splits") // no partials were written: S = 1
+	for _, name := range res.Drop {
+		delete(meta, name)
 	}
 	meta["kcheck.format"] = "1"
 	meta["kcheck.kernel"] = k
