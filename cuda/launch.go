@@ -114,10 +114,8 @@ type args []uint64
 // emulation.
 type devPtr uint64
 
-func ptrArg(p devPtr) uint64 { return uint64(p) }
-func i32(v int) uint64       { return uint64(uint32(int32(v))) }
-func i64(v int64) uint64     { return uint64(v) }
-func f32(v float32) uint64   { return uint64(math.Float32bits(v)) }
+func i32(v int) uint64     { return uint64(uint32(int32(v))) }
+func f32(v float32) uint64 { return uint64(math.Float32bits(v)) }
 
 // launch is one kernel launch of a plan.
 type launch struct {
@@ -304,23 +302,21 @@ func (d *Device) RunFault(kind string) error {
 	var l launch
 	switch kind {
 	case "oob":
-		l = launch{mod: mod, fn: "fault_oob", grid: [3]int{1, 1, 1}, block: 32, args: args{ptrArg(buf), i64(1 << 38)}}
+		l = launch{mod: mod, fn: "fault_oob", grid: [3]int{1, 1, 1}, block: 32, args: args{uint64(buf), uint64(1 << 38)}}
 	case "trap":
-		l = launch{mod: mod, fn: "fault_trap", grid: [3]int{1, 1, 1}, block: 32, args: args{ptrArg(buf)}}
+		l = launch{mod: mod, fn: "fault_trap", grid: [3]int{1, 1, 1}, block: 32, args: args{uint64(buf)}}
 	case "hang":
 		out, err := a.zeros(4)
 		if err != nil {
 			return err
 		}
-		l = launch{mod: mod, fn: "fault_hang", grid: [3]int{1, 1, 1}, block: 1, args: args{ptrArg(buf), ptrArg(out)}}
+		l = launch{mod: mod, fn: "fault_hang", grid: [3]int{1, 1, 1}, block: 1, args: args{uint64(buf), uint64(out)}}
 	default:
 		return fmt.Errorf("unknown fault %q (known: %v)", kind, Faults)
 	}
 	_, err = d.runPlan([]launch{l}, 1)
 	return err
 }
-
-func cuPtr(v uint64) devPtr { return devPtr(v) }
 
 // buffers are one Run's device buffers (its arena) with a sticky error:
 // once an allocation or upload fails, the later ones do nothing and finish

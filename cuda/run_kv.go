@@ -93,14 +93,14 @@ func runKVWrite(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
 	switch kind {
 	case kvcache.BF16:
 		l.fn = "kv_cache_write_bf16"
-		l.args = args{ptrArg(dkv), ptrArg(dpe), ptrArg(dsl), ptrArg(dc), i32(T), i32(L), i32(R), i64(numSlots)}
+		l.args = args{uint64(dkv), uint64(dpe), uint64(dsl), uint64(dc), i32(T), i32(L), i32(R), uint64(numSlots)}
 	case kvcache.FP8E4M3:
 		dks := bufs.upload(f32Bytes(wp.KScale))
 		l.fn = "kv_cache_write_fp8"
-		l.args = args{ptrArg(dkv), ptrArg(dpe), ptrArg(dsl), ptrArg(dc), ptrArg(dks), i32(T), i32(L), i32(R), i64(numSlots), i32(b2i(lay.Saturate))}
+		l.args = args{uint64(dkv), uint64(dpe), uint64(dsl), uint64(dc), uint64(dks), i32(T), i32(L), i32(R), uint64(numSlots), i32(b2i(lay.Saturate))}
 	default:
 		l.fn = "kv_cache_write_ds_mla"
-		l.args = args{ptrArg(dkv), ptrArg(dpe), ptrArg(dsl), ptrArg(dc), i32(T), i64(numSlots), i32(b2i(lay.DSScale == kvcache.ScalePow2))}
+		l.args = args{uint64(dkv), uint64(dpe), uint64(dsl), uint64(dc), i32(T), uint64(numSlots), i32(b2i(lay.DSScale == kvcache.ScalePow2))}
 	}
 	var plan []launch
 	if T > 0 {
@@ -157,7 +157,7 @@ func runKVGather(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
 	dks := uint64(0)
 	if lay.Kind == kvcache.FP8E4M3 {
 		pk := bufs.upload(f32Bytes(dq.KScale))
-		dks = ptrArg(pk)
+		dks = uint64(pk)
 	}
 	dout := bufs.alloc(int64(total * dd * od.Size()))
 	L, R := dd, 0
@@ -173,7 +173,7 @@ func runKVGather(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
 	var plan []launch
 	if total > 0 {
 		plan = []launch{{mod: mod, fn: fn, grid: [3]int{ceilDiv(maxSeq, kvWarps), B, 1}, block: kvWarps * 32,
-			args: args{ptrArg(dc), ptrArg(dbt), ptrArg(dsl), ptrArg(dcu), dks, ptrArg(dout), i32(maxBlocks), i32(p), i32(L), i32(R), i32(nb)}}}
+			args: args{uint64(dc), uint64(dbt), uint64(dsl), uint64(dcu), dks, uint64(dout), i32(maxBlocks), i32(p), i32(L), i32(R), i32(nb)}}}
 	}
 	return d.finish(&bufs, mod, plan, opt, []outBuf{{"gathered", dout, od, []int{total, dd}}})
 }

@@ -111,7 +111,7 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 			}
 		}
 		pi := bufs.upload(int32Bytes(idx))
-		didx, longest = ptrArg(pi), topk
+		didx, longest = uint64(pi), topk
 		if S, err = in.Params.Int("num_splits", 0); err != nil {
 			return nil, asInput(err)
 		}
@@ -120,7 +120,7 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 		seq, table, _, maxSeq := pageArrays(p.Pages)
 		pb := bufs.upload(int32Bytes(table))
 		ps := bufs.upload(int32Bytes(seq))
-		dbt, dsl, longest = ptrArg(pb), ptrArg(ps), maxSeq
+		dbt, dsl, longest = uint64(pb), uint64(ps), maxSeq
 		S = p.S
 		if n, _ := in.Params.Int("num_splits", 0); p.Bounds != nil && n == 0 {
 			// S from a given split_bounds alone: the kernel places its own
@@ -130,7 +130,7 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 	}
 	if kind == kvcache.FP8E4M3 {
 		pk := bufs.upload(f32Bytes(cm.Cache.KScale))
-		dks = ptrArg(pk)
+		dks = uint64(pk)
 	}
 
 	// Variant: 64-row CTAs when a request has >= 64 query rows and the
@@ -189,20 +189,20 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 	if S > 1 {
 		po := bufs.alloc(int64(nRows) * int64(S) * mlaL * 4)
 		pl := bufs.alloc(int64(nRows * S * 4))
-		dpo, dpl = ptrArg(po), ptrArg(pl)
+		dpo, dpl = uint64(po), uint64(pl)
 		if !sparse {
 			sb := bufs.alloc(int64(B * (S + 1) * 4))
-			dsb = ptrArg(sb)
+			dsb = uint64(sb)
 		}
 	}
 	scaleLog2 := float32(scale * math.Log2E)
 	plan := []launch{{mod: mod, fn: fn, grid: [3]int{rowBlocks, ctasY, S}, block: 128 * mt, smem: smem,
-		args: args{ptrArg(dq), ptrArg(dkv), dbt, dsl, didx, dks, ptrArg(dout), ptrArg(dlse), dpo, dpl, dsb,
+		args: args{uint64(dq), uint64(dkv), dbt, dsl, didx, dks, uint64(dout), uint64(dlse), dpo, dpl, dsb,
 			i32(B), i32(sq), i32(H), i32(maxBlocks), i32(p), i32(nb), i32(topk), i32(S), f32(scaleLog2),
 			i32(b2i(causal)), i32(b2i(base2)), i32(b2i(emptyPos))}}}
 	if S > 1 {
 		plan = append(plan, launch{mod: mod, fn: "splitk_combine_bf16", grid: [3]int{nRows, 1, 1}, block: 128,
-			args: args{dpo, dpl, ptrArg(dout), ptrArg(dlse), i32(nRows), i32(S), i32(mlaL),
+			args: args{dpo, dpl, uint64(dout), uint64(dlse), i32(nRows), i32(S), i32(mlaL),
 				i32(b2i(base2)), i32(b2i(emptyPos)), i32(1), i32(sq), i32(H)}})
 	}
 	if B == 0 || rows == 0 {
@@ -214,9 +214,9 @@ func runMLA(d *Device, in kernel.Inputs, opt RunOptions, sparse bool) (*Result, 
 	}
 	if S > 1 && !sparse {
 		outs = append(outs,
-			outBuf{"partial_out", cuPtr(dpo), tensor.F32, []int{B, sq, H, S, mlaL}},
-			outBuf{"partial_lse", cuPtr(dpl), tensor.F32, []int{B, sq, H, S}},
-			outBuf{"split_bounds", cuPtr(dsb), tensor.I32, []int{B, S + 1}})
+			outBuf{"partial_out", devPtr(dpo), tensor.F32, []int{B, sq, H, S, mlaL}},
+			outBuf{"partial_lse", devPtr(dpl), tensor.F32, []int{B, sq, H, S}},
+			outBuf{"split_bounds", devPtr(dsb), tensor.I32, []int{B, S + 1}})
 	}
 	res, err := d.finish(&bufs, mod, plan, opt, outs)
 	if err != nil {
@@ -275,7 +275,7 @@ func runSplitK(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) {
 	var plan []launch
 	if N > 0 {
 		plan = []launch{{mod: mod, fn: fn, grid: [3]int{N, 1, 1}, block: 128,
-			args: args{ptrArg(dpo), ptrArg(dpl), ptrArg(dout), ptrArg(dlse), i32(N), i32(S), i32(L),
+			args: args{uint64(dpo), uint64(dpl), uint64(dout), uint64(dlse), i32(N), i32(S), i32(L),
 				i32(b2i(base2)), i32(b2i(emptyPos)), i32(0), i32(1), i32(1)}}}
 	}
 	return d.finish(&bufs, mod, plan, opt, []outBuf{{"out", dout, od, []int{N, L}}, {"lse", dlse, tensor.F32, []int{N}}})

@@ -82,7 +82,7 @@ func runNVFP4Quantize(d *Device, in kernel.Inputs, opt RunOptions) (*Result, err
 		swzArg = 1
 	}
 	plan := []launch{{mod: mod, fn: fn, grid: [3]int{d.gridFor(m*k/8, 256), 1, 1}, block: 256,
-		args: args{ptrArg(dx), ptrArg(dgs), ptrArg(dp), ptrArg(dsf), i32(m), i32(k), i32(swzArg)}}}
+		args: args{uint64(dx), uint64(dgs), uint64(dp), uint64(dsf), i32(m), i32(k), i32(swzArg)}}}
 	return d.finish(&bufs, mod, plan, opt, []outBuf{
 		{"packed", dp, tensor.U8, []int{m, k / 2}},
 		{"block_scale", dsf, sfType, sfShape},
@@ -122,7 +122,7 @@ func runNVFP4Dequantize(d *Device, in kernel.Inputs, opt RunOptions) (*Result, e
 	dgs := bufs.upload(a.Global.Data)
 	dout := bufs.alloc(int64(m * k * od.Size()))
 	plan := []launch{{mod: mod, fn: fn, grid: [3]int{d.gridFor(m*k/16, 256), 1, 1}, block: 256,
-		args: args{ptrArg(dpk), ptrArg(dsf), ptrArg(dgs), ptrArg(dout), i32(m), i32(k), i32(b2i(swz)), i32(b2i(quant))}}}
+		args: args{uint64(dpk), uint64(dsf), uint64(dgs), uint64(dout), i32(m), i32(k), i32(b2i(swz)), i32(b2i(quant))}}}
 	return d.finish(&bufs, mod, plan, opt, []outBuf{{"out", dout, od, []int{m, k}}})
 }
 
@@ -172,7 +172,7 @@ func runNVFP4GEMM(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) 
 	var ptr [6]uint64
 	for i, b := range [][]byte{gp.A.Packed.Data, gp.A.Scale.Data, gp.A.Global.Data, gp.B.Packed.Data, gp.B.Scale.Data, gp.B.Global.Data} {
 		p := bufs.upload(b)
-		ptr[i] = ptrArg(p)
+		ptr[i] = uint64(p)
 	}
 	dout := bufs.alloc(int64(m * n * 2))
 	// Tile by M: prefill-sized, medium, decode-sized (a handful of tokens).
@@ -184,7 +184,7 @@ func runNVFP4GEMM(d *Device, in kernel.Inputs, opt RunOptions) (*Result, error) 
 		fn, bm, bn, threads = "nvfp4_gemm_64x128", 64, 128, 256
 	}
 	plan := []launch{{mod: mod, fn: fn, grid: [3]int{ceilDiv(n, bn), ceilDiv(m, bm), 1}, block: threads,
-		args: args{ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], ptrArg(dout), i32(m), i32(n), i32(k),
+		args: args{ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], uint64(dout), i32(m), i32(n), i32(k),
 			i32(b2i(swz)), i32(b2i(aq)), i32(b2i(bq))}}}
 	res, err := d.finish(&bufs, mod, plan, opt, []outBuf{{"out", dout, tensor.BF16, []int{m, n}}})
 	if err != nil {

@@ -3,6 +3,7 @@ package check
 import (
 	"context"
 	"fmt"
+	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"sync"
 	"time"
 )
@@ -64,7 +65,7 @@ func charge(ctx context.Context, bytes, limit int64) (release func(), err error)
 		case <-changed:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("waited %v for memory: %s of the bound %s is held by %d other check(s) running in this process",
-				time.Since(waited).Round(time.Millisecond), FormatBytes(held), FormatBytes(limit), n)
+				time.Since(waited).Round(time.Millisecond), bounded.FormatBytes(held), bounded.FormatBytes(limit), n)
 		}
 	}
 }

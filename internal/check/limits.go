@@ -100,9 +100,6 @@ func ParseBytes(s string) (int64, error) {
 	return int64(v * mult), nil
 }
 
-// FormatBytes writes n in binary units, as the refusals print it.
-func FormatBytes(n int64) string { return bounded.FormatBytes(n) }
-
 // estimator collects the terms of one estimate: kernel.Cost, with the
 // check's own fixed costs added when it is done.
 type estimator struct{ c kernel.Cost }
@@ -150,10 +147,6 @@ func (e *Estimator) AddEstimate(sub kernel.Estimate) { e.es.c.AddEstimate(sub) }
 // Estimate is the sum of the terms and the fixed costs, named by the largest term.
 func (e *Estimator) Estimate() kernel.Estimate { return e.es.done() }
 
-// CheckMemory refuses what ("the simulation") when its estimate e exceeds
-// limit (0: DefaultMaxMemory, negative: no bound).
-func CheckMemory(e kernel.Estimate, limit int64, what string) error { return within(e, limit, what) }
-
 // ErrMemory is wrapped by the refusals of a check whose estimated working
 // set exceeds the bound.
 var ErrMemory = errors.New("over the memory bound")
@@ -170,14 +163,14 @@ func (m memoryError) Error() string {
 		about = "" // FormatBytes says "more than 2^61 B"
 	}
 	return fmt.Sprintf("%s needs %s%s (the largest part: %s), more than the memory bound %s: refused (raise it with --max-memory)",
-		m.what, about, FormatBytes(m.e.Bytes), m.e.What, FormatBytes(m.limit))
+		m.what, about, bounded.FormatBytes(m.e.Bytes), m.e.What, bounded.FormatBytes(m.limit))
 }
 
 func (m memoryError) Unwrap() error { return ErrMemory }
 
-// within returns an error when e exceeds limit (limit < 0: no bound, 0:
+// CheckMemory returns an error when e exceeds limit (limit < 0: no bound, 0:
 // the default). what says whose estimate it is ("the mla_decode reference").
-func within(e kernel.Estimate, limit int64, what string) error {
+func CheckMemory(e kernel.Estimate, limit int64, what string) error {
 	if limit == 0 {
 		limit = DefaultMaxMemory()
 	}
@@ -199,7 +192,7 @@ func readLimit(maxMemory int64) int64 {
 // CheckKernelMemory refuses kernel kname on in when its estimated working
 // set exceeds limit (0: DefaultMaxMemory, negative: no bound).
 func CheckKernelMemory(kname string, in map[string]*tensor.Tensor, p kernel.Params, limit int64) error {
-	return within(EstimateKernel(kname, in, p), limit, "the "+kname+" reference")
+	return CheckMemory(EstimateKernel(kname, in, p), limit, "the "+kname+" reference")
 }
 
 // EstimateCase estimates a catalog case before anything is built: the
@@ -222,7 +215,7 @@ func EstimateCase(c kernel.Case) kernel.Estimate {
 // CheckCaseMemory refuses case c when its estimate exceeds limit (0:
 // DefaultMaxMemory, negative: no bound).
 func CheckCaseMemory(c kernel.Case, limit int64) error {
-	return within(EstimateCase(c), limit, "case "+c.Name)
+	return CheckMemory(EstimateCase(c), limit, "case "+c.Name)
 }
 
 // ErrTimeout is wrapped by the error of a check that ran past its deadline,

@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"context"
 	"errors"
+	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"os"
 	"path/filepath"
@@ -452,7 +453,7 @@ func TestCacheEstimatesAtRealSize(t *testing.T) {
 	}{{"kv_cache_write", write, cacheBytes}, {"kv_cache_gather", gather, 2 * cacheBytes}} {
 		if c.e.Bytes < c.out || c.e.Bytes > c.out+512<<20 {
 			t.Errorf("%s over a %d-byte cache: estimate %s (%s), want between the stored output %s and 512 MiB more",
-				c.name, cacheBytes, FormatBytes(c.e.Bytes), c.e.What, FormatBytes(c.out))
+				c.name, cacheBytes, bounded.FormatBytes(c.e.Bytes), c.e.What, bounded.FormatBytes(c.out))
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"github.com/kcheck-dev/kcheck/internal/bounded"
 	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"math"
 	"path/filepath"
@@ -319,7 +320,7 @@ func checkInvariantsWith(t *testing.T, c evidence.Capture, opts Options) Result 
 	// Cumulative allocation bounds the peak from above; allow the estimate
 	// several times over for temporaries, but not a runaway.
 	if alloc := ms1.TotalAlloc - ms0.TotalAlloc; alloc > 8*fuzzMaxMemory+(64<<20) {
-		t.Fatalf("allocated %s under a %s bound (verdict %s)", FormatBytes(int64(alloc)), FormatBytes(fuzzMaxMemory), res.Verdict)
+		t.Fatalf("allocated %s under a %s bound (verdict %s)", bounded.FormatBytes(int64(alloc)), bounded.FormatBytes(fuzzMaxMemory), res.Verdict)
 	}
 	if digest(c) != before {
 		t.Fatal("the check wrote into its input tensors")

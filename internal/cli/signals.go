@@ -135,7 +135,7 @@ type bounds struct {
 func addMemoryFlag(f *pflag.FlagSet, b *bounds) {
 	f.StringVar(&b.maxMemory, "max-memory", "",
 		fmt.Sprintf("refuse a check whose reference would need more memory than this, estimated from the shapes before it runs (e.g. 8G, 512M; 0 or unlimited = no bound; default half the physical memory, at most 8 GiB: %s here)",
-			check.FormatBytes(check.DefaultMaxMemory())))
+			bounded.FormatBytes(check.DefaultMaxMemory())))
 }
 
 // limit returns the bound in bytes for check.Options.MaxMemory.
@@ -160,7 +160,7 @@ type inputBounds struct {
 func (b *inputBounds) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&b.memory.maxMemory, "max-memory", "",
 		fmt.Sprintf("refuse inputs of more bytes than this, all together (e.g. 8G, 512M; 0 or unlimited = no bound; default half the physical memory, at most 8 GiB: %s here)",
-			check.FormatBytes(check.DefaultMaxMemory())))
+			bounded.FormatBytes(check.DefaultMaxMemory())))
 	f.DurationVar(&b.timeout, "timeout", 10*time.Minute, "time limit for reading the inputs (0: none); a named pipe that has not delivered by then is an error")
 }
 

@@ -126,10 +126,10 @@ func reproduceFor(r check.Result) string {
 		return ""
 	}
 	if _, err := os.Stat(r.File); err == nil {
-		return "kcheck check " + shellQuote(r.File)
+		return "kcheck check " + ShellQuote(r.File)
 	}
 	if backend, ok := r.Provenance["kcheck.backend"]; ok {
-		return fmt.Sprintf("kcheck run --case %s --backend %s", shellQuote(r.File), shellQuote(backend))
+		return fmt.Sprintf("kcheck run --case %s --backend %s", ShellQuote(r.File), ShellQuote(backend))
 	}
 	return ""
 }
@@ -138,7 +138,7 @@ func reproduceFor(r check.Result) string {
 // and $'...' (POSIX.1-2024; bash, zsh, ksh, busybox) with \xHH escapes when s
 // holds a byte a terminal would act on, so that a reproduction command stays
 // one printable line that the shell reads back to the same bytes.
-func shellQuote(s string) string {
+func ShellQuote(s string) string {
 	if printable.Escape(s) != s {
 		var b strings.Builder
 		b.WriteString("$'")
@@ -174,4 +174,3 @@ func shellQuote(s string) string {
 
 // ShellQuote quotes s for a POSIX shell when it needs it (for the
 // reproduction commands the command line builds).
-func ShellQuote(s string) string { return shellQuote(s) }

@@ -434,7 +434,7 @@ func TestCellAndNum(t *testing.T) {
 	if num(math.NaN()) != "NaN" {
 		t.Error("NaN")
 	}
-	if got := shellQuote("a b'c"); got != `'a b'\''c'` {
+	if got := ShellQuote("a b'c"); got != `'a b'\''c'` {
 		t.Errorf("shellQuote = %s", got)
 	}
 }
