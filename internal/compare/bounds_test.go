@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/signature"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -243,6 +244,23 @@ func TestSampledProfileFromTheRecord(t *testing.T) {
 	if testing.Short() {
 		t.Skip("2.6 M elements on the element path")
 	}
+	// With the profile asked for the record starts at element 0; without
+	// it, at the first failing chunk (failures from row 2500 on).
+	for _, tc := range []struct {
+		profile  bool
+		firstRow int
+	}{{true, 0}, {false, 2500}} {
+		t.Run(fmt.Sprintf("profile %v", tc.profile), func(t *testing.T) {
+			sampledProfileFromTheRecord(t, tc.profile, tc.firstRow)
+		})
+	}
+}
+
+// recordedOutput is a [5000, 512] BF16 output, 2.6 M elements (the
+// profile samples), half of each row in bulk runs (halfSettled), the
+// other half judged, every 64th row's first 40 columns failing from row
+// firstRow on, and one NaN at row 777.
+func recordedOutput(firstRow int) (kernel.Output, *tensor.Tensor) {
 	const rows, cols = 5000, 512
 	n := rows * cols
 	r := rand.New(rand.NewPCG(21, 3))
@@ -258,7 +276,7 @@ func TestSampledProfileFromTheRecord(t *testing.T) {
 			expected[i] = exact[i] * (1 + r.NormFloat64()*0x1p-9)
 			v = expected[i]
 		}
-		if row := i / cols; row%64 == 0 && i%cols < 40 {
+		if row := i / cols; row >= firstRow && row%64 == 0 && i%cols < 40 {
 			v += 0.5 // every 64th row's first columns fail
 		}
 		actual.SetFloat64(i, v)
@@ -269,16 +287,22 @@ func TestSampledProfileFromTheRecord(t *testing.T) {
 		Coords: kernel.Coords{Axes: []kernel.CoordKind{kernel.KindRow, "dim"}, Derived: func(idx []int) []kernel.Coord {
 			return []kernel.Coord{{Kind: kernel.KindPageOffset, Value: idx[0] % 64}}
 		}}}
-	want, err := Compare(o, actual, nil, Options{ElementPath: true, Profile: true})
+	return o, actual
+}
+
+func sampledProfileFromTheRecord(t *testing.T, profile bool, firstRow int) {
+	o, actual := recordedOutput(firstRow)
+	n := actual.Len()
+	want, err := Compare(o, actual, nil, Options{ElementPath: true, Profile: profile})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := Compare(o, actual, nil, Options{Profile: true})
+	got, err := Compare(o, actual, nil, Options{Profile: profile})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Profile.Rate >= 1 || got.bulk == 0 {
-		t.Fatalf("profile rate %v, %d elements in bulk: the test samples nothing or has no bulk run", got.Profile.Rate, got.bulk)
+	if signature.SampleRate(n, signature.DefaultMaxElements) >= 1 || got.bulk == 0 {
+		t.Fatalf("%d elements, %d in bulk: the test samples nothing or has no bulk run", n, got.bulk)
 	}
 	if want.Verdict != Fail || want.Signature == nil {
 		t.Fatalf("verdict %s, signature %v: the planted failures are not seen", want.Verdict, want.Signature)
@@ -286,12 +310,54 @@ func TestSampledProfileFromTheRecord(t *testing.T) {
 	if diff := cmp.Diff(want.Signature, got.Signature); diff != "" {
 		t.Errorf("signature from the record differs (-element path +record):\n%s", diff)
 	}
-	if diff := cmp.Diff(want.Profile.Coords(), got.Profile.Coords(), cmpopts.EquateNaNs()); diff != "" {
-		t.Errorf("profile from the record differs (-element path +record):\n%s", diff)
+
+	if profile {
+		if diff := cmp.Diff(want.Profile.Coords(), got.Profile.Coords(), cmpopts.EquateNaNs()); diff != "" {
+			t.Errorf("profile from the record differs (-element path +record):\n%s", diff)
+		}
 	}
 	wj, _ := json.Marshal(want)
 	gj, _ := json.Marshal(got)
 	if string(wj) != string(gj) {
 		t.Errorf("the check differs (its metrics, worst elements or reason):\n%s\n%s", gj, wj)
 	}
+}
+
+// TestRecordHoldsTheJudgedExcess: every element the record answers for
+// (failing, or in the sample, from the first failing chunk on) reads as
+// the bits judging it again gives, and elements before the first failing
+// chunk are judged, not read as 0.
+func TestRecordHoldsTheJudgedExcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2.6 M elements")
+	}
+	o, actual := recordedOutput(2500)
+	n := actual.Len()
+	ctx := context.Background()
+	b := DefaultPolicy().Bounds(ctx, o, actual.DType)
+	j := newJudge(&o, actual, b)
+	j.worstK, j.band = 5, max(b.Band, 1)
+	j.rate = signature.SampleRate(n, signature.DefaultMaxElements)
+	j.record = true
+	var tl tally
+	if err := j.tallyAll(n, &tl); err != nil {
+		t.Fatal(err)
+	}
+	if tl.recFrom == 0 || tl.recUpTo != n || len(tl.rec) == 0 {
+		t.Fatalf("record [%d, %d) of %d, %d elements: want it to start at the first failing chunk and run to the end", tl.recFrom, tl.recUpTo, n, len(tl.rec))
+	}
+	x := newExcessValues(n, j, &tl)
+	plain := newJudge(&o, actual, b)
+	checked := 0
+	for i := 0; i < n; i++ {
+		want := plain.at(i).excess()
+		if want <= 1 && !signature.InSample(i, j.rate) {
+			continue
+		}
+		if got := x.At(i); math.Float64bits(got) != math.Float64bits(want) && !(math.IsNaN(got) && math.IsNaN(want)) {
+			t.Fatalf("element %d: excess %v from the record, %v judged again", i, got, want)
+		}
+		checked++
+	}
+	t.Logf("%d elements read, %d recorded from element %d", checked, len(tl.rec), tl.recFrom)
 }

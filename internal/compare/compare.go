@@ -283,7 +283,7 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	j.elementPath = opts.ElementPath
 	j.worstK, j.band = k, band
 	if j.rate = signature.SampleRate(N, signature.DefaultMaxElements); j.rate < 1 && !opts.ElementPath {
-		j.record = true
+		j.record, j.recordAll = true, opts.Profile
 	}
 	j.ctx = ctx
 	var t tally
@@ -446,9 +446,11 @@ type judge struct {
 	band   float64
 	// record: the tallies record the excess a profile sampled at rate
 	// reads (tally.rec); only where the profile samples, and not on the
-	// element path, whose profile judges every element again
-	record bool
-	rate   float64
+	// element path, whose profile judges every element again. recordAll:
+	// from the first element on (the profile is asked for), not from the
+	// first failing chunk.
+	record, recordAll bool
+	rate              float64
 }
 
 func newJudge(o *kernel.Output, actual *tensor.Tensor, b Bounds) *judge {
@@ -645,28 +647,30 @@ type excessValues struct {
 	j       *judge
 	w       *window // nil: one goroutine
 	stopped bool
-	// rec, recUpTo: the comparison's record; p its cursor (fromRecord)
-	rec     []recorded
-	recUpTo int
-	p       int
+	// rec, recFrom, recUpTo: the comparison's record; p its cursor
+	// (fromRecord)
+	rec              []recorded
+	recFrom, recUpTo int
+	p                int
 }
 
 func newExcessValues(n int, j *judge, t *tally) *excessValues {
 	x := &excessValues{n: n, j: j, w: j.window(n)}
 	if j.record {
-		x.rec, x.recUpTo = t.rec, t.recUpTo
+		x.rec, x.recFrom, x.recUpTo = t.rec, t.recFrom, t.recUpTo
 	}
 	return x
 }
 
 // fromRecord returns element i's excess from the comparison's record
 // (tally.rec), ok = false where the record does not hold it: elements
-// past recUpTo, and those neither failing nor in the sample. A sampled
-// element below recUpTo that is not in it was in a bulk run: its excess
+// outside [recFrom, recUpTo), and those neither failing nor in the
+// sample. A sampled element in that range that is not in it was in a bulk
+// run: its excess
 // is 0. Reads in index order advance a cursor; a read behind it searches.
 func (x *excessValues) fromRecord(i int) (float64, bool) {
 	r := x.rec
-	if i >= x.recUpTo || r == nil {
+	if i < x.recFrom || i >= x.recUpTo || r == nil {
 		return 0, false
 	}
 	if x.p > 0 && r[x.p-1].i >= i {

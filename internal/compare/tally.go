@@ -47,14 +47,17 @@ type tally struct {
 	// rec is the excess of the chunk's elements a profile reads: the
 	// failing ones and the clean ones in its sample (signature.InSample),
 	// but those of bulk runs, whose excess is 0 (record). The whole
-	// output's holds the chunks' up to element recUpTo, in index order.
-	rec           []recorded
-	recUpTo       int
-	recFull       bool
-	specials      [len(specialValues)]Special
-	firstSpecial  [len(specialValues)]item
-	firstOverflow item
-	worst         elemHeap
+	// output's holds the chunks' from element recFrom up to recUpTo, in
+	// index order: from the first chunk with a failing element on (a
+	// passing check needs no signature, so it keeps none), or from the
+	// start when the profile is asked for (judge.recordAll).
+	rec                []recorded
+	recFrom, recUpTo   int
+	recording, recFull bool
+	specials           [len(specialValues)]Special
+	firstSpecial       [len(specialValues)]item
+	firstOverflow      item
+	worst              elemHeap
 }
 
 // reset empties t for the next chunk, keeping its heap's storage.
@@ -75,10 +78,18 @@ type recorded struct {
 const recordCap = 1 << 22
 
 // mergeRecord appends chunk c's record, the chunk ending at element hi,
-// to t's while t's stays within recordCap.
-func (t *tally) mergeRecord(c *tally, hi int) {
+// to t's while t's stays within recordCap: from the first chunk that
+// fails on, or every chunk with all set.
+func (t *tally) mergeRecord(c *tally, hi int, all bool) {
 	if t.recFull {
 		return
+	}
+	if !t.recording {
+		if c.overElems == 0 && !all {
+			t.recFrom, t.recUpTo = hi, hi
+			return
+		}
+		t.recording = true
 	}
 	if len(t.rec)+len(c.rec) > recordCap {
 		t.recFull = true
@@ -577,7 +588,7 @@ func (j *judge) tallyAll(n int, t *tally) error {
 			j.tallyChunk(&c)
 			t.merge(&c.t, j.worstK)
 			t.mergeFailing(&c.t, lo, n)
-			t.mergeRecord(&c.t, min(lo+parallelChunk, n))
+			t.mergeRecord(&c.t, min(lo+parallelChunk, n), j.recordAll)
 		}
 		return nil
 	}
@@ -596,7 +607,7 @@ func (j *judge) tallyAll(n int, t *tally) error {
 			}
 			t.merge(&c.t, j.worstK)
 			t.mergeFailing(&c.t, c.lo, n)
-			t.mergeRecord(&c.t, c.hi)
+			t.mergeRecord(&c.t, c.hi, j.recordAll)
 		}
 	}
 	return nil
