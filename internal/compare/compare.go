@@ -27,6 +27,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
@@ -283,7 +284,7 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	j.elementPath = opts.ElementPath
 	j.worstK, j.band = k, band
 	if j.rate = signature.SampleRate(N, signature.DefaultMaxElements); j.rate < 1 && !opts.ElementPath {
-		j.record, j.recordAll = true, opts.Profile
+		j.record, j.recordAll, j.failSeen = true, opts.Profile, new(atomic.Bool)
 	}
 	j.ctx = ctx
 	var t tally
@@ -451,6 +452,8 @@ type judge struct {
 	// first failing chunk.
 	record, recordAll bool
 	rate              float64
+	// failSeen: a chunk has failed; shared by the judge's forks
+	failSeen *atomic.Bool
 }
 
 func newJudge(o *kernel.Output, actual *tensor.Tensor, b Bounds) *judge {
@@ -615,7 +618,8 @@ func (j *judge) window(n int) *window {
 		o := *j.o
 		o.Exact, o.Expected = ex, xp
 		f := newJudge(&o, j.actual, j.b)
-		f.elementPath, f.worstK, f.band, f.ctx, f.record, f.rate = j.elementPath, j.worstK, j.band, j.ctx, j.record, j.rate
+		f.elementPath, f.worstK, f.band, f.ctx = j.elementPath, j.worstK, j.band, j.ctx
+		f.record, f.recordAll, f.rate, f.failSeen = j.record, j.recordAll, j.rate, j.failSeen
 		forks = append(forks, f)
 	}
 	j.win = &window{forks: forks, chunks: make([]chunk, len(forks))}

@@ -51,13 +51,15 @@ type tally struct {
 	// index order: from the first chunk with a failing element on (a
 	// passing check needs no signature, so it keeps none), or from the
 	// start when the profile is asked for (judge.recordAll).
-	rec                []recorded
-	recFrom, recUpTo   int
-	recording, recFull bool
-	specials           [len(specialValues)]Special
-	firstSpecial       [len(specialValues)]item
-	firstOverflow      item
-	worst              elemHeap
+	rec              []recorded
+	recFrom, recUpTo int
+	// recording: this chunk recorded every element it should (tallyChunk);
+	// started, recFull: the whole output's record has begun, has ended
+	recording, started, recFull bool
+	specials                    [len(specialValues)]Special
+	firstSpecial                [len(specialValues)]item
+	firstOverflow               item
+	worst                       elemHeap
 }
 
 // reset empties t for the next chunk, keeping its heap's storage.
@@ -78,18 +80,26 @@ type recorded struct {
 const recordCap = 1 << 22
 
 // mergeRecord appends chunk c's record, the chunk ending at element hi,
-// to t's while t's stays within recordCap: from the first chunk that
-// fails on, or every chunk with all set.
-func (t *tally) mergeRecord(c *tally, hi int, all bool) {
+// to t's (merged already: t.overElems counts c's failures) while t's stays
+// within recordCap. It begins at the first chunk that recorded once a
+// chunk has failed (or at the first with all set), and ends at a chunk
+// that did not record or at the cap: the record is every element it
+// should hold of [recFrom, recUpTo).
+func (t *tally) mergeRecord(c *tally, hi, n int, all bool) {
 	if t.recFull {
 		return
 	}
-	if !t.recording {
-		if c.overElems == 0 && !all {
+	if !t.started {
+		if !c.recording || !(t.overElems > 0 || all) {
 			t.recFrom, t.recUpTo = hi, hi
 			return
 		}
-		t.recording = true
+		t.started = true
+		// the most it can hold, at once: no growth, no copies left behind
+		t.rec = make([]recorded, 0, min(recordCap, n-t.recFrom))
+	} else if !c.recording {
+		t.recFull = true
+		return
 	}
 	if len(t.rec)+len(c.rec) > recordCap {
 		t.recFull = true
@@ -176,7 +186,7 @@ func (t *tally) push(it item, k int) {
 
 // add tallies element i, judged (the equivalence rule applied).
 func (t *tally) add(j *judge, i int, e *element) {
-	if j.record {
+	if t.recording {
 		if x := e.excess(); x > 1 || signature.InSample(i, j.rate) {
 			t.rec = append(t.rec, recorded{i, x})
 		}
@@ -255,6 +265,9 @@ func (t *tally) add(j *judge, i int, e *element) {
 	}
 	if exc > 1 {
 		t.overElems++
+		if j.failSeen != nil && !j.failSeen.Load() {
+			j.failSeen.Store(true) // from now on chunks record (tallyChunk)
+		}
 		t.fail[(i&(parallelChunk-1))>>6] |= 1 << (i & 63)
 	}
 	if finite(exc) {
@@ -356,6 +369,11 @@ func (j *judge) prepare(c *chunk, lo, hi int, elements bool) {
 func (j *judge) tallyChunk(c *chunk) {
 	t := &c.t
 	t.reset()
+	// A chunk records only once some chunk has failed (or the profile is
+	// asked for): a check that passes keeps no record and pays no hash an
+	// element for one. Which chunks a parallel window sees the failure in
+	// time for changes only where the record starts (mergeRecord).
+	t.recording = j.record && (j.recordAll || j.failSeen.Load())
 	for _, r := range c.runs {
 		if r.bulk {
 			sz := j.actual.DType.Size()
@@ -588,7 +606,7 @@ func (j *judge) tallyAll(n int, t *tally) error {
 			j.tallyChunk(&c)
 			t.merge(&c.t, j.worstK)
 			t.mergeFailing(&c.t, lo, n)
-			t.mergeRecord(&c.t, min(lo+parallelChunk, n), j.recordAll)
+			t.mergeRecord(&c.t, min(lo+parallelChunk, n), n, j.recordAll)
 		}
 		return nil
 	}
@@ -607,7 +625,7 @@ func (j *judge) tallyAll(n int, t *tally) error {
 			}
 			t.merge(&c.t, j.worstK)
 			t.mergeFailing(&c.t, c.lo, n)
-			t.mergeRecord(&c.t, c.hi, j.recordAll)
+			t.mergeRecord(&c.t, c.hi, n, j.recordAll)
 		}
 	}
 	return nil
