@@ -34,7 +34,7 @@ type boundsBits struct {
 }
 
 func boundsOf(o kernel.Output, exact, expected kernel.Dense) boundsBits {
-	b := ThreeWay{}.Bounds(context.Background(), o, tensor.BF16)
+	b := ThreeWay{}.Bounds(context.Background(), o, o.DType)
 	a := b.Aggregate
 	out := boundsBits{
 		agg:         [4]uint64{math.Float64bits(a.RMSE), math.Float64bits(a.CosDiff), math.Float64bits(a.FloorRMSE), math.Float64bits(a.FloorCosDiff)},
@@ -149,10 +149,10 @@ func TestBoundsSettledRunsLikeValues(t *testing.T) {
 		for i := range exact {
 			exact[i], expected[i] = o.Exact.At(i), o.Expected.At(i)
 		}
-		want := boundsIn(plain, exact, expected)
+		want := boundsOf(plain, exact, expected)
 		for _, procs := range []int{1, 8} {
 			prev := runtime.GOMAXPROCS(procs)
-			got := boundsIn(o, exact, expected)
+			got := boundsOf(o, exact, expected)
 			runtime.GOMAXPROCS(prev)
 			compareBounds(t, fmt.Sprintf("%s at GOMAXPROCS %d", name, procs), got, want)
 		}
@@ -160,21 +160,6 @@ func TestBoundsSettledRunsLikeValues(t *testing.T) {
 	if settledSeen == 0 {
 		t.Fatal("no output had a settled run: the test reads no codes")
 	}
-}
-
-// boundsIn is boundsOf in the output's own dtype.
-func boundsIn(o kernel.Output, exact, expected kernel.Dense) boundsBits {
-	b := ThreeWay{}.Bounds(context.Background(), o, o.DType)
-	a := b.Aggregate
-	out := boundsBits{
-		agg:         [4]uint64{math.Float64bits(a.RMSE), math.Float64bits(a.CosDiff), math.Float64bits(a.FloorRMSE), math.Float64bits(a.FloorCosDiff)},
-		explanation: b.Explanation,
-		tol:         make([]uint64, len(exact)),
-	}
-	for i := range exact {
-		out.tol[i] = math.Float64bits(b.Tol(i, exact[i], expected[i]))
-	}
-	return out
 }
 
 // halfSettled is Dense values of a [rows, cols] output that vouches for
@@ -226,10 +211,10 @@ func TestBoundsMixedSettledRuns(t *testing.T) {
 		Exact: halfSettled{exact, codes.Data, cols}, Expected: halfSettled{expected, codes.Data, cols}}
 	plain := o
 	plain.Exact, plain.Expected = plainValues{o.Exact}, plainValues{o.Expected}
-	want := boundsIn(plain, exact, expected)
+	want := boundsOf(plain, exact, expected)
 	for _, procs := range []int{1, 8} {
 		prev := runtime.GOMAXPROCS(procs)
-		got := boundsIn(o, exact, expected)
+		got := boundsOf(o, exact, expected)
 		runtime.GOMAXPROCS(prev)
 		compareBounds(t, fmt.Sprintf("GOMAXPROCS %d", procs), got, want)
 	}
