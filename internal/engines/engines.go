@@ -249,6 +249,19 @@ func Layout(name string) (map[string]string, func(map[string]string, map[string]
 // place: pass copies) from the engine's conventions to the contract's and
 // returns notes saying what it did. It is check.Options.Adapt.
 func (e *Engine) Adapt(meta map[string]string, tensors map[string]*tensor.Tensor) ([]string, error) {
+	// The fixes read values (slot ids, lengths, scales) as they convert:
+	// every tensor's bytes must match its shape and dtype first, or a
+	// short one is read past its end.
+	names := make([]string, 0, len(tensors))
+	for name := range tensors {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if err := checked(name, tensors[name]); err != nil {
+			return nil, err
+		}
+	}
 	var notes []string
 	kname := meta["kcheck.kernel"]
 	if kname == "" {
