@@ -5,26 +5,9 @@ import (
 	"testing"
 
 	. "github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/kernel/kerneltest"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
-
-// refusedByValidate checks that kernel.Validate alone, with no reference
-// run, refuses in with exactly want, and that Evaluate (Validate, then
-// Reference) refuses it with the same bytes: the one validation is
-// Validate's, and the reference adds none before it.
-func refusedByValidate(t *testing.T, kname, row string, in Inputs, want string) {
-	t.Helper()
-	k, err := Lookup(kname)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Validate(k, in); err == nil || err.Error() != want {
-		t.Errorf("%s, %s: Validate: %v, want %q", kname, row, err, want)
-	}
-	if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || err.Error() != want {
-		t.Errorf("%s, %s: Evaluate: %v, want Validate's %q", kname, row, err, want)
-	}
-}
 
 // TestWriteValidate: every shape, value and parameter check of
 // kv_cache_write is Validate's, each naming the tensor and index.
@@ -50,7 +33,7 @@ func TestWriteValidate(t *testing.T) {
 	} {
 		in := base()
 		c.edit(in)
-		refusedByValidate(t, "kv_cache_write", c.name, in, c.want)
+		kerneltest.RefusedByValidate(t, "kv_cache_write", c.name, in, c.want)
 	}
 }
 
@@ -75,7 +58,7 @@ func TestGatherValidate(t *testing.T) {
 	} {
 		in := chunkedInputs(nil)
 		c.edit(in)
-		refusedByValidate(t, "kv_cache_gather", c.name, in, c.want)
+		kerneltest.RefusedByValidate(t, "kv_cache_gather", c.name, in, c.want)
 	}
 
 	g, _ := Lookup("kv_cache_gather")
@@ -92,7 +75,7 @@ func TestGatherValidate(t *testing.T) {
 	} {
 		in := chunkedInputs(nil)
 		c.edit(in)
-		refusedByValidate(t, "kv_cache_gather", c.name, in, c.want)
+		kerneltest.RefusedByValidate(t, "kv_cache_gather", c.name, in, c.want)
 	}
 
 	// An fp8 cache without k_scale: the dequantizing reading has none, the

@@ -1,32 +1,14 @@
 package mla
 
 import (
-	"context"
 	"math"
 	"math/rand/v2"
 	"testing"
 
 	. "github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/kernel/kerneltest"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
-
-// refusedByValidate checks that kernel.Validate alone, with no reference
-// run, refuses in with exactly want, and that Evaluate (Validate, then
-// Reference) refuses it with the same bytes: the one validation is
-// Validate's, and the reference adds none before it.
-func refusedByValidate(t *testing.T, kname, row string, in Inputs, want string) {
-	t.Helper()
-	k, err := Lookup(kname)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Validate(k, in); err == nil || err.Error() != want {
-		t.Errorf("%s, %s: Validate: %v, want %q", kname, row, err, want)
-	}
-	if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || err.Error() != want {
-		t.Errorf("%s, %s: Evaluate: %v, want Validate's %q", kname, row, err, want)
-	}
-}
 
 // sparseInputs is mlaInputs' query and cache read by slot: 16 slots,
 // topk 3.
@@ -72,7 +54,7 @@ func TestDecodeValidate(t *testing.T) {
 	} {
 		in := mlaInputs(rand.New(rand.NewPCG(9, 9)), []int{5, 0}, 1, 2, 12, 4, 6)
 		c.edit(&in)
-		refusedByValidate(t, "mla_decode", c.name, in, c.want)
+		kerneltest.RefusedByValidate(t, "mla_decode", c.name, in, c.want)
 	}
 }
 
@@ -98,6 +80,6 @@ func TestSparseValidate(t *testing.T) {
 	} {
 		in := sparseInputs()
 		c.edit(in)
-		refusedByValidate(t, "mla_decode_sparse", c.name, in, c.want)
+		kerneltest.RefusedByValidate(t, "mla_decode_sparse", c.name, in, c.want)
 	}
 }

@@ -6,26 +6,9 @@ import (
 	"testing"
 
 	. "github.com/kcheck-dev/kcheck/internal/kernel"
+	"github.com/kcheck-dev/kcheck/internal/kernel/kerneltest"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
-
-// refusedByValidate checks that kernel.Validate alone, with no reference
-// run, refuses in with exactly want, and that Evaluate (Validate, then
-// Reference) refuses it with the same bytes: the one validation is
-// Validate's, and the reference adds none before it.
-func refusedByValidate(t *testing.T, kname, row string, in Inputs, want string) {
-	t.Helper()
-	k, err := Lookup(kname)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Validate(k, in); err == nil || err.Error() != want {
-		t.Errorf("%s, %s: Validate: %v, want %q", kname, row, err, want)
-	}
-	if _, err := Evaluate(context.Background(), k, in, DefaultPrecision(), nil); err == nil || err.Error() != want {
-		t.Errorf("%s, %s: Evaluate: %v, want Validate's %q", kname, row, err, want)
-	}
-}
 
 // TestValidate: every shape, value and parameter check of the three
 // kernels is Validate's; only the output dtypes, which the call alone
@@ -83,7 +66,7 @@ func TestValidate(t *testing.T) {
 		{"nvfp4_gemm", "b kind", with(gemm, Params{"b_global_kind": "x"}, nil),
 			`parameter b_global_kind = "x": want one of dequant, quant`},
 	} {
-		refusedByValidate(t, c.kernel, c.name, c.in, c.want)
+		kerneltest.RefusedByValidate(t, c.kernel, c.name, c.in, c.want)
 	}
 
 	// An output dtype the contract does not allow is the reference's to
