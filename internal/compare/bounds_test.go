@@ -128,7 +128,7 @@ func TestBoundsSettledRunsLikeValues(t *testing.T) {
 	for _, kind := range []string{"bf16", "fp16", "fp8_e4m3", "fp8_ds_mla", "fp8_ds_mla_model1"} {
 		outs["write/"+kind+"/u8"] = func(t *testing.T, r *rand.Rand) kernel.Output { return cacheWriteOutput(t, r, kind, true) }
 		if kind != "fp8_ds_mla_model1" { // no gather reads it
-			outs["gather/"+kind] = func(t *testing.T, r *rand.Rand) kernel.Output { return cacheGatherOutput(t, r, kind, "") }
+			outs["gather/"+kind] = func(t *testing.T, r *rand.Rand) kernel.Output { return cacheGatherOutput(t, r, kind, "", 0.02) }
 		}
 	}
 	outs["write/fp8_e4m3/typed"] = func(t *testing.T, r *rand.Rand) kernel.Output { return cacheWriteOutput(t, r, "fp8_e4m3", false) }

@@ -136,7 +136,7 @@ func cacheWriteOutput(t *testing.T, rng *rand.Rand, kind string, u8 bool) kernel
 // cacheGatherOutput is kv_cache_gather's reference over a random cache:
 // three requests over a shuffled block table, gathered to out ("" for the
 // default dtype).
-func cacheGatherOutput(t *testing.T, rng *rand.Rand, kind string, out tensor.DType) kernel.Output {
+func cacheGatherOutput(t *testing.T, rng *rand.Rand, kind string, out tensor.DType, kScale float64) kernel.Output {
 	t.Helper()
 	cd, _ := cacheDTypeOf(kind, true)
 	cache := randomCache(rng, kind, cd)
@@ -158,7 +158,7 @@ func cacheGatherOutput(t *testing.T, rng *rand.Rand, kind string, out tensor.DTy
 		"cache":       cache,
 		"block_table": tensor.FromInt64s(tensor.I32, []int{3, maxBlocks}, table),
 		"seq_lens":    tensor.FromInt64s(tensor.I32, []int{3}, seqLens),
-		"k_scale":     tensor.FromFloat64s(tensor.F32, []int{}, []float64{0.02}),
+		"k_scale":     tensor.FromFloat64s(tensor.F32, []int{}, []float64{kScale}),
 	}, Params: kernel.Params{"kv_cache_dtype": kind, "page_size": strconv.Itoa(cachePage)}}
 	if kind != "fp8_e4m3" {
 		delete(in.Tensors, "k_scale")
@@ -233,14 +233,19 @@ func TestCacheFastPathMatchesElementPath(t *testing.T) {
 		cases = append(cases, tc{"write/" + k.kind + "/" + map[bool]string{true: "u8", false: "typed"}[k.u8],
 			func(t *testing.T, r *rand.Rand) kernel.Output { return cacheWriteOutput(t, r, k.kind, k.u8) }, true})
 	}
+	// An fp8_e4m3 gather's rows are settled through its code table where
+	// the per-tensor scale is a power of two (vLLM's default k_scale is
+	// 1.0), not with a scale of 0.02.
 	for _, g := range []struct {
 		kind string
 		out  tensor.DType
+		ks   float64
 		bulk bool
-	}{{"bf16", "", true}, {"bf16", tensor.F32, false}, {"bf16", tensor.F16, false}, {"fp16", "", true}, {"fp16", tensor.BF16, false},
-		{"fp8_e4m3", "", false}, {"fp8_ds_mla", "", false}} {
-		cases = append(cases, tc{"gather/" + g.kind + "/" + string(g.out),
-			func(t *testing.T, r *rand.Rand) kernel.Output { return cacheGatherOutput(t, r, g.kind, g.out) }, g.bulk})
+	}{{"bf16", "", 0.02, true}, {"bf16", tensor.F32, 0.02, false}, {"bf16", tensor.F16, 0.02, false}, {"fp16", "", 0.02, true}, {"fp16", tensor.BF16, 0.02, false},
+		{"fp8_e4m3", "", 0.02, false}, {"fp8_ds_mla", "", 0.02, false},
+		{"fp8_e4m3", "", 1, true}, {"fp8_e4m3", tensor.F16, 0.5, true}, {"fp8_e4m3", tensor.F32, 1, false}} {
+		cases = append(cases, tc{"gather/" + g.kind + "/" + string(g.out) + "/k_scale=" + strconv.FormatFloat(g.ks, 'g', -1, 64),
+			func(t *testing.T, r *rand.Rand) kernel.Output { return cacheGatherOutput(t, r, g.kind, g.out, g.ks) }, g.bulk})
 	}
 	for ci, c := range cases {
 		o := c.out(t, rand.New(rand.NewPCG(uint64(ci), 17)))

@@ -277,7 +277,12 @@ func (t *tally) add(j *judge, i int, e *element) {
 		t.beyondBand++
 	}
 	t.maxExc = max(t.maxExc, exc)
-	t.push(item{i, av, ev, xv, err, tol, exc}, j.worstK)
+	// An element of smaller excess than the heap's least, once it is
+	// full, is one push would refuse (less orders by excess first): most
+	// elements of a large output, left without building their item.
+	if w := t.worst.items; len(w) == 0 || len(w) < j.worstK || !(exc < w[0].exc) {
+		t.push(item{i, av, ev, xv, err, tol, exc}, j.worstK)
+	}
 
 	t.maxAbs = max(t.maxAbs, err)
 	switch {

@@ -94,9 +94,11 @@ func ReadBlock(v Values, lo int, dst []float64) {
 // the same infinity, or a NaN (its payload may differ) where it is not, so
 // a caller judges a run holding special values one element at a time.
 // When not settled, b is nil and the caller reads the values (At,
-// ReadBlock) as usual. b aliases the Values' read-only inputs: callers
-// never write to it. Settled holds no state, so a Values and its forks may
-// call it from any goroutine.
+// ReadBlock) as usual. b aliases the Values' read-only inputs, or a buffer
+// of the Values' own that its next Settled call may overwrite (as At's
+// state is): callers never write to it, read it before calling Settled on
+// the same Values again, and call it from one goroutine at a time, each
+// goroutine its own fork (kernel.Fork), as they call At.
 type Settler interface {
 	Settled(lo, n int) (d tensor.DType, b []byte, m int)
 }

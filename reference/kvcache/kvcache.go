@@ -424,6 +424,22 @@ func NewNamed(name string, t *tensor.Tensor, l Layout, kScale float64) (*Cache, 
 	return c, nil
 }
 
+// CodeValue is the value Row gives an fp8_e4m3 code at precision deq
+// (F64, F32, BF16 or F16) where every column of an entry is its code times
+// the one per-tensor scale, so that a code's value is the same in every
+// entry; ok is false for the other layouts (16-bit, per-tile or per-part
+// scales), whose values no code alone determines.
+func (c *Cache) CodeValue(code byte, deq tensor.DType) (v float64, ok bool) {
+	if c.Layout.Kind != FP8E4M3 || c.scaled {
+		return 0, false
+	}
+	return c.lut[deqIndex(deq)][code], true
+}
+
+// Entries is the cache's bytes, [NB, P, entry bytes] row-major: what an
+// fp8_e4m3 row's codes are read from (read-only).
+func (c *Cache) Entries() []byte { return c.data }
+
 // Slots is the number of token entries (NB * P).
 func (c *Cache) Slots() int { return c.NB * c.Layout.PageSize }
 

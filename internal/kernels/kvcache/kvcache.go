@@ -10,9 +10,11 @@ package kvcache
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	. "github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/kernels/paged"
+	"math"
 
 	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
@@ -505,6 +507,9 @@ func (*gather) Reference(ctx context.Context, pr Problem, prec Precision, outDTy
 	expected := newGathered(c, pages, tensor.F32, out)
 	exact.settle(ct)
 	expected.settle(ct)
+	if codes := codeTableOf(c, out); codes != nil {
+		exact.codes, expected.codes = codes, codes
+	}
 	dd := lay.D()
 	derived := gatheredCoords(pages, lay.PageSize, func(col int) kvcache.Part {
 		if col >= lay.L { // a value index here, not an entry column
@@ -540,6 +545,62 @@ type gathered struct {
 	// cache is the cache tensor when a row's values are its bytes' values
 	// unchanged (settle), else nil.
 	cache *tensor.Tensor
+	// codes: an fp8_e4m3 cache with one per-tensor scale, whose rows are
+	// settled through the table of each code's output code (codeTableOf);
+	// cbuf holds the codes of the last row Settled returned.
+	codes *codeTable
+	cbuf  []byte
+}
+
+// codeTable is, for an fp8_e4m3 cache with one per-tensor scale gathered
+// to a 16-bit dtype, the output code of every fp8 code's expected value
+// (the fp32 product rounded to out, as At stores it) and whether that
+// value is also, bit for bit, the exact product: a row whose codes are all
+// such is its expected values' bytes, which both references vouch for (a
+// scale of 1 or any power of two leaves every finite code so; a scale
+// with more significant bits leaves few, and the rows are read as values).
+type codeTable struct {
+	out  tensor.DType
+	code [256]uint16
+	// bad[c] is 1 where code c's exact and expected values differ
+	bad [256]byte
+}
+
+// codeTableOf returns c's code table for a gather to out, or nil where
+// the cache's values are not one per code (kvcache.Cache.CodeValue), out
+// is not a 16-bit float, or no code but the zeros keeps its exact value.
+func codeTableOf(c *kvcache.Cache, out tensor.DType) *codeTable {
+	if out != tensor.BF16 && out != tensor.F16 {
+		return nil
+	}
+	t := &codeTable{out: out}
+	kept := 0
+	for code := 0; code < 256; code++ {
+		x, ok1 := c.CodeValue(byte(code), tensor.F64)
+		p, ok2 := c.CodeValue(byte(code), tensor.F32)
+		if !ok1 || !ok2 {
+			return nil
+		}
+		var e float64
+		if out == tensor.BF16 {
+			e = formats.RoundBF16(p)
+			t.code[code] = formats.BF16Encode(float32(e))
+		} else {
+			e = formats.RoundFP16(p)
+			t.code[code] = formats.FP16Encode(float32(e))
+		}
+		if !math.IsNaN(x) && !math.IsInf(x, 0) && math.Float64bits(x) == math.Float64bits(e) {
+			if x != 0 {
+				kept++
+			}
+		} else {
+			t.bad[code] = 1
+		}
+	}
+	if kept == 0 {
+		return nil
+	}
+	return t
 }
 
 // settle makes g a kernel.Settler over the cache tensor t when every value
@@ -562,7 +623,7 @@ func newGathered(c *kvcache.Cache, pages *kvcache.Pages, deq, out tensor.DType) 
 // Fork implements Forker.
 func (g *gathered) Fork() Values {
 	f := newGathered(g.c, g.pages, g.deq, g.out)
-	f.cache = g.cache
+	f.cache, f.codes = g.cache, g.codes
 	return f
 }
 
@@ -574,6 +635,9 @@ func (g *gathered) Settled(lo, n int) (tensor.DType, []byte, int) {
 	d := len(g.buf)
 	r := lo / d
 	m := min(n, (r+1)*d-lo)
+	if g.codes != nil {
+		return g.settledCodes(r, lo-r*d, m)
+	}
 	if g.cache == nil {
 		return "", nil, m
 	}
@@ -584,6 +648,31 @@ func (g *gathered) Settled(lo, n int) (tensor.DType, []byte, int) {
 	sz := g.cache.DType.Size()
 	at := slot*d + lo - r*d
 	return g.cache.DType, g.cache.Data[at*sz : (at+m)*sz], m
+}
+
+// settledCodes is Settled over an fp8_e4m3 row through g.codes: columns
+// [in, in+m) of row r as the output's codes, in g's own buffer (valid
+// until g's next Settled, as At's row is until its next At), or not
+// settled when one of them is a code whose exact and expected values
+// differ.
+func (g *gathered) settledCodes(r, in, m int) (tensor.DType, []byte, int) {
+	d := len(g.buf)
+	at := g.slot(r)*d + in
+	src := g.c.Entries()[at : at+m]
+	if cap(g.cbuf) < 2*d {
+		g.cbuf = make([]byte, 2*d)
+	}
+	dst := g.cbuf[:2*m]
+	t := g.codes
+	var bad byte
+	for k, c := range src {
+		bad |= t.bad[c]
+		binary.LittleEndian.PutUint16(dst[2*k:], t.code[c])
+	}
+	if bad != 0 {
+		return "", nil, m
+	}
+	return t.out, dst, m
 }
 
 // slot is the cache slot (block*P + offset) row r is read from.

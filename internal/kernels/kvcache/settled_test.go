@@ -3,6 +3,7 @@ package kvcache
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -109,23 +110,50 @@ func TestSettledVouchesForItsValues(t *testing.T) {
 		if kind != "fp8_e4m3" {
 			delete(gin.Tensors, "k_scale")
 		}
-		for _, out := range []tensor.DType{tensor.BF16, tensor.F16, tensor.F32} {
-			gouts, err := Evaluate(context.Background(), g, gin, DefaultPrecision(), OutDTypes{"gathered": out})
-			if err != nil {
-				t.Fatal(err)
+		scales := []float64{0.03}
+		if kind == "fp8_e4m3" {
+			scales = []float64{0.03, 1, 0.5, 4}
+		}
+		for _, ks := range scales {
+			gin.Tensors["k_scale"] = tensor.FromFloat64s(tensor.F32, []int{}, []float64{ks})
+			if kind != "fp8_e4m3" {
+				delete(gin.Tensors, "k_scale")
 			}
-			o := gouts[0]
-			// The fp8 layouts' values are products with a scale; a 16-bit
-			// cache's are its bytes' exactly, and as expected unless the
-			// dst is the other 16-bit dtype (a rounding).
-			wantExact, wantExpected := 0, 0
-			if cd.Size() == 2 {
-				wantExact = o.Exact.Len()
-				if out == cd || out == tensor.F32 {
-					wantExpected = wantExact
+			if ks != 0.03 {
+				// no NaN code: every row is one of finite products
+				finite := before.Clone()
+				for i, c := range finite.Data {
+					if c&0x7F == 0x7F {
+						finite.Data[i] = c - 1
+					}
 				}
+				gin.Tensors["cache"] = finite
 			}
-			vouched(t, kind+" gathered as "+string(out), o, wantExact, wantExpected)
+			for _, out := range []tensor.DType{tensor.BF16, tensor.F16, tensor.F32} {
+				gouts, err := Evaluate(context.Background(), g, gin, DefaultPrecision(), OutDTypes{"gathered": out})
+				if err != nil {
+					t.Fatal(err)
+				}
+				o := gouts[0]
+				// The fp8 layouts' values are products with a scale: with a
+				// per-tensor power of two (fp8_e4m3) every finite code's
+				// product is a 16-bit value exactly, and every row (of
+				// finite codes) is settled as those codes; with 0.03 none
+				// is. A
+				// 16-bit cache's are its bytes' exactly, and as expected
+				// unless the dst is the other 16-bit dtype (a rounding).
+				wantExact, wantExpected := 0, 0
+				switch {
+				case cd.Size() == 2:
+					wantExact = o.Exact.Len()
+					if out == cd || out == tensor.F32 {
+						wantExpected = wantExact
+					}
+				case ks != 0.03 && out != tensor.F32:
+					wantExact, wantExpected = o.Exact.Len(), o.Exact.Len()
+				}
+				vouched(t, fmt.Sprintf("%s (k_scale %g) gathered as %s", kind, ks, out), o, wantExact, wantExpected)
+			}
 		}
 	}
 }
