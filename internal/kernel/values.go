@@ -95,10 +95,10 @@ func ReadBlock(v Values, lo int, dst []float64) {
 // a caller judges a run holding special values one element at a time.
 // When not settled, b is nil and the caller reads the values (At,
 // ReadBlock) as usual. b aliases the Values' read-only inputs, or a buffer
-// of the Values' own that its next Settled call may overwrite (as At's
-// state is): callers never write to it, read it before calling Settled on
-// the same Values again, and call it from one goroutine at a time, each
-// goroutine its own fork (kernel.Fork), as they call At.
+// of the Values' own that its next Settled, At or ReadBlock call may
+// overwrite (At's state): callers never write to it, read it before
+// calling the same Values again, and call it from one goroutine at a time,
+// each goroutine its own fork (kernel.Fork), as they call At.
 type Settler interface {
 	Settled(lo, n int) (d tensor.DType, b []byte, m int)
 }

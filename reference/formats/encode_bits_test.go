@@ -11,8 +11,8 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/formats"
 )
 
-// The bit-level encoders behind Encode for E2M1, E4M3FN and E5M2 must give
-// the code and Accuracy of the arithmetic encoder (EncodeGeneral, the
+// The bit-level encoders behind Encode (and Code, its code alone) for
+// E2M1, E4M3FN and E5M2 must give the code and Accuracy of the arithmetic encoder (EncodeGeneral, the
 // definition) for every float64. Both are monotone step functions of |x|
 // that step only at midpoints between codes, so agreeing at every
 // midpoint and on both sides of it (TestBitEncoderMidpoints) is agreeing
@@ -27,6 +27,10 @@ func sameEncode(t *testing.T, f *formats.Minifloat, x float64, mode formats.Over
 	want, wantAcc := f.EncodeGeneral(x, mode)
 	if got != want || gotAcc != wantAcc {
 		t.Errorf("%s.Encode(%x, %s) = %#02x, %v; the general encoder gives %#02x, %v", f.Name, x, modeName(mode), got, gotAcc, want, wantAcc)
+		return false
+	}
+	if c := f.Code(x, mode); c != want {
+		t.Errorf("%s.Code(%x, %s) = %#02x; the general encoder gives %#02x", f.Name, x, modeName(mode), c, want)
 		return false
 	}
 	return true
@@ -107,7 +111,7 @@ func TestBitEncoderEveryFloat32(t *testing.T) {
 				check := func(x float64, mode formats.Overflow) bool {
 					got, gotAcc := f.Encode(x, mode)
 					want, wantAcc := f.EncodeGeneral(x, mode)
-					if got == want && gotAcc == wantAcc {
+					if got == want && gotAcc == wantAcc && f.Code(x, mode) == want {
 						return true
 					}
 					mu.Lock()

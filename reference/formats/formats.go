@@ -152,6 +152,21 @@ func (f *Minifloat) Round(x float64, ov Overflow) (float64, Accuracy) {
 	return f.Decode(code), acc
 }
 
+// Code is Encode's code alone, for the quantizers that store it and
+// discard the Accuracy.
+func (f *Minifloat) Code(x float64, ov Overflow) uint8 {
+	switch f {
+	case E2M1:
+		return e2m1Bits.code(x, ov)
+	case E4M3FN:
+		return e4m3fnBits.code(x, ov)
+	case E5M2:
+		return e5m2Bits.code(x, ov)
+	}
+	c, _ := f.encodeGeneral(x, ov)
+	return c
+}
+
 // Encode converts x to the nearest code of f, ties to even. E2M1 has no NaN
 // or infinity and always saturates; NaN input gives E2M1 code 0.
 func (f *Minifloat) Encode(x float64, ov Overflow) (uint8, Accuracy) {
@@ -239,18 +254,19 @@ func newBitEncoder(f *Minifloat) *bitEncoder {
 	return e
 }
 
-func (e *bitEncoder) encode(x float64, ov Overflow) (uint8, Accuracy) {
+// code is encode's code alone: what a quantizer stores, without the
+// Accuracy it would discard.
+func (e *bitEncoder) code(x float64, ov Overflow) uint8 {
 	f := e.f
 	bits := math.Float64bits(x)
-	neg := bits>>63 != 0
 	sign := uint8(bits>>63) << (f.ExpBits + f.MantBits) // no branch: a weight's sign is a coin toss
 	abits := bits &^ (1 << 63)
 	ax := math.Float64frombits(abits)
 	if abits > 0x7FF<<52 { // NaN
 		if f.NoNaN {
-			return 0, Exact
+			return 0
 		}
-		return sign | f.nanCode(), Exact
+		return sign | f.nanCode()
 	}
 	var code uint64
 	if ax < e.minNormal {
@@ -269,12 +285,29 @@ func (e *bitEncoder) encode(x float64, ov Overflow) (uint8, Accuracy) {
 		case ov == Saturate || f.NoNaN:
 			code = e.maxCode
 		case f.HasInf:
-			return sign | f.infCode(), accOf(math.Inf(1), ax, neg)
+			return sign | f.infCode()
 		default:
-			return sign | f.nanCode(), Exact
+			return sign | f.nanCode()
 		}
 	}
-	return sign | uint8(code), accOfBits(e.values[code], ax, bits>>63)
+	return sign | uint8(code)
+}
+
+// encode is code and how the code's value compares with x.
+func (e *bitEncoder) encode(x float64, ov Overflow) (uint8, Accuracy) {
+	c := e.code(x, ov)
+	bits := math.Float64bits(x)
+	ax := math.Float64frombits(bits &^ (1 << 63))
+	mag := c &^ e.f.signBit()
+	switch {
+	case ax != ax: // NaN
+		return c, Exact
+	case uint64(mag) <= e.maxCode:
+		return c, accOfBits(e.values[mag], ax, bits>>63)
+	case e.f.HasInf && mag == e.f.infCode():
+		return c, accOf(math.Inf(1), ax, bits>>63 != 0)
+	}
+	return c, Exact // an overflow to NaN
 }
 
 // accOfBits is accOf without branches, for the bit-level encoders: whether

@@ -174,17 +174,21 @@ func (o *Overlay) EntryInto(k int, exact bool, dst []byte) {
 		}
 	case FP8E4M3:
 		ks32 := float32(o.kScale)
-		for j := 0; j < l.D(); j++ {
-			dst[j] = o.quantize(o.value(t, j), ks32, exact)
+		var scratch [tokenScratch]float64
+		vals := o.tokenValues(t, scratch[:])
+		for j, v := range vals {
+			dst[j] = o.quantize(v, ks32, exact)
 		}
 	case FP8DSMLA:
+		var scratch [tokenScratch]float64
+		vals := o.tokenValues(t, scratch[:])
 		for tile := 0; tile < DSTiles; tile++ {
 			// Both ways store the scale a correct writer stores; only the
 			// division by it differs.
 			s := TileScale(o.amax[k*DSTiles+tile], l.DSScale)
 			binary.LittleEndian.PutUint32(dst[DSScaleOff+4*tile:], math.Float32bits(s))
 			for j := tile * DSTile; j < (tile+1)*DSTile; j++ {
-				dst[j] = o.quantize(o.value(t, j), s, exact)
+				dst[j] = o.quantize(vals[j], s, exact)
 			}
 		}
 		for j := 0; j < DSRope; j++ {
@@ -219,8 +223,7 @@ func (o *Overlay) quantize(x float64, s float32, exact bool) uint8 {
 	if !exact {
 		q = float64(float32(x) / s)
 	}
-	c, _ := formats.E4M3FN.Encode(q, o.overflow())
-	return c
+	return formats.E4M3FN.Code(q, o.overflow())
 }
 
 // Value returns flat element i of the cache after the write, as
@@ -288,6 +291,23 @@ func (o *Overlay) overflow() formats.Overflow {
 }
 
 // value returns token t's value at entry column j of the D values (kv_c then k_pe).
+// tokenScratch is the most values of a token tokenValues decodes into a
+// caller's array on its stack (an entry's L + R: 576 for MLA's caches).
+const tokenScratch = 1024
+
+// tokenValues is token t's L + R values, value(t, j) for every j, decoded
+// a row at a time into scratch (or a new slice where it is too short).
+func (o *Overlay) tokenValues(t int, scratch []float64) []float64 {
+	l, r := o.Layout.L, o.Layout.R
+	if len(scratch) < l+r {
+		scratch = make([]float64, l+r)
+	}
+	vals := scratch[:l+r]
+	o.kvc.RowInto(vals[:l], t*l, l)
+	o.kpe.RowInto(vals[l:], t*r, r)
+	return vals
+}
+
 func (o *Overlay) value(t, j int) float64 {
 	if j < o.Layout.L {
 		return o.kvc.Float64At(t*o.Layout.L + j)

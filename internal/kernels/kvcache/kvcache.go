@@ -322,6 +322,10 @@ func (c *cacheAfter) ReadBlock(lo int, dst []float64) {
 // block-split fp8_ds_mla_model1, Layout.Entry, or a suspect's other
 // order: entryOf) a block's bytes interleave its tokens' parts, so the
 // unit is a whole block, vouched for when none of its slots was written.
+// A written entry of a byte layout is vouched for by the bytes it is
+// computed to (settledEntry), in the entry c keeps for At: both sides
+// compute theirs, and a check takes it in bulk where the actual's bytes
+// equal both.
 func (c *cacheAfter) Settled(lo, n int) (tensor.DType, []byte, int) {
 	d := c.ov.Before.DType
 	sz := d.Size()
@@ -338,11 +342,14 @@ func (c *cacheAfter) Settled(lo, n int) (tensor.DType, []byte, int) {
 		}
 		return d, c.ov.Before.Data[lo*sz : (lo+m)*sz], m
 	}
-	if c.kvc == nil || per > 1 {
+	if per > 1 {
 		for m < n && !c.unwritten((lo+m)/unit, per) {
 			m = min(n, m+unit)
 		}
 		return "", nil, m
+	}
+	if c.kvc == nil {
+		return c.settledEntry(u, lo-u*c.e, m)
 	}
 	slot := u
 	t, col, l := c.ov.TokenAt(slot), lo-slot*c.e, c.ov.Layout.L
@@ -354,6 +361,25 @@ func (c *cacheAfter) Settled(lo, n int) (tensor.DType, []byte, int) {
 	r := c.ov.Layout.R
 	at := t*r + col - l
 	return d, c.kpe.Data[at*sz : (at+m)*sz], m
+}
+
+// settledEntry is Settled over columns [in, in+m) of written entry slot
+// of a byte layout (fp8_e4m3, fp8_ds_mla: a U8 or F8_E4M3 cache_after):
+// its bytes as EntryInto computes them, which At decodes one by one (the
+// exact side's too: a byte layout's exact entry is its exactly divided
+// codes, never the tokens' values), from the entry c keeps. A float
+// layout's entry rounded from other tokens is not vouched for: its exact
+// values are the tokens' (Overlay.ExactValue).
+func (c *cacheAfter) settledEntry(slot, in, m int) (tensor.DType, []byte, int) {
+	if c.ov.Layout.Kind.IsFloat() {
+		return "", nil, m
+	}
+	if slot != c.slot {
+		c.slot, c.k = slot, c.ov.Find(slot)
+		c.ov.EntryInto(c.k, c.exact, c.entry.Data)
+	}
+	sz := c.entry.DType.Size()
+	return c.entry.DType, c.entry.Data[in*sz : (in+m)*sz], m
 }
 
 // unwritten reports whether no token was written to the per slots of unit u.

@@ -22,7 +22,8 @@ import (
 // the references are bytes of the capture: every entry of cache_after no
 // token was written to (whole blocks of DeepSeek-V4's block-split cache)
 // and, in a bf16 or fp16 cache, every entry written
-// from tokens of its dtype (not from f32 ones), every row of a bf16 or
+// from tokens of its dtype (not from f32 ones), every written entry of an
+// fp8_e4m3 or fp8_ds_mla cache (its computed bytes), every row of a bf16 or
 // fp16 gather (exact, and
 // expected when stored as the cache's dtype or F32), and nothing else.
 func TestSettledVouchesForItsValues(t *testing.T) {
@@ -78,10 +79,11 @@ func TestSettledVouchesForItsValues(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Unwritten entries, and written ones where they are copies of
-		// tokens of the cache's dtype; an f32 token is rounded.
+		// tokens of the cache's dtype (an f32 token is rounded) or bytes
+		// computed from them (the fp8 layouts' codes and scales).
 		want := (nb*p - written) * e
 		switch kind {
-		case "bf16", "fp16":
+		case "bf16", "fp16", "fp8_e4m3", "fp8_ds_mla":
 			want = nb * p * e
 		case "fp8_ds_mla_model1": // whole blocks: 1, 3, 4 and 5 hold no written slot
 			want = 4 * p * e
