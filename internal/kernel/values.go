@@ -157,11 +157,36 @@ func MaterializeContext(ctx context.Context, d tensor.DType, shape []int, v Valu
 	if v.Len() != t.Len() {
 		panic(fmt.Sprintf("kernel.Materialize: %d values for shape %v", v.Len(), shape))
 	}
-	for i, n := 0, t.Len(); i < n; i++ {
-		if err := Stopped(ctx, i); err != nil {
+	// A run its Settler vouches for in d's own bytes is those bytes, copied:
+	// each finite value re-encodes to its own code, so only a special
+	// value (whose NaN payload SetFloat64 may not keep) is stored from At
+	// as before. The rest is read a block at a time (ReadBlock: At's bits).
+	settler, _ := v.(Settler)
+	sz := d.Size()
+	var block []float64
+	for i, n := 0, t.Len(); i < n; {
+		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		t.SetFloat64(i, v.At(i))
+		m := min(n-i, StopStride)
+		if settler != nil {
+			sd, b, sm := settler.Settled(i, m)
+			m = sm
+			if b != nil && sd == d && len(b) == m*sz {
+				copy(t.Data[i*sz:(i+m)*sz], b)
+				t.ScanSpecial(i, i+m, func(k int, _ tensor.Special) { t.SetFloat64(k, v.At(k)) })
+				i += m
+				continue
+			}
+		}
+		if block == nil {
+			block = make([]float64, min(n, StopStride))
+		}
+		ReadBlock(v, i, block[:m])
+		for k, x := range block[:m] {
+			t.SetFloat64(i+k, x)
+		}
+		i += m
 	}
 	return t, nil
 }
