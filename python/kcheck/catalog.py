@@ -37,11 +37,6 @@ RUNS = [
     ("vLLM TRITON_MLA decode_attention_fwd, fp32 lse buffer", "worker:vllm,lse_dtype=f32,partials=off", "mla_decode", None,
      ["mla_decode/deepseek-v3/tp8/fp8_e4m3/p16/ctx-P+1"], ["mla_decode/*/tp8/*", "mla_decode/mtp/*"],
      "out (bf16) and lse; tp1 (128 heads) not in the full run: 8x the interpreter time of tp8"),
-    ("vLLM TRITON_MLA decode_attention_fwd, fp32 lse buffer, variant sample", "worker:vllm,lse_dtype=f32,partials=off",
-     "mla_decode", None, None,
-     ["mla_decode/deepseek-v3/tp8/fp8_e4m3/p64/ctx-P+1", "mla_decode/split/deepseek-v3/tp8/s4/ctx-S+1"],
-     "two cases, an fp8_e4m3 cache at page 64 and 4 splits over a bf16 cache, for runs too short for the entry above:"
-     " a sample, not the full set"),
     ("vLLM TRITON_MLA decode_attention_fwd, as forward_mqa calls it", "worker:vllm", "mla_decode", None,
      None, ["mla_decode/deepseek-v3/tp8/bf16/p16/ctx-P+1", "mla_decode/fp16/*", "mla_decode/split/deepseek-v3/tp8/s4/*"],
      "o and lse in the query's dtype (bf16, or fp16 over an fp16 cache) and attn_logits partials, read as --from vllm"
