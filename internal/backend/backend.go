@@ -26,6 +26,22 @@ type Backend interface {
 	Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error)
 }
 
+// InProcess is implemented by backends that run Go code in this process
+// and keep no state between runs (the reference, the exact chain, a
+// planted fault), so that kcheck run may run cases side by side, each
+// charged against the memory bound as it runs. A backend that drives a
+// device or other processes (cuda, worker:, exec:) runs one case at a
+// time: they would share one GPU or time each other out.
+type InProcess interface {
+	InProcess() bool
+}
+
+// Concurrent reports whether be may run several cases at once (InProcess).
+func Concurrent(be Backend) bool {
+	ip, ok := be.(InProcess)
+	return ok && ip.InProcess()
+}
+
 // MetaRunner is a backend whose outputs come with metadata a capture must
 // keep (an emulated device's name and what it cannot check); meta may be nil.
 type MetaRunner interface {
@@ -38,6 +54,9 @@ type Reference struct{}
 
 // Name implements Backend.
 func (Reference) Name() string { return "reference" }
+
+// InProcess implements InProcess.
+func (Reference) InProcess() bool { return true }
 
 // Run implements Backend.
 func (Reference) Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {

@@ -25,6 +25,9 @@ type Exact struct{}
 // Name implements Backend.
 func (Exact) Name() string { return "exact" }
 
+// InProcess implements InProcess.
+func (Exact) InProcess() bool { return true }
+
 // Run implements Backend.
 func (Exact) Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
 	k, err := kernel.Lookup(name)

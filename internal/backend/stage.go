@@ -17,6 +17,9 @@ type Swapped struct {
 // Name implements Backend.
 func (s Swapped) Name() string { return s.Base.Name() + " with " + s.Stage + " on the reference" }
 
+// InProcess implements InProcess: as Base does (the reference always does).
+func (s Swapped) InProcess() bool { return Concurrent(s.Base) }
+
 // Run implements Backend.
 func (s Swapped) Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
 	k, err := kernel.Lookup(name)
@@ -38,6 +41,9 @@ type Only struct {
 
 // Name implements Backend.
 func (o Only) Name() string { return o.Base.Name() + " in " + o.Stage + " only" }
+
+// InProcess implements InProcess: as Base does.
+func (o Only) InProcess() bool { return Concurrent(o.Base) }
 
 // Run implements Backend.
 func (o Only) Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {

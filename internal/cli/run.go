@@ -7,6 +7,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/evidence"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -260,9 +261,12 @@ func (o *runOptions) run(ctx context.Context) error {
 	bar := progress.New(len(sel), o.io.Err, o.quiet)
 	done := &progressLog{total: len(sel)}
 	verdicts := newTally()
+	next := runAhead(ctx, sel, caseJobs(be, o.outDir), func(c cases.Case) check.Result {
+		return RunCase(ctx, c, be, opts, o.timeout, o.outDir, o.force)
+	})
 	for _, c := range sel {
 		bar.Describe(printable.Escape(c.Name))
-		res := RunCase(ctx, c, be, opts, o.timeout, o.outDir, o.force)
+		res := next()
 		if ctx.Err() != nil { // this case did not finish
 			bar.Clear()
 			return done.interrupted(o.io, reportNote(o.report))
@@ -292,6 +296,56 @@ func (o *runOptions) run(ctx context.Context) error {
 		code = worseExit(code, ExitUsage)
 	}
 	return exitCode(code)
+}
+
+// caseJobs is how many cases kcheck run runs at once on be: one a core,
+// at most two (two keep both cores of a small machine busy through a
+// case's serial parts, its input generation above all, and hold at most
+// twice one case's memory, each charged against the bound), where be runs
+// in this process (backend.Concurrent); one for a device or a worker
+// process, and one where captures are kept (outDir): a case writes its
+// capture as it runs, and one run ahead of a case the user interrupts
+// would leave evidence the run never reported.
+func caseJobs(be backend.Backend, outDir string) int {
+	if !backend.Concurrent(be) || outDir != "" {
+		return 1
+	}
+	return min(runtime.GOMAXPROCS(0), 2)
+}
+
+// runAhead runs run on the cases, up to jobs at once in their order, and
+// returns the function that gives their results in that order, waiting for
+// each: the output is the serial run's, whatever finishes first. Once ctx
+// is done no case starts; a case running finishes early under ctx.
+func runAhead(ctx context.Context, sel []cases.Case, jobs int, run func(cases.Case) check.Result) func() check.Result {
+	results := make([]chan check.Result, len(sel))
+	for i := range results {
+		results[i] = make(chan check.Result, 1)
+	}
+	slots := make(chan struct{}, max(jobs, 1))
+	go func() {
+		for i, c := range sel {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				// the reader stops at ctx too; these answer a read anyway
+				for _, r := range results[i:] {
+					r <- check.Result{Verdict: check.Error}
+				}
+				return
+			}
+			go func() {
+				defer func() { <-slots }()
+				results[i] <- run(c)
+			}()
+		}
+	}()
+	i := 0
+	return func() check.Result {
+		r := <-results[i]
+		i++
+		return r
+	}
 }
 
 // removeStaleTemps removes, and names on stderr, the temporary files that

@@ -291,6 +291,10 @@ type Backend struct{ Fault *Fault }
 // Name implements backend.Backend.
 func (b Backend) Name() string { return "faulty:" + b.Fault.Name }
 
+// InProcess implements backend.InProcess: a fault is the reference's Go
+// code with a change, and keeps no state between runs.
+func (b Backend) InProcess() bool { return true }
+
 // Run implements backend.Backend.
 func (b Backend) Run(ctx context.Context, name string, in kernel.Inputs) (map[string]*tensor.Tensor, error) {
 	k, err := kernel.Lookup(name)
