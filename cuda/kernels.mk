@@ -143,13 +143,27 @@ build/hostcheck: cuda/hostcheck/hostcheck.cu $(CUDA_HDRS) | $(CUDA_TOOLCHAIN_DEP
 	$(NVCC) -O2 -std=c++17 -arch=sm_80 $(CUDA_HOST_LDFLAGS) -o $@ $<
 
 # cuda/ptxasreport/testdata/mla.ptx is an excerpt of the PTX nvcc makes of
-# cuda/mla_decode.cu (testdata/excerpt.sh says which part): regenerate it,
-# and in CI fail when the tracked copy no longer matches the kernel.
+# cuda/mla_decode.cu (testdata/excerpt.sh says which part), and
+# mla-sm_120.log an excerpt of ptxas -v on that PTX for sm_120
+# (testdata/mlalog.sh): regenerate them, and in CI fail when a tracked copy
+# no longer matches the kernel. testdata/small.ptx is hand-written input,
+# not generated; the check runs this toolchain's ptxas (13.0) on it and
+# fails when its report differs from the recorded ptxas-13.0.log, compile
+# times aside. ptxas-11.8.log and spill-13.0.log are recorded output of a
+# ptxas (11.8) and a kernel source this repository does not hold.
+PTXAS_TESTDATA := cuda/ptxasreport/testdata
 ptxasreport-testdata: cuda/ptx/mla_decode.ptx
-	sh cuda/ptxasreport/testdata/excerpt.sh $< > cuda/ptxasreport/testdata/mla.ptx
+	sh $(PTXAS_TESTDATA)/excerpt.sh $< > $(PTXAS_TESTDATA)/mla.ptx
+	$(PTXAS) -v -arch=sm_120 -o /dev/null $< 2>&1 | sh $(PTXAS_TESTDATA)/mlalog.sh > $(PTXAS_TESTDATA)/mla-sm_120.log
 ptxasreport-testdata-check: cuda/ptx/mla_decode.ptx
-	sh cuda/ptxasreport/testdata/excerpt.sh $< | diff -u cuda/ptxasreport/testdata/mla.ptx - || \
-	  { echo "cuda/ptxasreport/testdata/mla.ptx differs from cuda/mla_decode.cu's PTX: run make ptxasreport-testdata"; exit 1; }
+	sh $(PTXAS_TESTDATA)/excerpt.sh $< | diff -u $(PTXAS_TESTDATA)/mla.ptx - || \
+	  { echo "$(PTXAS_TESTDATA)/mla.ptx differs from cuda/mla_decode.cu's PTX: run make ptxasreport-testdata"; exit 1; }
+	$(PTXAS) -v -arch=sm_120 -o /dev/null $< 2>&1 | sh $(PTXAS_TESTDATA)/mlalog.sh | diff -u $(PTXAS_TESTDATA)/mla-sm_120.log - || \
+	  { echo "$(PTXAS_TESTDATA)/mla-sm_120.log differs from ptxas on cuda/mla_decode.cu's PTX: run make ptxasreport-testdata"; exit 1; }
+	@mkdir -p build
+	grep -v 'Compile time' $(PTXAS_TESTDATA)/ptxas-13.0.log > build/ptxas-13.0.recorded
+	$(PTXAS) -v -arch=sm_120a -o /dev/null $(PTXAS_TESTDATA)/small.ptx 2>&1 | grep -v 'Compile time' | diff -u build/ptxas-13.0.recorded - || \
+	  { echo "ptxas $$($(PTXAS) --version | tail -1) on $(PTXAS_TESTDATA)/small.ptx no longer reports what ptxas-13.0.log recorded"; exit 1; }
 
 kernels-hostcheck: build/hostcheck
 	./build/hostcheck cuda/testdata

@@ -14,8 +14,10 @@ import (
 // small.ptx (a kernel with 4 KB of __shared__ and one without), ptxas 13.0
 // on a kernel built to spill (nvcc -maxrregcount=16), and ptxas 13.0 on two
 // MLA decode variants of mla_decode.cu for sm_120. small.ptx is hand-written
-// input; mla.ptx is generated from cuda/mla_decode.cu (testdata/excerpt.sh,
-// checked in CI by make ptxasreport-testdata-check).
+// input (ptxas 13.0's report on it checked against ptxas-13.0.log in CI);
+// mla.ptx and mla-sm_120.log are generated from cuda/mla_decode.cu
+// (testdata/excerpt.sh, mlalog.sh; checked in CI by make
+// ptxasreport-testdata-check).
 func TestParsePtxas(t *testing.T) {
 	cases := []struct {
 		file string

@@ -6,7 +6,9 @@
 # cuda/ptx/mla_decode.ptx; `make ptxasreport-testdata-check` (in .ci/run)
 # regenerates it from the .cu and fails when the tracked copy differs.
 # small.ptx is not generated: it is hand-written PTX, the input the
-# recorded ptxas logs beside it were made from.
+# recorded ptxas logs beside it were made from (the check runs ptxas 13.0
+# on it against ptxas-13.0.log); mla-sm_120.log is mlalog.sh's excerpt of
+# ptxas on the same PTX this script cuts.
 set -eu
 awk '
   /^\.(version|target|address_size) / { print; next }
