@@ -155,13 +155,8 @@ func (f *Minifloat) Round(x float64, ov Overflow) (float64, Accuracy) {
 // Code is Encode's code alone, for the quantizers that store it and
 // discard the Accuracy.
 func (f *Minifloat) Code(x float64, ov Overflow) uint8 {
-	switch f {
-	case E2M1:
-		return e2m1Bits.code(x, ov)
-	case E4M3FN:
-		return e4m3fnBits.code(x, ov)
-	case E5M2:
-		return e5m2Bits.code(x, ov)
+	if e := f.bits(); e != nil {
+		return e.code(x, ov)
 	}
 	c, _ := f.encodeGeneral(x, ov)
 	return c
@@ -170,15 +165,24 @@ func (f *Minifloat) Code(x float64, ov Overflow) uint8 {
 // Encode converts x to the nearest code of f, ties to even. E2M1 has no NaN
 // or infinity and always saturates; NaN input gives E2M1 code 0.
 func (f *Minifloat) Encode(x float64, ov Overflow) (uint8, Accuracy) {
-	switch f {
-	case E2M1:
-		return e2m1Bits.encode(x, ov)
-	case E4M3FN:
-		return e4m3fnBits.encode(x, ov)
-	case E5M2:
-		return e5m2Bits.encode(x, ov)
+	if e := f.bits(); e != nil {
+		return e.encode(x, ov)
 	}
 	return f.encodeGeneral(x, ov)
+}
+
+// bits is f's bit-level encoder, or nil for a Minifloat that has none
+// (encodeGeneral serves it).
+func (f *Minifloat) bits() *bitEncoder {
+	switch f {
+	case E2M1:
+		return e2m1Bits
+	case E4M3FN:
+		return e4m3fnBits
+	case E5M2:
+		return e5m2Bits
+	}
+	return nil
 }
 
 // encodeGeneral is Encode for any Minifloat, by arithmetic on the value:
