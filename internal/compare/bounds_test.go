@@ -279,14 +279,7 @@ func recordedOutput(firstRow int) (kernel.Output, *tensor.Tensor) {
 func sampledProfileFromTheRecord(t *testing.T, profile bool, firstRow int) {
 	o, actual := recordedOutput(firstRow)
 	n := actual.Len()
-	want, err := Compare(o, actual, nil, Options{ElementPath: true, Profile: profile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := Compare(o, actual, nil, Options{Profile: profile})
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, got := onBothPaths(t, o, actual, Options{Profile: profile})
 	if signature.SampleRate(n, signature.DefaultMaxElements) >= 1 || got.bulk == 0 {
 		t.Fatalf("%d elements, %d in bulk: the test samples nothing or has no bulk run", n, got.bulk)
 	}

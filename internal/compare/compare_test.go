@@ -641,14 +641,7 @@ func TestSignatureFromThePass(t *testing.T) {
 			return []kernel.Coord{{Kind: kernel.KindPageOffset, Value: idx[0] % 16}}
 		}}}
 	for _, profile := range []bool{false, true} {
-		want, err := Compare(o, actual, nil, Options{ElementPath: true, Profile: profile})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := Compare(o, actual, nil, Options{Profile: profile})
-		if err != nil {
-			t.Fatal(err)
-		}
+		want, got := onBothPaths(t, o, actual, Options{Profile: profile})
 		if want.Signature == nil || want.Signature.Pattern == "" {
 			t.Fatalf("no signature on the element path: %+v", want)
 		}
@@ -661,4 +654,21 @@ func TestSignatureFromThePass(t *testing.T) {
 			}
 		}
 	}
+}
+
+// onBothPaths is Compare of actual on the element path and on the fast
+// path, opts otherwise alike: what the fast path's tests hold to each other.
+func onBothPaths(t *testing.T, o kernel.Output, actual *tensor.Tensor, opts Options) (element, fast Check) {
+	t.Helper()
+	opts.ElementPath = true
+	element, err := Compare(o, actual, nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.ElementPath = false
+	fast, err = Compare(o, actual, nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return element, fast
 }
