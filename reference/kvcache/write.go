@@ -195,11 +195,13 @@ func (o *Overlay) EntryInto(k int, exact bool, dst []byte) {
 			binary.LittleEndian.PutUint16(dst[DSRopeOff+2*j:], o.floatBits(t, DSLatent+j, tensor.BF16))
 		}
 	case FP8DSMLAModel1:
+		var scratch [tokenScratch]float64
+		vals := o.tokenValues(t, scratch[:])
 		for tile := 0; tile < M1Tiles; tile++ {
 			s := TileScale(o.amax[k*M1Tiles+tile], l.DSScale)
 			dst[m1ScaleOff+tile] = formats.E8M0.Encode(float64(s)) // a power of two: exact
 			for j := tile * M1Tile; j < (tile+1)*M1Tile; j++ {
-				dst[j] = o.quantize(o.value(t, j), s, exact)
+				dst[j] = o.quantize(vals[j], s, exact)
 			}
 		}
 		dst[m1PadCol] = 0 // as vLLM's writer (cache_utils.py:154-155); FlashMLA's leaves it unwritten
@@ -207,11 +209,13 @@ func (o *Overlay) EntryInto(k int, exact bool, dst []byte) {
 			binary.LittleEndian.PutUint16(dst[m1RopeOff+2*j:], o.floatBits(t, M1Nope+j, tensor.BF16))
 		}
 	case FP8DSMLAV41:
+		var scratch [tokenScratch]float64
+		vals := o.tokenValues(t, scratch[:])
 		for tile := 0; tile < V41Tiles; tile++ {
 			s := TileScale(o.amax[k*V41Tiles+tile], l.DSScale)
 			dst[v41ScaleOff+tile] = formats.E8M0.Encode(float64(s))
 			for j := tile * V41Tile; j < (tile+1)*V41Tile; j++ {
-				dst[j] = o.quantize(o.value(t, j), s, exact)
+				dst[j] = o.quantize(vals[j], s, exact)
 			}
 		}
 	}

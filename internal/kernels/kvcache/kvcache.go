@@ -252,18 +252,24 @@ func (c *cacheAfter) Fork() Values {
 	return f
 }
 
-// Len implements Values.
-func (c *cacheAfter) Len() int { return c.ov.Before.Len() }
-
-// At implements Values.
-func (c *cacheAfter) At(i int) float64 {
-	slot, col := c.entryOf(i)
+// load makes slot the entry c keeps: k its index among the written ones
+// (-1: not written) and, when written, entry its bytes.
+func (c *cacheAfter) load(slot int) {
 	if slot != c.slot {
 		c.slot, c.k = slot, c.ov.Find(slot)
 		if c.k >= 0 {
 			c.ov.EntryInto(c.k, c.exact, c.entry.Data)
 		}
 	}
+}
+
+// Len implements Values.
+func (c *cacheAfter) Len() int { return c.ov.Before.Len() }
+
+// At implements Values.
+func (c *cacheAfter) At(i int) float64 {
+	slot, col := c.entryOf(i)
+	c.load(slot)
 	if c.k < 0 {
 		return c.ov.Before.Float64At(i)
 	}
@@ -288,12 +294,7 @@ func (c *cacheAfter) ReadBlock(lo int, dst []float64) {
 		slot := lo / c.e
 		in := lo - slot*c.e
 		n := min(len(dst), c.e-in)
-		if slot != c.slot {
-			c.slot, c.k = slot, c.ov.Find(slot)
-			if c.k >= 0 {
-				c.ov.EntryInto(c.k, c.exact, c.entry.Data)
-			}
-		}
+		c.load(slot)
 		switch {
 		case c.k < 0:
 			c.ov.Before.RowInto(dst[:n], lo, n)
@@ -374,10 +375,7 @@ func (c *cacheAfter) settledEntry(slot, in, m int) (tensor.DType, []byte, int) {
 	if c.ov.Layout.Kind.IsFloat() {
 		return "", nil, m
 	}
-	if slot != c.slot {
-		c.slot, c.k = slot, c.ov.Find(slot)
-		c.ov.EntryInto(c.k, c.exact, c.entry.Data)
-	}
+	c.load(slot)
 	sz := c.entry.DType.Size()
 	return c.entry.DType, c.entry.Data[in*sz : (in+m)*sz], m
 }
