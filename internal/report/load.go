@@ -134,7 +134,8 @@ func reproduceFor(r check.Result) string {
 	return ""
 }
 
-// shellQuote quotes s for a POSIX shell when it needs it: '...' as a rule,
+// ShellQuote quotes s for a POSIX shell when it needs it (the reproduction
+// commands the command line builds): '...' as a rule,
 // and $'...' (POSIX.1-2024; bash, zsh, ksh, busybox) with \xHH escapes when s
 // holds a byte a terminal would act on, so that a reproduction command stays
 // one printable line that the shell reads back to the same bytes.
@@ -171,6 +172,3 @@ func ShellQuote(s string) string {
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
-
-// ShellQuote quotes s for a POSIX shell when it needs it (for the
-// reproduction commands the command line builds).
