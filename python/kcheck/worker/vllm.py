@@ -126,7 +126,7 @@ def mla_decode(tensors, meta, opts):
     require_convention(meta, "vllm", "mla_decode", "lse_base", "e")
     kind = param(meta, "kv_cache_dtype", "bf16")
     if kind not in ("bf16", "fp16", "auto", "fp8_e4m3"):
-        raise Unsupported(f"kv_cache_dtype {kind}: TRITON_MLA reads bf16/fp16 or per-tensor fp8 caches (triton_mla.py supported_kv_cache_dtypes), not {kind}")
+        raise Unsupported(f"kv_cache_dtype {kind}: TRITON_MLA reads bf16/fp16 or per-tensor fp8 caches (supported_kv_cache_dtypes, vllm 0.33.0 vllm/v1/attention/backends/mla/triton_mla.py:101-107), not {kind}")
     lse_dtype = opts.get("lse_dtype", "query")
     if lse_dtype not in ("query", "f32"):
         raise BadInput(f"option lse_dtype={lse_dtype}: want query or f32")
