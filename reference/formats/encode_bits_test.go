@@ -33,6 +33,23 @@ func sameEncode(t *testing.T, f *formats.Minifloat, x float64, mode formats.Over
 		t.Errorf("%s.Code(%x, %s) = %#02x; the general encoder gives %#02x", f.Name, x, modeName(mode), c, want)
 		return false
 	}
+	return sameNearTie(t, f, x)
+}
+
+// tieTolerances are NearTie's tolerances in use (nvfp4's roundQuotient
+// 2^-40, its TieTol 2^-21) and either side of them, up to 2^-8.
+var tieTolerances = []float64{0, 0x1p-52, 0x1p-40, 0x1p-30, 0x1p-21, 0x1p-16, 0x1p-8}
+
+// sameNearTie: the bit-level NearTie agrees with its arithmetic
+// definition at x for every tolerance in use.
+func sameNearTie(t *testing.T, f *formats.Minifloat, x float64) bool {
+	t.Helper()
+	for _, tol := range tieTolerances {
+		if got, want := f.NearTie(x, tol), f.NearTieGeneral(x, tol); got != want {
+			t.Errorf("%s.NearTie(%x, %v) = %v; the general definition gives %v", f.Name, x, tol, got, want)
+			return false
+		}
+	}
 	return true
 }
 
@@ -86,6 +103,9 @@ func TestBitEncoderMidpoints(t *testing.T) {
 	}
 }
 
+// nvfp4TieTol is reference/nvfp4's TieTol (that package imports this one).
+const nvfp4TieTol = 0x1p-21
+
 // TestBitEncoderEveryFloat32: for E2M1 and E4M3FN, the formats of NVFP4's
 // codes and scales, every positive float32 from a quarter of the smallest
 // subnormal to four times the largest value, in both overflow modes past
@@ -111,12 +131,14 @@ func TestBitEncoderEveryFloat32(t *testing.T) {
 				check := func(x float64, mode formats.Overflow) bool {
 					got, gotAcc := f.Encode(x, mode)
 					want, wantAcc := f.EncodeGeneral(x, mode)
-					if got == want && gotAcc == wantAcc && f.Code(x, mode) == want {
+					if got == want && gotAcc == wantAcc && f.Code(x, mode) == want &&
+						f.NearTie(x, 0x1p-40) == f.NearTieGeneral(x, 0x1p-40) && f.NearTie(x, nvfp4TieTol) == f.NearTieGeneral(x, nvfp4TieTol) {
 						return true
 					}
 					mu.Lock()
-					failures = append(failures, fmt.Sprintf("%s.Encode(%x, %s) = %#02x, %v; the general encoder gives %#02x, %v",
-						f.Name, x, modeName(mode), got, gotAcc, want, wantAcc))
+					failures = append(failures, fmt.Sprintf("%s.Encode(%x, %s) = %#02x, %v; the general encoder gives %#02x, %v (or NearTie differs: %v %v at 2^-40, %v %v at TieTol)",
+						f.Name, x, modeName(mode), got, gotAcc, want, wantAcc,
+						f.NearTie(x, 0x1p-40), f.NearTieGeneral(x, 0x1p-40), f.NearTie(x, nvfp4TieTol), f.NearTieGeneral(x, nvfp4TieTol)))
 					mu.Unlock()
 					return false
 				}

@@ -234,7 +234,10 @@ type bitEncoder struct {
 	shift     uint    // float64 mantissa bits dropped
 	rebias    uint64  // float64's exponent bias over f's, as a code offset
 	maxCode   uint64  // the largest finite magnitude code
-	values    [128]float64
+	// topMidpoint is the midpoint between the largest value and the next
+	// step of its binade, as nearTieGeneral computes it
+	topMidpoint float64
+	values      [128]float64
 }
 
 var (
@@ -252,6 +255,7 @@ func newBitEncoder(f *Minifloat) *bitEncoder {
 		rebias:    uint64(1023-f.Bias) << f.MantBits,
 		maxCode:   uint64(f.magCode(f.MaxFinite())),
 	}
+	e.topMidpoint = f.MaxFinite() + f.quantum(f.MaxFinite())/2
 	for c := range e.maxCode + 1 {
 		e.values[c] = f.Decode(uint8(c))
 	}
@@ -276,7 +280,10 @@ func (e *bitEncoder) code(x float64, ov Overflow) uint8 {
 	if ax < e.minNormal {
 		// a subnormal of f (or 0, or the least normal when it rounds up):
 		// the scaling by a power of two is exact, and so is RoundToEven
-		code = uint64(math.RoundToEven(ax * e.subScale))
+		// code = RoundToEven(ax * subScale), a count below 2^MantBits:
+		// adding 2^52, whose ulp is 1, rounds it to even in the
+		// mantissa, without RoundToEven's call
+		code = math.Float64bits(ax*e.subScale+0x1p52) - math.Float64bits(0x1p52)
 	} else {
 		// round the float64 mantissa to f's, nearest even; a carry out of
 		// it steps the exponent, as it should, and past the largest
@@ -295,6 +302,31 @@ func (e *bitEncoder) code(x float64, ov Overflow) uint8 {
 		}
 	}
 	return sign | uint8(code)
+}
+
+// nearTie is NearTie without its Frexp and Ldexp calls, which the nvfp4
+// quantizer paid for every element (issue 17). In f's normal range the
+// midpoint nearest |x| is |x|'s bits with those below f's mantissa
+// replaced by a half: |x| - mid is then exact, and equal to the general
+// definition's MidpointDistance times the binade's spacing. Below f's
+// least normal and above its largest value it computes what the general
+// definition does, with the spacing and the top midpoint precomputed. The
+// two agree for every float64 (encode_bits_test.go).
+func (e *bitEncoder) nearTie(x, relTol float64) bool {
+	abits := math.Float64bits(x) &^ (1 << 63)
+	ax := math.Float64frombits(abits)
+	switch {
+	case abits >= 0x7FF<<52: // infinity, NaN
+		return false
+	case ax > e.values[e.maxCode]:
+		return math.Abs(ax-e.topMidpoint) <= relTol*ax
+	case ax < e.minNormal:
+		q := 1 / e.subScale // the smallest subnormal, exactly
+		frac := ax/q - math.Floor(ax/q)
+		return math.Abs(frac-0.5)*q <= relTol*ax
+	}
+	mid := math.Float64frombits(abits>>e.shift<<e.shift | 1<<(e.shift-1))
+	return math.Abs(ax-mid) <= relTol*ax
 }
 
 // encode is code and how the code's value compares with x.
@@ -386,6 +418,15 @@ func (f *Minifloat) MidpointDistance(x float64) float64 {
 // midpoint of f, so that either neighbouring code is a correct result for a
 // kernel whose arithmetic carries that relative error.
 func (f *Minifloat) NearTie(x float64, relTol float64) bool {
+	if e := f.bits(); e != nil {
+		return e.nearTie(x, relTol)
+	}
+	return f.nearTieGeneral(x, relTol)
+}
+
+// nearTieGeneral is NearTie for any Minifloat, by arithmetic on the value:
+// the definition bitEncoder.nearTie is tested against.
+func (f *Minifloat) nearTieGeneral(x float64, relTol float64) bool {
 	ax := math.Abs(x)
 	if ax == 0 || math.IsNaN(ax) || math.IsInf(ax, 0) {
 		return false
