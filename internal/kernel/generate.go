@@ -84,9 +84,18 @@ func F32Scalar(v float64) *tensor.Tensor {
 
 // AbsMax is the largest |x| of v (0 for none).
 func AbsMax(v []float64) float64 {
-	m := 0.0
+	// math.Max's fold without its call, which was most of the catalog's
+	// scale scans: an infinity wins over a NaN, as in math.Max
+	m, nan := 0.0, false
 	for _, x := range v {
-		m = math.Max(m, math.Abs(x))
+		if a := math.Abs(x); a > m {
+			m = a
+		} else if a != a {
+			nan = true
+		}
+	}
+	if nan && !math.IsInf(m, 1) {
+		return math.NaN()
 	}
 	return m
 }
