@@ -251,17 +251,21 @@ func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) B
 		if sep && part.colF == nil {
 			part.colF, part.colCnt = make([]float64, C), make([]int32, C)
 		}
-		// the sums go on in locals, which the compiler keeps in registers
+		// the sums go on in locals, which the compiler keeps in registers,
+		// the row's too: added in memory, each of its additions waited
+		// for the last one's store
 		f2, x2, e2, cnt := part.f2, part.x2, part.e2, part.cnt
 		colF, colCnt := part.colF, part.colCnt
 		r, c := lo/C, lo%C
+		rows := boundsRows{f: rowF, x: rowX, cnt: rowCnt}
+		rf, rx, rc := rows.resume(sep, r, c)
 		for k, x := range xb {
 			if e := eb[k]; finite(x) && finite(e) {
 				f := math.Abs(e - x)
 				if sep {
-					rowF[r] += f * f
-					rowX[r] += x * x
-					rowCnt[r]++
+					rf += f * f
+					rx += x * x
+					rc++
 					colF[c] += f * f
 					colCnt[c]++
 				}
@@ -271,8 +275,13 @@ func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) B
 				cnt++
 			}
 			if c++; c == C {
+				rows.store(sep, r, rf, rx, rc)
 				r, c = r+1, 0
+				rf, rx, rc = 0, 0, 0
 			}
+		}
+		if c != 0 {
+			rows.store(sep, r, rf, rx, rc)
 		}
 		part.f2, part.x2, part.e2, part.cnt = f2, x2, e2, cnt
 	}, func(lo int, d tensor.DType, b []byte, part *boundsPart) {
@@ -285,11 +294,13 @@ func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) B
 		colCnt := part.colCnt
 		vals, sz := codeValues(d), d.Size()
 		r, c := lo/C, lo%C
+		rows := boundsRows{f: rowF, x: rowX, cnt: rowCnt}
+		rf, rx, rc := rows.resume(sep, r, c)
 		for k, n := 0, len(b)/sz; k < n; k++ {
 			if x := vals[codeAt(b, sz, k)]; finite(x) {
 				if sep {
-					rowX[r] += x * x
-					rowCnt[r]++
+					rx += x * x
+					rc++
 					colCnt[c]++
 				}
 				x2 += x * x
@@ -297,8 +308,13 @@ func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) B
 				cnt++
 			}
 			if c++; c == C {
+				rows.store(sep, r, rf, rx, rc)
 				r, c = r+1, 0
+				rf, rx, rc = 0, 0, 0
 			}
+		}
+		if c != 0 {
+			rows.store(sep, r, rf, rx, rc)
 		}
 		part.x2, part.e2, part.cnt = x2, e2, cnt
 	}, parts)
@@ -473,6 +489,31 @@ func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) B
 			"mag_i = max(|exact_i|, row rms of exact). Fail beyond %g·tol_i; aggregates: rmse ≤ %.3g (%g×floor + 1 ulp + γ), "+
 			"cos_diff ≤ %.3g (floor %.3g)",
 			d, math.Sqrt(gF), model, kappa, N, alpha, g, gDet, gPr, n, acc, band, agg.RMSE, rho, agg.CosDiff, agg.FloorCosDiff) + noiseText,
+	}
+}
+
+// boundsRows is the per-row sums of Bounds' first pass, which a pass
+// keeps in locals while it is in a row: resume and store move one
+// row's sums, and do nothing for an output without rows (sep false) or
+// past the last row.
+type boundsRows struct {
+	f, x []float64
+	cnt  []int
+}
+
+// resume gives row r's sums so far for a call that starts at column c:
+// none at a row's start, which is all a call reads of a row it did not
+// begin, so no call reads a row another unit's goroutine is writing.
+func (b boundsRows) resume(sep bool, r, c int) (f, x float64, cnt int) {
+	if !sep || c == 0 || r >= len(b.f) {
+		return 0, 0, 0
+	}
+	return b.f[r], b.x[r], b.cnt[r]
+}
+
+func (b boundsRows) store(sep bool, r int, f, x float64, cnt int) {
+	if sep && r < len(b.f) {
+		b.f[r], b.x[r], b.cnt[r] = f, x, cnt
 	}
 }
 
