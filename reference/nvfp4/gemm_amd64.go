@@ -5,23 +5,26 @@ package nvfp4
 import (
 	"runtime"
 
+	"github.com/kcheck-dev/kcheck/reference/internal/simd"
 	"github.com/kcheck-dev/kcheck/reference/parallel"
-	"golang.org/x/sys/cpu"
 )
 
-// On amd64 with AVX-512 the GEMM's inner loop runs in assembly
-// (gemm_amd64.s): output tiles of 8 rows by 32 columns, one column a vector
-// lane, a's block values broadcast, b's in panels of 32 columns transposed
-// to [K][32] so that a position's 32 values are two consecutive vectors.
+// On amd64 with AVX-512 or AVX2 the GEMM's inner loop runs in assembly
+// (gemm_amd64.s, gemm_avx2_amd64.s): output tiles of 8 rows by 32
+// columns, one column a vector lane, a's block values broadcast, b's in
+// panels of 32 columns transposed to [K][32] so that a position's 32
+// values are two (AVX2: four) consecutive vectors.
 // The products and the sums inside a block are exact in fp32 (see GEMM), so
 // the fused multiply-adds give runGeneric's block partials, and the
 // partials are added to the fp32 and float64 accumulators one block at a
 // time in K order, as runGeneric adds them: the results are its bits.
 
-var useAVX512 = cpu.X86.HasAVX512F
+// level is the widest instruction set the CPU runs; tests set it to each
+// of levels in turn.
+var level, levels = simd.Best(), simd.Supported()
 
 // kernelsName names the inner loop this build runs (for tests and benchmarks).
-var kernelsName = map[bool]string{true: "avx512", false: "generic"}[useAVX512]
+func kernelsName() string { return level.String() }
 
 // gemmTileAVX512 is runGeneric's inner loops over one tile of asmTI = 8
 // rows of a (block values, row r at a[r*lda:]) by the asmTJ = 32 columns of
@@ -44,6 +47,11 @@ var kernelsName = map[bool]string{true: "avx512", false: "generic"}[useAVX512]
 //go:noescape
 func gemmTileAVX512(a *float32, lda int, b *float32, nblk int, acc32 *float32, acc64 *float64)
 
+// gemmTileAVX2 is gemmTileAVX512 in 256-bit vectors.
+//
+//go:noescape
+func gemmTileAVX2(a *float32, lda int, b *float32, nblk int, acc32 *float32, acc64 *float64)
+
 // The assembly's tile (asmTI rows, asmTJ columns), the K slice a panel
 // holds (64 KiB of b, reused by every row tile of the unit from L2), and
 // the most row tiles one work unit takes (their accumulators, 3 KiB a
@@ -51,19 +59,23 @@ func gemmTileAVX512(a *float32, lda int, b *float32, nblk int, acc32 *float32, a
 const asmTI, asmTJ, asmTK, asmMaxTiles = 8, 32, 512, 64
 
 func (g *gemmJob) run(b *Matrix) error {
-	if !useAVX512 || g.m == 0 || g.n == 0 || g.k == 0 {
+	if level == simd.Generic || g.m == 0 || g.n == 0 || g.k == 0 {
 		return g.runGeneric(b)
 	}
-	return g.runAVX512(b)
+	return g.runTiles(b)
 }
 
-// runAVX512 shares the GEMM out in units of one 32-column panel of b by a
+// runTiles shares the GEMM out in units of one 32-column panel of b by a
 // run of row tiles. Each unit expands its panel from the packed codes one K
 // slice at a time, so b's float32 values are never all in memory; a unit
 // takes as many row tiles as it can (each unit expands its panel again)
 // while leaving enough units to keep every thread busy. Which units there
 // are does not change any output's arithmetic.
-func (g *gemmJob) runAVX512(b *Matrix) error {
+func (g *gemmJob) runTiles(b *Matrix) error {
+	tile := gemmTileAVX512
+	if level == simd.AVX2 {
+		tile = gemmTileAVX2
+	}
 	m, n, k := g.m, g.n, g.k
 	tiles, panels := (m+asmTI-1)/asmTI, (n+asmTJ-1)/asmTJ
 	runs := max((tiles+asmMaxTiles-1)/asmMaxTiles, min(tiles, (4*runtime.GOMAXPROCS(0)+panels-1)/panels))
@@ -92,7 +104,7 @@ func (g *gemmJob) runAVX512(b *Matrix) error {
 					rows = tail
 				}
 				c := (t - t0) * asmTI * asmTJ
-				gemmTileAVX512(&rows[k0], k, &panel[0], (k1-k0)/BlockSize, &acc32[c], &acc64[c])
+				tile(&rows[k0], k, &panel[0], (k1-k0)/BlockSize, &acc32[c], &acc64[c])
 			}
 		}
 		for i := t0 * asmTI; i < min(t1*asmTI, m); i++ {
@@ -126,11 +138,11 @@ func panelAVX512(p *float32, packed *uint8, rowBytes int, scales *uint8, kb int,
 // blockValues gives it. Sixteen rows at a time go through panelAVX512; a
 // ragged rest, in the last panel, through panelGeneric. Rows past b's end
 // are left as they are: zero, as p was made, since every call writes the
-// same rows.
+// same rows. Without AVX-512 every row goes through panelGeneric.
 func (b *Matrix) panel(p []float32, j0, k0, k1 int) {
 	rows, kb := min(asmTJ, b.Rows-j0), b.K/BlockSize
 	r := 0
-	if k1 > k0 {
+	if k1 > k0 && level == simd.AVX512 {
 		for ; r+16 <= rows; r += 16 {
 			panelAVX512(&p[r], &b.Packed[((j0+r)*b.K+k0)/2], b.K/2, &b.Scales[(j0+r)*kb+k0/BlockSize], kb, (k1-k0)/BlockSize)
 		}

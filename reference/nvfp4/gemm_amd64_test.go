@@ -8,20 +8,22 @@ import (
 	"testing"
 
 	"github.com/kcheck-dev/kcheck/reference/internal/guard"
+	"github.com/kcheck-dev/kcheck/reference/internal/simd"
 )
 
 // TestPanelMatchesBlockValues: the transposed panels the assembly tiles
 // read hold blockValues' bits, written between NaN guards (package guard), for every scale code (zeros, subnormals,
 // 448, negative scales, the two NaNs) and every E2M1 code, in full panels,
 // ragged last panels (16 rows through panelAVX512, the rest through
-// panelGeneric) and K slices that start past 0.
+// panelGeneric; every row through panelGeneric below AVX-512) and K
+// slices that start past 0.
 func TestPanelMatchesBlockValues(t *testing.T) {
-	t.Logf("kernels: %s", kernelsName)
-	if !useAVX512 {
-		// panel runs panelAVX512 itself: on a CPU without AVX-512 it is a
-		// SIGILL that takes the whole package's tests down, and the GEMM
-		// never calls it there (runAVX512 is only taken with useAVX512).
-		t.Skip("no AVX-512 on this CPU: the assembly panels are not used here")
+	atEveryLevel(t, testPanelMatchesBlockValues)
+}
+
+func testPanelMatchesBlockValues(t *testing.T) {
+	if level == simd.Generic {
+		t.Skip("the plain-Go GEMM reads no panels")
 	}
 	r := rand.New(rand.NewPCG(71, 72))
 	const k = 4096 // 256 blocks a row

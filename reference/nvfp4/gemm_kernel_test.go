@@ -34,14 +34,18 @@ func edgeMatrix(r *rand.Rand, rows, k int, global float64, kind GlobalKind, nan 
 	return x
 }
 
-// TestGEMMMatchesGeneric: the GEMM this build runs (the assembly tiles of
-// gemm_amd64.s on amd64 with AVX-512) gives runGeneric's bits, exact and
+// TestGEMMMatchesGeneric: the GEMM at every level this build runs (the
+// assembly tiles of gemm_amd64.s and gemm_avx2_amd64.s on amd64) gives
+// runGeneric's bits, exact and
 // expected, on shapes with ragged row tiles (M not a multiple of 8), ragged
 // panels (N not a multiple of 32), several K slices with a short last one,
 // row runs split between units, every output dtype, both global kinds and
 // the edge values of edgeMatrix.
 func TestGEMMMatchesGeneric(t *testing.T) {
-	t.Logf("kernels: %s", kernelsName)
+	atEveryLevel(t, testGEMMMatchesGeneric)
+}
+
+func testGEMMMatchesGeneric(t *testing.T) {
 	r := rand.New(rand.NewPCG(61, 62))
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	for _, sh := range [][3]int{

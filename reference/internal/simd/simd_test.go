@@ -1,0 +1,50 @@
+package simd
+
+import (
+	"runtime"
+	"testing"
+
+	"golang.org/x/sys/cpu"
+)
+
+// TestSupportedIsWhatTheCPUSays: the levels follow the CPU's feature bits
+// (read here independently, feature by feature), narrowest first, and
+// Best is the last of them.
+func TestSupportedIsWhatTheCPUSays(t *testing.T) {
+	want := []Level{Generic}
+	avx2 := cpu.X86.HasAVX2 && cpu.X86.HasFMA
+	if avx2 {
+		want = append(want, AVX2)
+	}
+	if avx2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL {
+		want = append(want, AVX512)
+	}
+	got := Supported()
+	if len(got) != len(want) {
+		t.Fatalf("Supported() = %v on %s with AVX2 %v, FMA %v, AVX-512F %v, VL %v; want %v",
+			got, runtime.GOARCH, cpu.X86.HasAVX2, cpu.X86.HasFMA, cpu.X86.HasAVX512F, cpu.X86.HasAVX512VL, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("Supported() = %v; want %v", got, want)
+		}
+	}
+	if Best() != want[len(want)-1] {
+		t.Fatalf("Best() = %v; want %v", Best(), want[len(want)-1])
+	}
+	if runtime.GOARCH != "amd64" && len(got) != 1 {
+		t.Fatalf("Supported() = %v on %s; want only generic", got, runtime.GOARCH)
+	}
+	t.Logf("this CPU: %v", got)
+}
+
+func TestLevelNames(t *testing.T) {
+	for _, c := range []struct {
+		l    Level
+		want string
+	}{{Generic, "generic"}, {AVX2, "avx2"}, {AVX512, "avx512"}, {Level(9), "generic"}} {
+		if got := c.l.String(); got != c.want {
+			t.Errorf("Level(%d).String() = %q; want %q", int(c.l), got, c.want)
+		}
+	}
+}
