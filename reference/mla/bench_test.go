@@ -123,8 +123,8 @@ func BenchmarkDecodePartials(b *testing.B) {
 
 // BenchmarkKernels times the inner loops alone on one goroutine: 64 query
 // rows against one block of 64 cache rows of D = 576 (L = 512), and the PV
-// updates of the 64 rows over them, as this build runs them (kernelsName) and
-// as the plain-Go definitions do.
+// updates of the 64 rows over them, at every level this CPU runs (the
+// plain-Go definitions first), side by side.
 func BenchmarkKernels(b *testing.B) {
 	const g, d, l = 64, 576, 512
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -141,7 +141,7 @@ func BenchmarkKernels(b *testing.B) {
 		rows[r].q = r * d
 	}
 	var p qpack
-	p.pack(q, rows, d)
+	p.pack(q, rows, d) // for its stride; each level packs again, in its layout
 	sx, sr := make([]float64, Block*p.stride), make([]float64, Block*p.stride)
 	acc := make([]float64, g*l)
 	pr := bf(g * Block)
@@ -157,24 +157,25 @@ func BenchmarkKernels(b *testing.B) {
 	report := func(b *testing.B, macs float64) {
 		b.ReportMetric(2*macs*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	}
-	for _, c := range []struct {
+	kernels := []struct {
 		name string
 		run  func()
 		macs float64
 	}{
-		{"scores/" + kernelsName, func() { scores(&p, k, d, Block, sx, sr, r32, false) }, g * Block * d},
-		{"scoresFused/" + kernelsName, func() { scores(&p, k, d, Block, sx, sr, r32, true) }, g * Block * d},
-		{"scores/generic", func() { scoresGeneric(&p, k, d, Block, sx, sr, r32) }, g * Block * d},
-		{"pvExact/" + kernelsName, func() { pvExact(acc, l, pr, Block, k, d, Block, l, g) }, g * Block * l},
-		{"pvExact/generic", func() { pvExactGeneric(acc, l, pr, Block, k, d, Block, l, g) }, g * Block * l},
-		{"pvExpected32/" + kernelsName, func() { pvExpected32(a32, l, p32, Block, v32, Block, l, g) }, g * Block * l},
-		{"pvExpected32/generic", func() { pvExpected32Generic(a32, l, p32, Block, v32, Block, l, g) }, g * Block * l},
-	} {
+		{"scores", func() { scores(&p, k, d, Block, sx, sr, r32, false) }, g * Block * d},
+		{"scoresFused", func() { scores(&p, k, d, Block, sx, sr, r32, true) }, g * Block * d},
+		{"pvExact", func() { pvExact(acc, l, pr, Block, k, d, Block, l, g) }, g * Block * l},
+		{"pvExpected32", func() { pvExpected32(a32, l, p32, Block, v32, Block, l, g) }, g * Block * l},
+	}
+	for _, c := range kernels {
 		b.Run(c.name, func(b *testing.B) {
-			for b.Loop() {
-				c.run()
-			}
-			report(b, c.macs)
+			benchAtEveryLevel(b, func(b *testing.B) {
+				p.pack(q, rows, d) // in this level's layout
+				for b.Loop() {
+					c.run()
+				}
+				report(b, c.macs)
+			})
 		})
 	}
 }

@@ -25,7 +25,8 @@ type qpack struct {
 	n      int       // rows
 	stride int       // row stride of a score block: n rounded up to qLanes
 	rows   []float64 // [n][D], row-major
-	t      []float64 // [D][stride], transposed and zero-padded (when qLanes > 1)
+	t      []float64 // [D][stride], transposed and zero-padded (when qLanes > 1), or [stride/group][D][group]
+	group  int       // 0, or the lanes of t's groups when it is laid out group by group
 }
 
 func (p *qpack) pack(q []float64, rows []rowSpec, d int) {
@@ -46,9 +47,14 @@ func (p *qpack) pack(q []float64, rows []rowSpec, d int) {
 	}
 	p.t = p.t[:d*p.stride]
 	clear(p.t)
+	p.group = qtGroup()
 	for r := 0; r < p.n; r++ {
 		for i, v := range p.rows[r*d : (r+1)*d] {
-			p.t[i*p.stride+r] = v
+			if p.group == 0 {
+				p.t[i*p.stride+r] = v
+			} else {
+				p.t[(r/p.group*d+i)*p.group+r%p.group] = v
+			}
 		}
 	}
 }

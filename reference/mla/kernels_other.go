@@ -2,10 +2,15 @@
 
 package mla
 
+import "github.com/kcheck-dev/kcheck/reference/internal/simd"
+
 // Without the assembly kernels (another architecture, or the purego build
 // tag) the plain-Go definitions run, one query row at a time.
 
 const qLanes = 1
+
+// qtGroup is qpack's layout: the plain Go reads no transposed rows.
+func qtGroup() int { return 0 }
 
 func scores(p *qpack, k []float64, d, nj int, sx, sr []float64, m rmode, exactProducts bool) {
 	scoresGeneric(p, k, d, nj, sx, sr, m)
@@ -19,8 +24,10 @@ func pvExpected32(acc []float32, accStride int, p []float32, pStride int, v []fl
 	pvExpected32Generic(acc, accStride, p, pStride, v, nj, l, rows)
 }
 
+var level, levels = simd.Generic, []simd.Level{simd.Generic}
+
 // kernelsName names the inner loops this build runs (for benchmarks).
-const kernelsName = "generic"
+func kernelsName() string { return level.String() }
 
 func narrow(dst []float32, src []float64, lo float64) float64 { return narrowGeneric(dst, src, lo) }
 

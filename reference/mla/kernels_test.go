@@ -8,15 +8,18 @@ import (
 	"github.com/kcheck-dev/kcheck/reference/internal/guard"
 )
 
-// TestKernelsMatchDefinitions: the inner loops this build runs (assembly on
-// amd64 with AVX-512) give the bits of the plain-Go definitions, between NaN
+// TestKernelsMatchDefinitions: the inner loops at every level this build
+// runs (assembly on amd64 with AVX-512 or AVX2) give the bits of the plain-Go definitions, between NaN
 // guards (package guard: a read past a slice shows as NaN, a write past it
 // as an overrun), on shapes
 // the assembly takes (D a multiple of 16, latent widths of 32 and 64
 // columns) and on shapes it leaves to the definitions, with values spanning
 // many binades, zeros, subnormal products and infinities.
 func TestKernelsMatchDefinitions(t *testing.T) {
-	t.Logf("kernels: %s", kernelsName)
+	atEveryLevel(t, testKernelsMatchDefinitions)
+}
+
+func testKernelsMatchDefinitions(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 17))
 	val := func() float64 {
 		switch rng.IntN(40) {
@@ -259,6 +262,6 @@ func sameFloat(a, b float64) bool {
 func noOverrun[T float32 | float64](t *testing.T, what string, b guard.Buffer[T]) {
 	t.Helper()
 	if err := b.Overrun(); err != nil {
-		t.Fatalf("%s (kernels %s): %v", what, kernelsName, err)
+		t.Fatalf("%s (kernels %s): %v", what, kernelsName(), err)
 	}
 }
