@@ -2,13 +2,16 @@
 
 package kvcache
 
-import "golang.org/x/sys/cpu"
+import "github.com/kcheck-dev/kcheck/reference/internal/simd"
 
 // Cache rows are read once per block of tokens for every head of a decode,
 // so widening bf16 to float64 is on the decode's path: on amd64 with
-// AVX-512 it runs eight values an instruction (widen_amd64.s).
+// AVX-512 it runs eight values an instruction, with AVX2 four
+// (widen_amd64.s).
 
-var useAVX512 = cpu.X86.HasAVX512F
+// level is the widest instruction set the CPU runs; tests set it to each
+// of levels in turn.
+var level, levels = simd.Best(), simd.Supported()
 
 // widenBF16AVX512 is widenBF16Generic on n values, n%8 == 0 and n > 0:
 //
@@ -19,12 +22,21 @@ var useAVX512 = cpu.X86.HasAVX512F
 //go:noescape
 func widenBF16AVX512(dst *float64, src *byte, n int)
 
+// widenBF16AVX2 is widenBF16AVX512 in 256-bit vectors.
+//
+//go:noescape
+func widenBF16AVX2(dst *float64, src *byte, n int)
+
 func widenBF16(dst []float64, src []byte) {
 	n := len(dst) &^ 7
-	if !useAVX512 || n == 0 || len(src) < 2*len(dst) {
+	if level == simd.Generic || n == 0 || len(src) < 2*len(dst) {
 		widenBF16Generic(dst, src)
 		return
 	}
-	widenBF16AVX512(&dst[0], &src[0], n)
+	if level == simd.AVX2 {
+		widenBF16AVX2(&dst[0], &src[0], n)
+	} else {
+		widenBF16AVX512(&dst[0], &src[0], n)
+	}
 	widenBF16Generic(dst[n:], src[2*n:])
 }

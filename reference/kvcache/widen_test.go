@@ -6,12 +6,21 @@ import (
 	"testing"
 
 	"github.com/kcheck-dev/kcheck/reference/internal/guard"
+	"github.com/kcheck-dev/kcheck/reference/internal/simd"
 )
 
-// TestWidenBF16EveryCode: every bf16 code, at every length and alignment
+// TestWidenBF16EveryCode: at every level this CPU runs, every bf16 code, at every length and alignment
 // from 0 to 19 values (the vector loop's remainders), widens into a slice
 // between NaN guards (package guard) to the bits of the generic definition (NaN payloads included: no arithmetic touches them).
 func TestWidenBF16EveryCode(t *testing.T) {
+	defer func(l simd.Level) { level = l }(level)
+	for _, l := range levels {
+		level = l
+		t.Run(l.String(), testWidenBF16EveryCode)
+	}
+}
+
+func testWidenBF16EveryCode(t *testing.T) {
 	src := make([]byte, 2*65536)
 	for c := 0; c < 65536; c++ {
 		binary.LittleEndian.PutUint16(src[2*c:], uint16(c))

@@ -7,8 +7,8 @@ import "github.com/kcheck-dev/kcheck/reference/internal/simd"
 // On amd64 the inner loops run in assembly when the CPU has AVX-512
 // (kernels_amd64.s: sixteen query rows a pass, one row a vector lane, so
 // the score block is laid out with a stride of 16) or AVX2
-// (kernels_avx2_amd64.s: the scores, eight rows a pass, and the PV
-// updates; the narrowing, widening and exponentials stay in Go there). Shapes the assembly does not cover (D not a
+// (kernels_avx2_amd64.s: the scores, eight rows a pass, the PV updates,
+// the narrowing and widening; the exponentials stay in Go there). Shapes the assembly does not cover (D not a
 // multiple of MMAK, latent widths not a multiple of the strip, bf16 or
 // fp16 accumulation) run the plain-Go definitions, which give the same
 // bits.
@@ -179,22 +179,40 @@ func narrowAVX512(dst *float32, src *float64, n int, lo float64) float64
 //go:noescape
 func widenF32AVX512(dst *float64, src *float32, n int)
 
+// narrowAVX2 is narrowAVX512 in 256-bit vectors.
+//
+//go:noescape
+func narrowAVX2(dst *float32, src *float64, n int, lo float64) float64
+
+// widenF32AVX2 is widenF32AVX512 in 256-bit vectors.
+//
+//go:noescape
+func widenF32AVX2(dst *float64, src *float32, n int)
+
 func narrow(dst []float32, src []float64, lo float64) float64 {
 	n := len(src) &^ 7
-	if level != simd.AVX512 || n == 0 || len(dst) < len(src) {
+	if level == simd.Generic || n == 0 || len(dst) < len(src) {
 		return narrowGeneric(dst, src, lo)
 	}
-	lo = narrowAVX512(&dst[0], &src[0], n, lo)
+	if level == simd.AVX2 {
+		lo = narrowAVX2(&dst[0], &src[0], n, lo)
+	} else {
+		lo = narrowAVX512(&dst[0], &src[0], n, lo)
+	}
 	return narrowGeneric(dst[n:], src[n:], lo)
 }
 
 func widenF32(dst []float64, src []float32) {
 	n := len(src) &^ 7
-	if level != simd.AVX512 || n == 0 || len(dst) < len(src) {
+	if level == simd.Generic || n == 0 || len(dst) < len(src) {
 		widenF32Generic(dst, src)
 		return
 	}
-	widenF32AVX512(&dst[0], &src[0], n)
+	if level == simd.AVX2 {
+		widenF32AVX2(&dst[0], &src[0], n)
+	} else {
+		widenF32AVX512(&dst[0], &src[0], n)
+	}
 	widenF32Generic(dst[n:], src[n:])
 }
 

@@ -347,3 +347,67 @@ nextgroup:
 done:
 	VZEROUPPER
 	RET
+
+// func narrowAVX2(dst *float32, src *float64, n int, lo float64) float64
+//
+// narrowAVX512 in 256-bit vectors, eight values a pass: without mask
+// registers, a lane's minimum is taken where its value is nonzero by a
+// blend. A minimum does not depend on order, so two running minima are
+// kept and reduced at the end; a NaN is never taken (VMINPD returns its
+// second operand, the minimum so far, when either is NaN).
+TEXT ·narrowAVX2(SB), NOSPLIT, $0-40
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSD lo+24(FP), Y2
+	VMOVAPD      Y2, Y7
+	VXORPD       Y3, Y3, Y3
+	MOVQ         $0x7FFFFFFFFFFFFFFF, AX
+	MOVQ         AX, X4
+	VPBROADCASTQ X4, Y4
+narrowloop:
+	VMOVUPD    (SI), Y0
+	VMOVUPD    32(SI), Y8
+	VCVTPD2PSY Y0, X1
+	VCVTPD2PSY Y8, X9
+	VMOVUPS    X1, (DI)
+	VMOVUPS    X9, 16(DI)
+	VANDPD     Y4, Y0, Y0
+	VANDPD     Y4, Y8, Y8
+	VCMPPD     $4, Y3, Y0, Y5
+	VCMPPD     $4, Y3, Y8, Y10
+	VMINPD     Y2, Y0, Y6
+	VMINPD     Y7, Y8, Y11
+	VBLENDVPD  Y5, Y6, Y2, Y2
+	VBLENDVPD  Y10, Y11, Y7, Y7
+	ADDQ       $64, SI
+	ADDQ       $32, DI
+	SUBQ       $8, CX
+	JNZ        narrowloop
+	VMINPD       Y7, Y2, Y2
+	VEXTRACTF128 $1, Y2, X5
+	VMINPD       X5, X2, X2
+	VPERMILPD    $1, X2, X5
+	VMINPD       X5, X2, X2
+	MOVSD        X2, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func widenF32AVX2(dst *float64, src *float32, n int)
+//
+// widenF32Generic for n values, n%8 == 0 and n > 0.
+TEXT ·widenF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+widenloop:
+	VCVTPS2PD (SI), Y0
+	VCVTPS2PD 16(SI), Y1
+	VMOVUPD   Y0, (DI)
+	VMOVUPD   Y1, 32(DI)
+	ADDQ      $32, SI
+	ADDQ      $64, DI
+	SUBQ      $8, CX
+	JNZ       widenloop
+	VZEROUPPER
+	RET

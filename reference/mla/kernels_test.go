@@ -136,8 +136,13 @@ func testKernelsMatchDefinitions(t *testing.T) {
 
 // TestNarrowWidenMatchDefinitions: the float64/float32 conversions and the
 // running smallest nonzero magnitude, on every length up to 40 with zeros,
-// NaN, infinities and values that round when narrowed.
+// NaN, infinities and values that round when narrowed, at every level this
+// CPU runs.
 func TestNarrowWidenMatchDefinitions(t *testing.T) {
+	atEveryLevel(t, testNarrowWidenMatchDefinitions)
+}
+
+func testNarrowWidenMatchDefinitions(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	special := []float64{0, math.Copysign(0, -1), math.NaN(), math.Inf(1), math.Inf(-1), 1e-300, -3e-41, 1 + 0x1p-40}
 	for n := 0; n <= 40; n++ {
