@@ -6,15 +6,25 @@ import (
 	"testing"
 
 	"github.com/kcheck-dev/kcheck/reference/internal/guard"
+	"github.com/kcheck-dev/kcheck/reference/internal/simd"
 )
 
-// TestWeightedSumMatchesDefinition: the weighted sums this build runs
-// (assembly on amd64 with AVX-512, 32 columns an iteration) give the bits
+// TestWeightedSumMatchesDefinition: the weighted sums at every level this
+// build runs (assembly on amd64 with AVX-512, 32 columns an iteration, or
+// AVX2, 16) give the bits
 // of weightedSumGeneric, over float64 and float32 partials, for row widths
 // that leave remainders and split lists that skip and reorder splits, with
 // the accumulators and partials between NaN guards (package guard: a read
 // past a slice shows as NaN, a write past it as an overrun).
 func TestWeightedSumMatchesDefinition(t *testing.T) {
+	defer func(l simd.Level) { level = l }(level)
+	for _, l := range levels {
+		level = l
+		t.Run(l.String(), testWeightedSumMatchesDefinition)
+	}
+}
+
+func testWeightedSumMatchesDefinition(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	for _, l := range []int{1, 31, 32, 33, 64, 83, 512} {
 		for _, splits := range [][]int{{0}, {2, 0, 1}, {3}, {0, 1, 2, 3}} {
