@@ -8,7 +8,8 @@ import "github.com/kcheck-dev/kcheck/reference/internal/simd"
 // (kernels_amd64.s: sixteen query rows a pass, one row a vector lane, so
 // the score block is laid out with a stride of 16) or AVX2
 // (kernels_avx2_amd64.s: the scores, eight rows a pass, the PV updates,
-// the narrowing and widening; the exponentials stay in Go there). Shapes the assembly does not cover (D not a
+// the narrowing, widening and Exact's exp; Expected's exp2f stays in Go
+// there). Shapes the assembly does not cover (D not a
 // multiple of MMAK, latent widths not a multiple of the strip, bf16 or
 // fp16 accumulation) run the plain-Go definitions, which give the same
 // bits.
@@ -239,13 +240,22 @@ func expVecAVX512(dst *float64, src *float64, n int)
 //go:noescape
 func exp2fVecAVX512(dst *float64, src *float64, n int) int
 
+// expVecAVX2 is expVecAVX512 in 256-bit vectors.
+//
+//go:noescape
+func expVecAVX2(dst *float64, src *float64, n int)
+
 func expVec(dst, src []float64) {
 	n := len(src) &^ 7
-	if level != simd.AVX512 || n == 0 || len(dst) < len(src) {
+	if level == simd.Generic || n == 0 || len(dst) < len(src) {
 		expVecGeneric(dst, src)
 		return
 	}
-	expVecAVX512(&dst[0], &src[0], n)
+	if level == simd.AVX2 {
+		expVecAVX2(&dst[0], &src[0], n)
+	} else {
+		expVecAVX512(&dst[0], &src[0], n)
+	}
 	expVecGeneric(dst[n:len(src)], src[n:])
 }
 

@@ -219,8 +219,13 @@ func TestExpDef(t *testing.T) {
 // TestExpVectorsMatchDefinitions: the softmax's vector exps give the bits
 // of expDef and of exp2f (splitk.Exp2F32 of the fp32 argument) on random
 // arguments of a softmax's range, the ends of fp32's exponent range, and
-// infinities and NaN, at lengths that leave remainders.
+// infinities and NaN, at lengths that leave remainders, at every level this
+// CPU runs.
 func TestExpVectorsMatchDefinitions(t *testing.T) {
+	atEveryLevel(t, testExpVectorsMatchDefinitions)
+}
+
+func testExpVectorsMatchDefinitions(t *testing.T) {
 	rng := rand.New(rand.NewPCG(6, 6))
 	special := []float64{0, math.Copysign(0, -1), -149, -149.5, -150, -150.5, -126, 127, 127.5, 128, -708, -708.5, 709, 709.5,
 		math.Inf(1), math.Inf(-1), math.NaN(), -1e300}
