@@ -8,8 +8,7 @@ import "github.com/kcheck-dev/kcheck/reference/internal/simd"
 // (kernels_amd64.s: sixteen query rows a pass, one row a vector lane, so
 // the score block is laid out with a stride of 16) or AVX2
 // (kernels_avx2_amd64.s: the scores, eight rows a pass, the PV updates,
-// the narrowing, widening and Exact's exp; Expected's exp2f stays in Go
-// there). Shapes the assembly does not cover (D not a
+// the narrowing and widening, both exps). Shapes the assembly does not cover (D not a
 // multiple of MMAK, latent widths not a multiple of the strip, bf16 or
 // fp16 accumulation) run the plain-Go definitions, which give the same
 // bits.
@@ -259,13 +258,24 @@ func expVec(dst, src []float64) {
 	expVecGeneric(dst[n:len(src)], src[n:])
 }
 
+// exp2fVecAVX2 is exp2fVecAVX512 in 256-bit vectors.
+//
+//go:noescape
+func exp2fVecAVX2(dst *float64, src *float64, n int) int
+
 func exp2fVec(dst, src []float64) {
 	n := len(src) &^ 7
-	if level != simd.AVX512 || n == 0 || len(dst) < len(src) {
+	if level == simd.Generic || n == 0 || len(dst) < len(src) {
 		exp2fVecGeneric(dst, src)
 		return
 	}
-	if exp2fVecAVX512(&dst[0], &src[0], n) > 0 {
+	var unsettled int
+	if level == simd.AVX2 {
+		unsettled = exp2fVecAVX2(&dst[0], &src[0], n)
+	} else {
+		unsettled = exp2fVecAVX512(&dst[0], &src[0], n)
+	}
+	if unsettled > 0 {
 		exp2fVecGeneric(dst[:n], src[:n])
 	}
 	exp2fVecGeneric(dst[n:len(src)], src[n:])

@@ -495,3 +495,128 @@ exploop2:
 	JNZ  exploop2
 	VZEROUPPER
 	RET
+
+// exp2fAVX2Consts are exp2fVecAVX512's constants, four lanes each, for
+// memory operands: sixteen registers do not hold them all beside the
+// work. In order: the magic 0x1.8p52, ln2, 1023<<52, -149, 127, 1+2^-48,
+// 1-2^-48 (rounded to float64: the neighbours of y), -150, 2^-149.
+DATA exp2fAVX2Consts<>+0(SB)/8, $0x4338000000000000
+DATA exp2fAVX2Consts<>+8(SB)/8, $0x4338000000000000
+DATA exp2fAVX2Consts<>+16(SB)/8, $0x4338000000000000
+DATA exp2fAVX2Consts<>+24(SB)/8, $0x4338000000000000
+DATA exp2fAVX2Consts<>+32(SB)/8, $0x3fe62e42fefa39ef
+DATA exp2fAVX2Consts<>+40(SB)/8, $0x3fe62e42fefa39ef
+DATA exp2fAVX2Consts<>+48(SB)/8, $0x3fe62e42fefa39ef
+DATA exp2fAVX2Consts<>+56(SB)/8, $0x3fe62e42fefa39ef
+DATA exp2fAVX2Consts<>+64(SB)/8, $0x3ff0000000000000
+DATA exp2fAVX2Consts<>+72(SB)/8, $0x3ff0000000000000
+DATA exp2fAVX2Consts<>+80(SB)/8, $0x3ff0000000000000
+DATA exp2fAVX2Consts<>+88(SB)/8, $0x3ff0000000000000
+DATA exp2fAVX2Consts<>+96(SB)/8, $0xc062a00000000000
+DATA exp2fAVX2Consts<>+104(SB)/8, $0xc062a00000000000
+DATA exp2fAVX2Consts<>+112(SB)/8, $0xc062a00000000000
+DATA exp2fAVX2Consts<>+120(SB)/8, $0xc062a00000000000
+DATA exp2fAVX2Consts<>+128(SB)/8, $0x405fc00000000000
+DATA exp2fAVX2Consts<>+136(SB)/8, $0x405fc00000000000
+DATA exp2fAVX2Consts<>+144(SB)/8, $0x405fc00000000000
+DATA exp2fAVX2Consts<>+152(SB)/8, $0x405fc00000000000
+DATA exp2fAVX2Consts<>+160(SB)/8, $0x3ff0000000000010
+DATA exp2fAVX2Consts<>+168(SB)/8, $0x3ff0000000000010
+DATA exp2fAVX2Consts<>+176(SB)/8, $0x3ff0000000000010
+DATA exp2fAVX2Consts<>+184(SB)/8, $0x3ff0000000000010
+DATA exp2fAVX2Consts<>+192(SB)/8, $0x3fefffffffffffe0
+DATA exp2fAVX2Consts<>+200(SB)/8, $0x3fefffffffffffe0
+DATA exp2fAVX2Consts<>+208(SB)/8, $0x3fefffffffffffe0
+DATA exp2fAVX2Consts<>+216(SB)/8, $0x3fefffffffffffe0
+DATA exp2fAVX2Consts<>+224(SB)/8, $0xc062c00000000000
+DATA exp2fAVX2Consts<>+232(SB)/8, $0xc062c00000000000
+DATA exp2fAVX2Consts<>+240(SB)/8, $0xc062c00000000000
+DATA exp2fAVX2Consts<>+248(SB)/8, $0xc062c00000000000
+DATA exp2fAVX2Consts<>+256(SB)/8, $0x36a0000000000000
+DATA exp2fAVX2Consts<>+264(SB)/8, $0x36a0000000000000
+DATA exp2fAVX2Consts<>+272(SB)/8, $0x36a0000000000000
+DATA exp2fAVX2Consts<>+280(SB)/8, $0x36a0000000000000
+GLOBL exp2fAVX2Consts<>(SB), RODATA|NOPTR, $288
+
+// func exp2fVecAVX2(dst *float64, src *float64, n int) int
+//
+// exp2fVecAVX512 in 256-bit vectors, four values a pass: the same
+// arithmetic and the same test of whether a lane's rounding is settled,
+// its masks vectors (a compare's all-ones lanes) where AVX-512 has mask
+// registers. It returns how many lanes it could not settle.
+TEXT ·exp2fVecAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ R8, R8
+	VXORPD Y12, Y12, Y12
+exp2floop2:
+	VMOVUPD (SI), Y0
+	VCVTPD2PSY Y0, X0
+	VCVTPS2PD X0, Y0 // x = fp32(x)
+	VADDPD exp2fAVX2Consts<>+0(SB), Y0, Y1
+	VSUBPD exp2fAVX2Consts<>+0(SB), Y1, Y2 // n = round(x)
+	VSUBPD Y2, Y0, Y3 // f = x - n, exact
+	VMULPD exp2fAVX2Consts<>+32(SB), Y3, Y3 // u = f*ln2
+	VBROADCASTSD ·expTaylor+0(SB), Y4
+	VBROADCASTSD ·expTaylor+8(SB), Y8
+	VFMADD213PD Y8, Y3, Y4
+	VBROADCASTSD ·expTaylor+16(SB), Y8
+	VFMADD213PD Y8, Y3, Y4
+	VBROADCASTSD ·expTaylor+24(SB), Y8
+	VFMADD213PD Y8, Y3, Y4
+	VBROADCASTSD ·expTaylor+32(SB), Y8
+	VFMADD213PD Y8, Y3, Y4
+	VBROADCASTSD ·expTaylor+40(SB), Y8
+	VFMADD213PD Y8, Y3, Y4
+	VBROADCASTSD ·expTaylor+48(SB), Y8
+	VFMADD213PD Y8, Y3, Y4
+	VBROADCASTSD ·expTaylor+56(SB), Y8
+	VFMADD213PD Y8, Y3, Y4
+	VBROADCASTSD ·expTaylor+64(SB), Y8
+	VFMADD213PD Y8, Y3, Y4
+	VBROADCASTSD ·expTaylor+72(SB), Y8
+	VFMADD213PD Y8, Y3, Y4
+	VBROADCASTSD ·expTaylor+80(SB), Y8
+	VFMADD213PD Y8, Y3, Y4
+	VBROADCASTSD ·expTaylor+88(SB), Y8
+	VFMADD213PD Y8, Y3, Y4
+	VBROADCASTSD ·expTaylor+96(SB), Y8
+	VFMADD213PD Y8, Y3, Y4
+	VBROADCASTSD ·expTaylor+104(SB), Y8
+	VFMADD213PD Y8, Y3, Y4
+	VPSLLQ $52, Y1, Y5
+	VPADDQ exp2fAVX2Consts<>+64(SB), Y5, Y5 // 2^n
+	VMULPD Y5, Y4, Y4 // y
+	VCVTPD2PSY Y4, X6
+	VMULPD exp2fAVX2Consts<>+160(SB), Y4, Y7
+	VCVTPD2PSY Y7, X7
+	VMULPD exp2fAVX2Consts<>+192(SB), Y4, Y5
+	VCVTPD2PSY Y5, X5
+	VPCMPEQD X7, X6, X7
+	VPCMPEQD X5, X6, X5
+	VPAND X5, X7, X7
+	VPMOVSXDQ X7, Y7 // both neighbours round as y does, in the value's 64-bit lane
+	VCMPPD $0x1d, exp2fAVX2Consts<>+96(SB), Y0, Y9 // x >= -149
+	VANDPD Y9, Y7, Y7
+	VCMPPD $0x12, exp2fAVX2Consts<>+128(SB), Y0, Y9 // x <= 127
+	VANDPD Y9, Y7, Y7 // settled by the polynomial
+	VCVTPS2PD X6, Y6
+	VCMPPD $0x11, exp2fAVX2Consts<>+96(SB), Y0, Y10 // x < -149
+	VCMPPD $0x1e, exp2fAVX2Consts<>+224(SB), Y0, Y11 // x > -150
+	VANDPD Y10, Y11, Y11
+	VBLENDVPD Y10, Y12, Y6, Y6 // 0 below -149
+	VBLENDVPD Y11, exp2fAVX2Consts<>+256(SB), Y6, Y6 // 2^-149 between -150 and -149
+	VMOVUPD Y6, (DI)
+	VORPD Y10, Y7, Y7
+	VMOVMSKPD Y7, AX
+	XORL $0xf, AX
+	POPCNTL AX, AX
+	ADDQ AX, R8
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $4, CX
+	JNZ  exp2floop2
+	MOVQ R8, ret+24(FP)
+	VZEROUPPER
+	RET
