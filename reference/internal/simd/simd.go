@@ -15,8 +15,9 @@ type Level int
 const (
 	// Generic is no assembly: the plain-Go definitions.
 	Generic Level = iota
-	// AVX2 is AVX2 with FMA3 (Haswell, AMD Zen and later): 256-bit
-	// vectors, sixteen registers.
+	// AVX2 is AVX2 with FMA3 and POPCNT (Haswell, AMD Zen and later,
+	// what GOAMD64=v3 assumes of these): 256-bit vectors, sixteen
+	// registers.
 	AVX2
 	// AVX512 is AVX-512 F and VL (Skylake-SP, Zen 4 and later): 512-bit
 	// vectors, thirty-two registers.
@@ -37,7 +38,7 @@ func (l Level) String() string {
 // last (only Generic off amd64).
 func Supported() []Level {
 	levels := []Level{Generic}
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasPOPCNT {
 		levels = append(levels, AVX2)
 		if cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL {
 			levels = append(levels, AVX512)
