@@ -13,11 +13,7 @@ import (
 // from 0 to 19 values (the vector loop's remainders), widens into a slice
 // between NaN guards (package guard) to the bits of the generic definition (NaN payloads included: no arithmetic touches them).
 func TestWidenBF16EveryCode(t *testing.T) {
-	defer func(l simd.Level) { level = l }(level)
-	for _, l := range levels {
-		level = l
-		t.Run(l.String(), testWidenBF16EveryCode)
-	}
+	simd.AtEachLevel(t, &level, levels, testWidenBF16EveryCode)
 }
 
 func testWidenBF16EveryCode(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kcheck-dev/kcheck/reference/internal/simd"
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
 	"github.com/kcheck-dev/kcheck/reference/splitk"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
@@ -169,7 +170,7 @@ func BenchmarkKernels(b *testing.B) {
 	}
 	for _, c := range kernels {
 		b.Run(c.name, func(b *testing.B) {
-			benchAtEveryLevel(b, func(b *testing.B) {
+			simd.AtEachLevel(b, &level, levels, func(b *testing.B) {
 				p.pack(q, rows, d) // in this level's layout
 				for b.Loop() {
 					c.run()

@@ -16,7 +16,7 @@ import (
 // softmax arguments it settles all but a handful, and what it settles is
 // the definition's bits.
 func TestExp2fVectorSettlesAlmostEverything(t *testing.T) {
-	atEveryLevel(t, testExp2fVectorSettlesAlmostEverything)
+	simd.AtEachLevel(t, &level, levels, testExp2fVectorSettlesAlmostEverything)
 }
 
 func testExp2fVectorSettlesAlmostEverything(t *testing.T) {
@@ -55,7 +55,7 @@ func testExp2fVectorSettlesAlmostEverything(t *testing.T) {
 // definition's bits: the neighbour test is what keeps a rounding too close
 // to call away from the polynomial.
 func TestExp2fVectorLeavesCloseRoundings(t *testing.T) {
-	atEveryLevel(t, testExp2fVectorLeavesCloseRoundings)
+	simd.AtEachLevel(t, &level, levels, testExp2fVectorLeavesCloseRoundings)
 }
 
 func testExp2fVectorLeavesCloseRoundings(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kcheck-dev/kcheck/reference/internal/guard"
+	"github.com/kcheck-dev/kcheck/reference/internal/simd"
 )
 
 // TestKernelsMatchDefinitions: the inner loops at every level this build
@@ -16,7 +17,7 @@ import (
 // columns) and on shapes it leaves to the definitions, with values spanning
 // many binades, zeros, subnormal products and infinities.
 func TestKernelsMatchDefinitions(t *testing.T) {
-	atEveryLevel(t, testKernelsMatchDefinitions)
+	simd.AtEachLevel(t, &level, levels, testKernelsMatchDefinitions)
 }
 
 func testKernelsMatchDefinitions(t *testing.T) {
@@ -139,7 +140,7 @@ func testKernelsMatchDefinitions(t *testing.T) {
 // NaN, infinities and values that round when narrowed, at every level this
 // CPU runs.
 func TestNarrowWidenMatchDefinitions(t *testing.T) {
-	atEveryLevel(t, testNarrowWidenMatchDefinitions)
+	simd.AtEachLevel(t, &level, levels, testNarrowWidenMatchDefinitions)
 }
 
 func testNarrowWidenMatchDefinitions(t *testing.T) {
@@ -222,7 +223,7 @@ func TestExpDef(t *testing.T) {
 // infinities and NaN, at lengths that leave remainders, at every level this
 // CPU runs.
 func TestExpVectorsMatchDefinitions(t *testing.T) {
-	atEveryLevel(t, testExpVectorsMatchDefinitions)
+	simd.AtEachLevel(t, &level, levels, testExpVectorsMatchDefinitions)
 }
 
 func testExpVectorsMatchDefinitions(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 // panelGeneric; every row through panelGeneric below AVX-512) and K
 // slices that start past 0.
 func TestPanelMatchesBlockValues(t *testing.T) {
-	atEveryLevel(t, testPanelMatchesBlockValues)
+	simd.AtEachLevel(t, &level, levels, testPanelMatchesBlockValues)
 }
 
 func testPanelMatchesBlockValues(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/kcheck-dev/kcheck/reference/internal/simd"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -42,7 +43,7 @@ func edgeMatrix(r *rand.Rand, rows, k int, global float64, kind GlobalKind, nan 
 // row runs split between units, every output dtype, both global kinds and
 // the edge values of edgeMatrix.
 func TestGEMMMatchesGeneric(t *testing.T) {
-	atEveryLevel(t, testGEMMMatchesGeneric)
+	simd.AtEachLevel(t, &level, levels, testGEMMMatchesGeneric)
 }
 
 func testGEMMMatchesGeneric(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kcheck-dev/kcheck/reference/formats"
+	"github.com/kcheck-dev/kcheck/reference/internal/simd"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -192,7 +193,7 @@ func BenchmarkGEMMDeepSeek(b *testing.B) {
 	r := rand.New(rand.NewPCG(3, 3))
 	x := randomMatrix(r, 256, 7168, 1e-3, Dequant, nil)
 	w := randomMatrix(r, 2048, 7168, 1e-3, Dequant, nil)
-	benchAtEveryLevel(b, func(b *testing.B) {
+	simd.AtEachLevel(b, &level, levels, func(b *testing.B) {
 		for b.Loop() {
 			if _, _, err := GEMM(context.Background(), x, w, tensor.BF16); err != nil {
 				b.Fatal(err)

@@ -133,18 +133,14 @@ func BenchmarkCombine(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	const n, s, l = 1024, 64, 512
 	o, lse := randomPartials(rng, n, s, l)
-	defer func(l simd.Level) { level = l }(level)
-	for _, lv := range levels {
-		level = lv
-		b.Run(lv.String(), func(b *testing.B) {
-			for b.Loop() {
-				if _, _, err := Combine(context.Background(), o, lse, n, s, l, DefaultConvention(), tensor.BF16, tensor.F32); err != nil {
-					b.Fatal(err)
-				}
+	simd.AtEachLevel(b, &level, levels, func(b *testing.B) {
+		for b.Loop() {
+			if _, _, err := Combine(context.Background(), o, lse, n, s, l, DefaultConvention(), tensor.BF16, tensor.F32); err != nil {
+				b.Fatal(err)
 			}
-			b.ReportMetric(float64(n*s*l*8)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
-		})
-	}
+		}
+		b.ReportMetric(float64(n*s*l*8)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+	})
 }
 
 // Combine stops between its units of rows once its context is done.

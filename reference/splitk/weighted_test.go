@@ -17,11 +17,7 @@ import (
 // the accumulators and partials between NaN guards (package guard: a read
 // past a slice shows as NaN, a write past it as an overrun).
 func TestWeightedSumMatchesDefinition(t *testing.T) {
-	defer func(l simd.Level) { level = l }(level)
-	for _, l := range levels {
-		level = l
-		t.Run(l.String(), testWeightedSumMatchesDefinition)
-	}
+	simd.AtEachLevel(t, &level, levels, testWeightedSumMatchesDefinition)
 }
 
 func testWeightedSumMatchesDefinition(t *testing.T) {

@@ -52,3 +52,16 @@ func Best() Level {
 	s := Supported()
 	return s[len(s)-1]
 }
+
+// AtEachLevel runs f as a subtest (or sub-benchmark) of tb, named after
+// the level, once for each of levels, with *level set to it; *level is
+// restored when it returns. The packages' twin tests and benchmarks pass
+// their own level and levels, so that a machine with AVX-512 runs the AVX2
+// kernels and the plain Go too, side by side.
+func AtEachLevel[T interface{ Run(string, func(T)) bool }](tb T, level *Level, levels []Level, f func(T)) {
+	defer func(l Level) { *level = l }(*level)
+	for _, l := range levels {
+		*level = l
+		tb.Run(l.String(), f)
+	}
+}

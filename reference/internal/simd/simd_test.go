@@ -48,3 +48,20 @@ func TestLevelNames(t *testing.T) {
 		}
 	}
 }
+
+// TestAtEachLevel: f runs once a level, in order, as a subtest named after
+// it, with the level set while it runs, and the level is restored after.
+func TestAtEachLevel(t *testing.T) {
+	level := AVX2
+	var seen []string
+	AtEachLevel(t, &level, []Level{Generic, AVX512}, func(t *testing.T) {
+		seen = append(seen, t.Name()+"="+level.String())
+	})
+	want := []string{"TestAtEachLevel/generic=generic", "TestAtEachLevel/avx512=avx512"}
+	if len(seen) != len(want) || seen[0] != want[0] || seen[1] != want[1] {
+		t.Fatalf("ran %v; want %v", seen, want)
+	}
+	if level != AVX2 {
+		t.Fatalf("level is %v after AtEachLevel; want it restored to avx2", level)
+	}
+}
