@@ -159,3 +159,69 @@ func TestParseGlobalKind(t *testing.T) {
 		t.Error("ParseGlobalKind accepted \"inverse\"")
 	}
 }
+
+// A CodeTable's lookups, from any element on and of any length, are each
+// element's value computed alone from its codes by the definition, both
+// tables and both kinds; and the whole-matrix dequantizers agree with them.
+func TestCodeTableValuesMatchTheDefinition(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	rows, k := 7, 48
+	a := &Matrix{Rows: rows, K: k, Packed: make([]uint8, rows*k/2), Scales: make([]uint8, rows*k/BlockSize), Global: 0.0123}
+	for i := range a.Packed {
+		a.Packed[i] = uint8(r.Uint32())
+	}
+	for i := range a.Scales {
+		if a.Scales[i] = uint8(r.Uint32()); a.Scales[i]&0x7F == 0x7F {
+			a.Scales[i]-- // NaN-free: 0x7F and 0xFF are E4M3FN's NaNs
+		}
+	}
+	for _, kind := range []GlobalKind{Dequant, Quant} {
+		a.Kind = kind
+		g := a.Global
+		exact := func(i int) float64 {
+			v := CodeValue(CodeAt(a.Packed, i)) * ScaleValue(a.Scales[i/BlockSize])
+			if kind == Quant {
+				return v / g
+			}
+			return v * g
+		}
+		expected := func(i int) float64 {
+			v := float32(CodeValue(CodeAt(a.Packed, i)) * ScaleValue(a.Scales[i/BlockSize]))
+			if kind == Quant {
+				return RoundTo(tensor.F16, float64(v/float32(g)))
+			}
+			return RoundTo(tensor.F16, float64(v*float32(g)))
+		}
+		xt, err := ExactTable(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		et, err := ExpectedTable(a, tensor.F16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		xs, err := Dequantize(context.Background(), a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		es, err := DequantizeExpected(context.Background(), a, tensor.F16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, run := range [][2]int{{0, rows * k}, {1, 30}, {15, 2}, {47, 3}, {rows*k - 1, 1}, {100, 0}} {
+			lo, n := run[0], run[1]
+			xv, ev := make([]float64, n), make([]float64, n)
+			xt.Values(a, lo, xv)
+			et.Values(a, lo, ev)
+			for q := range n {
+				i := lo + q
+				if math.Float64bits(xv[q]) != math.Float64bits(exact(i)) || math.Float64bits(xs[i]) != math.Float64bits(exact(i)) {
+					t.Fatalf("kind %d, run %v: exact element %d is %v (Values) and %v (Dequantize); its codes give %v", kind, run, i, xv[q], xs[i], exact(i))
+				}
+				if math.Float64bits(ev[q]) != math.Float64bits(expected(i)) || math.Float64bits(es[i]) != math.Float64bits(expected(i)) {
+					t.Fatalf("kind %d, run %v: expected element %d is %v (Values) and %v (DequantizeExpected); its codes give %v", kind, run, i, ev[q], es[i], expected(i))
+				}
+			}
+		}
+	}
+}

@@ -19,7 +19,7 @@ func (*quantize) Cost(s Shapes, p Params, c *Cost) {
 func (*dequantize) Cost(s Shapes, p Params, c *Cost) {
 	m, k := s.Dim("packed", 0), MulSizes(s.Dim("packed", 1), 2)
 	c.Input("packed", []int64{m, k}, 16)
-	c.Output("out", m, k)
+	c.LazyOutput("out", 8, m, k) // read from the codes (codeValues), stored at most as F64
 	c.Ops(MulSizes(m, k))
 }
 

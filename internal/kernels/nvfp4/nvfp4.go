@@ -523,16 +523,19 @@ func (*dequantize) Reference(ctx context.Context, pr Problem, prec Precision, ou
 		return nil, err
 	}
 	a := p.A.Matrix
-	exact, err := nvfp4.Dequantize(ctx, a)
+	exact, err := nvfp4.ExactTable(a)
 	if err != nil {
 		return nil, err
 	}
-	expected, err := nvfp4.DequantizeExpected(ctx, a, od)
+	expected, err := nvfp4.ExpectedTable(a, od)
 	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	return []Output{{
-		Name: "out", Shape: []int{a.Rows, a.K}, DType: od, Exact: Dense(exact), Expected: Dense(expected),
+		Name: "out", Shape: []int{a.Rows, a.K}, DType: od, Exact: codeValues{a, exact}, Expected: codeValues{a, expected},
 		Mode: Numeric, Reduction: 1, Coords: fp4ElementCoords(KindRow, KindCol),
 	}}, nil
 }
@@ -573,3 +576,27 @@ func byteOf(v float64) (uint8, bool) {
 	}
 	return uint8(v), true
 }
+
+// codeValues is a dequantized matrix's values read on demand, each looked
+// up by its scale and element codes (nvfp4.CodeTable): a weight-sized
+// output holds no float64 per element, and a read costs a lookup.
+type codeValues struct {
+	a *nvfp4.Matrix
+	t *nvfp4.CodeTable
+}
+
+// Len implements Values.
+func (v codeValues) Len() int { return v.a.Rows * v.a.K }
+
+// At implements Values.
+func (v codeValues) At(i int) float64 {
+	var d [1]float64
+	v.t.Values(v.a, i, d[:])
+	return d[0]
+}
+
+// ReadBlock implements BlockReader.
+func (v codeValues) ReadBlock(lo int, dst []float64) { v.t.Values(v.a, lo, dst) }
+
+// Fork implements Forker: codeValues holds no state.
+func (v codeValues) Fork() Values { return v }
