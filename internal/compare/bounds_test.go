@@ -94,6 +94,60 @@ func TestThreeWayBoundsDeterministic(t *testing.T) {
 	}
 }
 
+// TestTolRunIsTol: ThreeWay's tolerance of a run of elements is each
+// element's Tol, bit for bit, whatever row and column the run starts and
+// ends in: for outputs of rows, of unit axes and 1-D, with a kernel's own
+// noise and without, with NaN and infinities among the values.
+func TestTolRunIsTol(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		shape []int
+		noise bool
+	}{
+		{"rows", []int{130, 96}, false},
+		{"rows, noise", []int{130, 96}, true},
+		{"unit axes", []int{1, 70, 1, 48}, false},
+		{"1-D", []int{9001}, false},
+		{"1-D, noise", []int{9001}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := tensor.NumElements(tc.shape)
+			r := rand.New(rand.NewPCG(8, uint64(n)))
+			exact, expected, noise := make(kernel.Dense, n), make(kernel.Dense, n), make(kernel.Dense, n)
+			for i := range exact {
+				exact[i] = r.NormFloat64() * math.Exp2(float64(r.IntN(20)-10))
+				expected[i] = exact[i] * (1 + r.NormFloat64()*0x1p-9)
+				noise[i] = math.Abs(exact[i]) * 0x1p-10
+			}
+			exact[n/3], expected[n/2], exact[n-1] = math.NaN(), math.Inf(1), math.Inf(-1)
+			o := kernel.Output{Name: "y", Shape: tc.shape, DType: tensor.BF16, Exact: exact, Expected: expected, Mode: kernel.Numeric, Reduction: 512}
+			if tc.noise {
+				o.Noise = noise
+			}
+			b := ThreeWay{}.Bounds(context.Background(), o, o.DType)
+			if b.TolRun == nil {
+				t.Fatal("ThreeWay gives no TolRun")
+			}
+			// runs of several lengths, from the first element on and from
+			// an element inside a row
+			for _, start := range []int{0, 37} {
+				for lo, k := start, 0; lo < n; k++ {
+					m := min([]int{1, 7, 95, 300, 4096}[k%5], n-lo)
+					got := make([]float64, m)
+					b.TolRun(lo, exact[lo:lo+m], expected[lo:lo+m], got)
+					for q, v := range got {
+						i := lo + q
+						if want := b.Tol(i, exact[i], expected[i]); math.Float64bits(v) != math.Float64bits(want) {
+							t.Fatalf("run [%d, %d): element %d's tolerance %v, Tol %v", lo, lo+m, i, v, want)
+						}
+					}
+					lo += m
+				}
+			}
+		})
+	}
+}
+
 func compareBounds(t *testing.T, what string, got, want boundsBits) {
 	t.Helper()
 	if got.agg != want.agg {

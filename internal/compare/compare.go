@@ -435,8 +435,9 @@ type judge struct {
 	// win: the window the parallel passes share (see window)
 	win     *window
 	winMade bool
-	// av, ev, xv: rawRun's blocks of actual, expected and exact values
-	av, ev, xv []float64
+	// av, ev, xv, tol: rawRun's blocks of actual, expected and exact
+	// values and of tolerances
+	av, ev, xv, tol []float64
 	// elementPath: no bulk accounting, values read one at a time (Options)
 	elementPath bool
 	ctx         context.Context // checked between chunks of elements
@@ -501,20 +502,29 @@ func (j *judge) rawOf(i int, av, ev, xv float64) element {
 // rawInto is rawOf into *e, in place: a run's elements are judged where
 // they are kept, not built and copied (88 bytes an element).
 func (j *judge) rawInto(e *element, i int, av, ev, xv float64) {
+	if j.classify(e, av, ev, xv) {
+		j.finish(e, j.b.Tol(i, xv, ev))
+	}
+}
+
+// classify judges what an element's values decide without its tolerance:
+// the same bits on all three sides (but on the element path), a special
+// value's match or mismatch. It reports whether the element is numbers,
+// to be judged by its error against the tolerance (finish).
+func (j *judge) classify(e *element, av, ev, xv float64) bool {
 	if b := math.Float64bits(av); !j.elementPath && b == math.Float64bits(ev) && b == math.Float64bits(xv) && finite(av) {
 		*e = element{special: same, av: av, ev: ev, xv: xv}
-		return
+		return false
 	}
-	o := j.o
 	*e = element{av: av, ev: ev, xv: xv}
 	nanA, nanE := math.IsNaN(av), math.IsNaN(ev)
 	switch {
 	case nanA != nanE:
 		e.special = nanMismatch
-		return
+		return false
 	case nanA:
 		e.special = nanMatch
-		return
+		return false
 	case math.IsInf(av, 0) || math.IsInf(ev, 0):
 		e.special = infMatch
 		if av != ev {
@@ -523,16 +533,24 @@ func (j *judge) rawInto(e *element, i int, av, ev, xv float64) {
 		if overflowed(j.actual.DType, av, ev, xv) {
 			e.special = overflow
 		}
-		return
+		return false
 	}
+	return true
+}
+
+// finish judges a numbers element (classify) by its error against tol,
+// its tolerance (Bounds.Tol).
+func (j *judge) finish(e *element, tol float64) {
+	av, ev, xv := e.av, e.ev, e.xv
+	bitwise := j.o.Mode == kernel.Bitwise
 	e.ref = xv
-	if o.Mode == kernel.Bitwise || !finite(xv) {
+	if bitwise || !finite(xv) {
 		e.ref = ev
 	}
 	e.err = math.Abs(av - e.ref)
-	e.tol = j.b.Tol(i, xv, ev)
+	e.tol = tol
 	e.differs = e.err > e.tol
-	if o.Mode == kernel.Bitwise {
+	if bitwise {
 		e.differs = av != ev
 	}
 	if e.differs {
@@ -548,7 +566,9 @@ func (j *judge) rawInto(e *element, i int, av, ev, xv float64) {
 
 // rawRun judges elements lo .. lo+len(dst)-1 up to the equivalence rule
 // into dst, as raw does one by one: their values are read a block at a
-// time (kernel.ReadBlock), not through three interface calls an element.
+// time (kernel.ReadBlock), not through three interface calls an element,
+// and the tolerances of those judged by their error in one call
+// (Bounds.TolRun).
 func (j *judge) rawRun(lo int, dst []element) {
 	n := len(dst)
 	if j.elementPath {
@@ -558,14 +578,30 @@ func (j *judge) rawRun(lo int, dst []element) {
 		return
 	}
 	if cap(j.av) < n {
-		j.av, j.ev, j.xv = make([]float64, n), make([]float64, n), make([]float64, n)
+		j.av, j.ev, j.xv, j.tol = make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
 	}
-	av, ev, xv := j.av[:n], j.ev[:n], j.xv[:n]
+	av, ev, xv, tol := j.av[:n], j.ev[:n], j.xv[:n], j.tol[:n]
 	j.actual.RowInto(av, lo, n)
 	kernel.ReadBlock(j.o.Expected, lo, ev)
 	kernel.ReadBlock(j.o.Exact, lo, xv)
+	judged := false // by the error: some element needs its tolerance
 	for k := range dst {
-		j.rawInto(&dst[k], lo+k, av[k], ev[k], xv[k])
+		judged = j.classify(&dst[k], av[k], ev[k], xv[k]) || judged
+	}
+	if !judged {
+		return
+	}
+	if j.b.TolRun != nil {
+		j.b.TolRun(lo, xv, ev, tol)
+	}
+	for k := range dst {
+		if dst[k].special != numbers {
+			continue
+		}
+		if j.b.TolRun == nil {
+			tol[k] = j.b.Tol(lo+k, xv[k], ev[k])
+		}
+		j.finish(&dst[k], tol[k])
 	}
 }
 
@@ -583,15 +619,16 @@ func (j *judge) excuse(i int, e *element) {
 const parallelChunk = 1 << 12
 
 // ScratchBytes is the most a comparison holds besides its inputs and the
-// reference: the judged elements of one chunk per CPU and the three
-// blocks of values each was judged from, whatever the output's size
+// reference: the judged elements of one chunk per CPU and the four
+// blocks of values and tolerances each was judged from, whatever the
+// output's size
 // (internal/check counts it in its memory estimates). Not counted, as the
 // signature's bitmap of failing elements (N/8 bytes) is not: the record
 // of the excess a sampled profile reads, made only for outputs of more
 // than signature.DefaultMaxElements and at most recordCap elements (64
 // MiB).
 func ScratchBytes() int64 {
-	return int64(runtime.GOMAXPROCS(0)) * parallelChunk * int64(unsafe.Sizeof(element{})+3*8)
+	return int64(runtime.GOMAXPROCS(0)) * parallelChunk * int64(unsafe.Sizeof(element{})+4*8)
 }
 
 // window returns the judge's window for an output of n elements, made on

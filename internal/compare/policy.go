@@ -34,6 +34,13 @@ type Bounds struct {
 	// output's values may be computed on demand, and reading them again
 	// would double that). It must be safe to call from several goroutines.
 	Tol func(i int, exact, expected float64) float64
+	// TolRun, when set, is Tol over the consecutive elements lo,
+	// lo+1, ...: dst[k] = Tol(lo+k, exact[k], expected[k]), the same
+	// bits, in one call. The judge asks for whole runs, where a call an
+	// element, and the row and column found by division an element, cost
+	// more than the tolerance's own arithmetic. Also safe to call from
+	// several goroutines.
+	TolRun func(lo int, exact, expected, dst []float64)
 	// Band: an element whose error is in (tol, Band·tol] makes the check
 	// inconclusive; beyond Band·tol it fails. Values below 1 count as 1.
 	Band float64
@@ -348,25 +355,12 @@ func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) B
 	if cnt > 0 {
 		gF /= float64(cnt)
 	}
-	floorScale := func(i int) float64 {
-		if gF == 0 {
-			return 0
-		}
-		if !sep {
-			return math.Sqrt(gF)
-		}
-		return math.Sqrt(rowF[i/C] * colF[i%C] / gF)
-	}
 	// A correct kernel's noise that Expected does not share (Output.Noise)
 	// is one more independent draw beside the floor's.
-	scale := floorScale
 	var noise2 float64
 	if o.Noise != nil {
 		if o.Noise.Len() != N {
 			panic(fmt.Sprintf("compare: output %s has %d values and %d noise values", o.Name, N, o.Noise.Len()))
-		}
-		scale = func(i int) float64 {
-			return math.Hypot(floorScale(i), o.Noise.At(i))
 		}
 		for i := range N {
 			if x, e := o.Exact.At(i), o.Expected.At(i); finite(x) && finite(e) {
@@ -375,18 +369,30 @@ func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) B
 		}
 	}
 	// Tol is computed on demand, not stored: a capture's output can have
-	// tens of millions of elements.
+	// tens of millions of elements. tolAt is element i's, in row r and
+	// column c (the caller knows them: division per element is dear).
 	spacing := spacingOf(d)
-	tolAt := func(i int, x, e float64) (tol, ulp, am float64) {
+	tolAt := func(i, r, c int, x, e float64) float64 {
 		if !finite(x) || !finite(e) {
-			return 0, 0, 0
+			return 0
 		}
-		ulp = spacing(max(math.Abs(x), math.Abs(e)))
+		ulp := spacing(max(math.Abs(x), math.Abs(e)))
 		if math.IsNaN(ulp) {
 			ulp = 0
 		}
-		am = g * max(math.Abs(x), rowX[i/C])
-		return ulp + max(2*math.Abs(e-x), kappa*scale(i)) + am, ulp, am
+		var s float64 // the floor's scale at (r, c)
+		if gF != 0 {
+			if sep {
+				s = math.Sqrt(rowF[r] * colF[c] / gF)
+			} else {
+				s = math.Sqrt(gF)
+			}
+		}
+		if o.Noise != nil {
+			s = math.Hypot(s, o.Noise.At(i))
+		}
+		am := g * max(math.Abs(x), rowX[r])
+		return ulp + max(2*math.Abs(e-x), kappa*s) + am
 	}
 	for u := range parts {
 		parts[u] = boundsPart{}
@@ -480,7 +486,16 @@ func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) B
 		model = fmt.Sprintf("floor rms on the element's row × column / global rms (%d rows × %d columns)", R, C)
 	}
 	return Bounds{
-		Tol:       func(i int, x, e float64) float64 { t, _, _ := tolAt(i, x, e); return t },
+		Tol: func(i int, x, e float64) float64 { return tolAt(i, i/C, i%C, x, e) },
+		TolRun: func(lo int, xs, es, dst []float64) {
+			r, c := lo/C, lo%C
+			for k, x := range xs {
+				dst[k] = tolAt(lo+k, r, c, x, es[k])
+				if c++; c == C {
+					r, c = r+1, 0
+				}
+			}
+		},
 		Band:      band,
 		Aggregate: agg,
 		Explanation: fmt.Sprintf("three-way: tol_i = ulp_%s(x_i) + max(2·f_i, κ·s_i) + γ·mag_i, f_i = |expected_i-exact_i| (floor rms %.3g), "+
