@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/signature"
+	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -393,4 +394,66 @@ func TestRecordHoldsTheJudgedExcess(t *testing.T) {
 		checked++
 	}
 	t.Logf("%d elements read, %d recorded from element %d", checked, len(tl.rec), tl.recFrom)
+}
+
+// countingTol is ThreeWay with its tolerance of one element (Bounds.Tol)
+// counted: what a judgement of one element at a time asks for, where the
+// judgement of a run asks for TolRun.
+type countingTol struct{ n *atomic.Int64 }
+
+func (countingTol) Name() string { return ThreeWay{}.Name() }
+func (p countingTol) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) Bounds {
+	b := ThreeWay{}.Bounds(ctx, o, d)
+	tol := b.Tol
+	b.Tol = func(i int, x, e float64) float64 { p.n.Add(1); return tol(i, x, e) }
+	return b
+}
+
+// TestProfilePastTheRecordReadsInWindows: once the record of the excess
+// is full, the signature's passes judge the rest of a failing output a
+// window at a time on every core, however the record served the reads
+// before (it skips the window's last element), and not one element at a
+// time: none is judged alone. The check is the element path's.
+func TestProfilePastTheRecordReadsInWindows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2.6 M elements")
+	}
+	defer func(c int) { recordCap = c }(recordCap)
+	recordCap = 1 << 14
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	const rows, cols = 5000, 512
+	n := rows * cols
+	r := rand.New(rand.NewPCG(4, 4))
+	exact, expected := make(kernel.Dense, n), make(kernel.Dense, n)
+	actual := tensor.New(tensor.BF16, rows, cols)
+	for i := range exact {
+		exact[i] = r.NormFloat64()
+		expected[i] = formats.RoundBF16(exact[i])
+		v := expected[i]
+		if row := i / cols; row%8 == 0 && i%cols < 40 {
+			v += 0.5
+		}
+		actual.SetFloat64(i, v)
+	}
+	o := kernel.Output{Name: "y", Shape: []int{rows, cols}, DType: tensor.BF16, Reduction: 1, Exact: exact, Expected: expected}
+	var alone atomic.Int64
+	got, err := Compare(o, actual, countingTol{&alone}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Verdict != Fail || got.Signature == nil {
+		t.Fatalf("verdict %s, signature %v: the planted failures are not seen", got.Verdict, got.Signature)
+	}
+	if k := alone.Load(); k != 0 {
+		t.Errorf("%d elements judged one at a time; want every one in a window", k)
+	}
+	want, err := Compare(o, actual, nil, Options{ElementPath: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wj, _ := json.Marshal(want)
+	gj, _ := json.Marshal(got)
+	if string(wj) != string(gj) {
+		t.Errorf("the check differs from the element path's:\n%s\n%s", gj, wj)
+	}
 }

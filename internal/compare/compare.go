@@ -678,11 +678,11 @@ func (e element) excess() float64 {
 // excessValues is every element's excess as kernel.Values, judged again
 // on each read (an output may be a whole KV cache: nothing is stored per
 // element). The signature reads them in passes from the first element to
-// the last, so a read of element 0, or of the element after the window,
-// judges the next window on every core (as tallyAll does); any other read
-// judges one element. Once the judge's context is done every element
-// reads as 0 without being judged, so the signature's passes end at once
-// (Compare then returns the context's error).
+// the last, so a read outside the window the last read judged judges the
+// window from there on every core (as tallyAll does). Once the judge's
+// context is done every element reads as 0 without being judged, so the
+// signature's passes end at once (Compare then returns the context's
+// error).
 type excessValues struct {
 	n       int
 	j       *judge
@@ -739,15 +739,24 @@ func (x *excessValues) At(i int) float64 {
 	if v, ok := x.fromRecord(i); ok {
 		return v
 	}
-	if w := x.w; w != nil {
-		if (i == 0 || i == w.hi) && i < x.n && !(i >= w.lo && i < w.hi && w.full) {
+	if w := x.w; w != nil && i < x.n {
+		// A read outside the window judges the window from i on: the
+		// signature reads in passes in index order, each skipping the
+		// elements it has no use for and those the record serves, so a
+		// pass's first read may lie anywhere behind the last pass's
+		// window, and its next anywhere past the window's end. (The
+		// window Compare's tally left, not full, holds no element judged
+		// for reading.)
+		if !(w.full && i >= w.lo && i < w.hi) {
+			if x.j.ctx.Err() != nil {
+				x.stopped = true
+				return 0
+			}
 			w.fill(i, x.n, true)
 		}
-		if i >= w.lo && i < w.hi && w.full {
-			e := *w.element(i)
-			x.j.excuse(i, &e)
-			return e.excess()
-		}
+		e := *w.element(i)
+		x.j.excuse(i, &e)
+		return e.excess()
 	}
 	return x.j.at(i).excess()
 }

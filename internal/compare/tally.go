@@ -76,8 +76,9 @@ type recorded struct {
 }
 
 // recordCap bounds the excess a comparison records (16 bytes each): past
-// it, a profile judges the rest of the output's elements again.
-const recordCap = 1 << 22
+// it, a profile judges the rest of the output's elements again. A
+// variable only so that a test can reach it with a small output.
+var recordCap = 1 << 22
 
 // mergeRecord appends chunk c's record, the chunk ending at element hi,
 // to t's (merged already: t.overElems counts c's failures) while t's stays
