@@ -369,16 +369,34 @@ func TestRecordHoldsTheJudgedExcess(t *testing.T) {
 	n := actual.Len()
 	ctx := context.Background()
 	b := DefaultPolicy().Bounds(ctx, o, actual.DType)
-	j := newJudge(&o, actual, b)
-	j.worstK, j.band = 5, max(b.Band, 1)
-	j.rate = signature.SampleRate(n, signature.DefaultMaxElements)
-	j.record, j.failSeen = true, new(atomic.Bool)
-	var tl tally
-	if err := j.tallyAll(n, &tl); err != nil {
-		t.Fatal(err)
+	tallied := func(o kernel.Output, actual *tensor.Tensor, b Bounds) (*judge, tally) {
+		j := newJudge(&o, actual, b)
+		j.worstK, j.band = 5, max(b.Band, 1)
+		j.rate = signature.SampleRate(n, signature.DefaultMaxElements)
+		j.record, j.failSeen = true, new(atomic.Bool)
+		var tl tally
+		if err := j.tallyAll(n, &tl); err != nil {
+			t.Fatal(err)
+		}
+		return j, tl
 	}
-	if tl.recFrom == 0 || tl.recUpTo <= tl.recFrom || len(tl.rec) == 0 {
-		t.Fatalf("record [%d, %d) of %d, %d elements: want it to start after the first chunks, which pass", tl.recFrom, tl.recUpTo, n, len(tl.rec))
+	// The record reaches the output's end (it holds far less than its
+	// cap), however the chunks of the first failing window raced to see
+	// the failure: several tallies of an output failing in every chunk
+	// from row 2500 on, on many cores.
+	func() {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+		dense, denseActual := failingInEveryChunk(2500)
+		db := DefaultPolicy().Bounds(ctx, dense, denseActual.DType)
+		for range 8 {
+			if _, tl := tallied(dense, denseActual, db); tl.recFrom == 0 || tl.recUpTo != n {
+				t.Fatalf("failing in every chunk: record [%d, %d) of %d, %d elements: want it from after the first chunks, which pass, to the last", tl.recFrom, tl.recUpTo, n, len(tl.rec))
+			}
+		}
+	}()
+	j, tl := tallied(o, actual, b)
+	if tl.recFrom == 0 || tl.recUpTo != n || len(tl.rec) == 0 {
+		t.Fatalf("record [%d, %d) of %d, %d elements: want it from after the first chunks, which pass, to the last", tl.recFrom, tl.recUpTo, n, len(tl.rec))
 	}
 	x := newExcessValues(n, j, &tl)
 	plain := newJudge(&o, actual, b)
@@ -409,6 +427,28 @@ func (p countingTol) Bounds(ctx context.Context, o kernel.Output, d tensor.DType
 	return b
 }
 
+// failingInEveryChunk is a [5000, 512] BF16 output, 2.6 M elements (the
+// profile samples), whose actual is its expected value but for the first
+// 40 columns of every 8th row from row firstRow on: a failure in every
+// chunk of 4096 elements from there.
+func failingInEveryChunk(firstRow int) (kernel.Output, *tensor.Tensor) {
+	const rows, cols = 5000, 512
+	n := rows * cols
+	r := rand.New(rand.NewPCG(4, 4))
+	exact, expected := make(kernel.Dense, n), make(kernel.Dense, n)
+	actual := tensor.New(tensor.BF16, rows, cols)
+	for i := range exact {
+		exact[i] = r.NormFloat64()
+		expected[i] = formats.RoundBF16(exact[i])
+		v := expected[i]
+		if row := i / cols; row >= firstRow && row%8 == 0 && i%cols < 40 {
+			v += 0.5
+		}
+		actual.SetFloat64(i, v)
+	}
+	return kernel.Output{Name: "y", Shape: []int{rows, cols}, DType: tensor.BF16, Reduction: 1, Exact: exact, Expected: expected}, actual
+}
+
 // TestProfilePastTheRecordReadsInWindows: once the record of the excess
 // is full, the signature's passes judge the rest of a failing output a
 // window at a time on every core, however the record served the reads
@@ -421,21 +461,7 @@ func TestProfilePastTheRecordReadsInWindows(t *testing.T) {
 	defer func(c int) { recordCap = c }(recordCap)
 	recordCap = 1 << 14
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	const rows, cols = 5000, 512
-	n := rows * cols
-	r := rand.New(rand.NewPCG(4, 4))
-	exact, expected := make(kernel.Dense, n), make(kernel.Dense, n)
-	actual := tensor.New(tensor.BF16, rows, cols)
-	for i := range exact {
-		exact[i] = r.NormFloat64()
-		expected[i] = formats.RoundBF16(exact[i])
-		v := expected[i]
-		if row := i / cols; row%8 == 0 && i%cols < 40 {
-			v += 0.5
-		}
-		actual.SetFloat64(i, v)
-	}
-	o := kernel.Output{Name: "y", Shape: []int{rows, cols}, DType: tensor.BF16, Reduction: 1, Exact: exact, Expected: expected}
+	o, actual := failingInEveryChunk(0)
 	var alone atomic.Int64
 	got, err := Compare(o, actual, countingTol{&alone}, Options{})
 	if err != nil {

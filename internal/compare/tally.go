@@ -267,7 +267,7 @@ func (t *tally) add(j *judge, i int, e *element) {
 	if exc > 1 {
 		t.overElems++
 		if j.failSeen != nil && !j.failSeen.Load() {
-			j.failSeen.Store(true) // from now on chunks record (tallyChunk)
+			j.failSeen.Store(true) // from the next window on chunks record (judge.recording)
 		}
 		t.fail[(i&(parallelChunk-1))>>6] |= 1 << (i & 63)
 	}
@@ -328,9 +328,11 @@ type chunk struct {
 	runs   []run
 	// differs: an element of a general run differs from the reference and
 	// the output has an equivalence rule, which must run on the
-	// comparison's goroutine; tallied: the chunk's tally is made.
-	differs, tallied bool
-	t                tally
+	// comparison's goroutine; tallied: the chunk's tally is made;
+	// record: its tally records (judge.recording), decided for a whole
+	// window at once.
+	differs, tallied, record bool
+	t                        tally
 }
 
 // prepare judges chunk [lo, hi) up to the equivalence rule: the bulk runs
@@ -375,11 +377,7 @@ func (j *judge) prepare(c *chunk, lo, hi int, elements bool) {
 func (j *judge) tallyChunk(c *chunk) {
 	t := &c.t
 	t.reset()
-	// A chunk records only once some chunk has failed (or the profile is
-	// asked for): a check that passes keeps no record and pays no hash an
-	// element for one. Which chunks a parallel window sees the failure in
-	// time for changes only where the record starts (mergeRecord).
-	t.recording = j.record && (j.recordAll || j.failSeen.Load())
+	t.recording = c.record
 	for _, r := range c.runs {
 		if r.bulk {
 			sz := j.actual.DType.Size()
@@ -395,6 +393,18 @@ func (j *judge) tallyChunk(c *chunk) {
 		}
 	}
 	c.tallied = true
+}
+
+// recording reports whether the chunks judged from now on record their
+// excess: once some chunk has failed (or from the start, when the
+// profile is asked for), so that a check that passes keeps no record and
+// pays no hash an element for one. A window's chunks are tallied at once,
+// so the window decides for all of them, before any is judged: were each
+// to decide, a chunk that saw another's failure would record beside one
+// that had not, and the record, which must be every element it should
+// hold of a range, would end where it began (mergeRecord).
+func (j *judge) recording() bool {
+	return j.record && (j.recordAll || j.failSeen.Load())
 }
 
 // settled returns the run of elements from lo on (at most n) that settled
@@ -570,12 +580,14 @@ func (w *window) fill(lo, n int, elements bool) {
 	// A fork's panic (a fault reading a capture that shrank) is raised
 	// again by Wait, on the comparison's goroutine (reference/parallel).
 	var forks parallel.Group
+	record := w.forks[0].recording()
 	for k, f := range w.forks {
 		a := lo + k*parallelChunk
 		if a >= w.hi {
 			break
 		}
 		c := &w.chunks[k]
+		c.record = record
 		b := min(a+parallelChunk, w.hi)
 		forks.Go(func() {
 			f.prepare(c, a, b, elements)
@@ -609,6 +621,7 @@ func (j *judge) tallyAll(n int, t *tally) error {
 				return err
 			}
 			j.prepare(&c, lo, min(lo+parallelChunk, n), false)
+			c.record = j.recording()
 			j.tallyChunk(&c)
 			t.merge(&c.t, j.worstK)
 			t.mergeFailing(&c.t, lo, n)
