@@ -386,7 +386,7 @@ func TestRecordHoldsTheJudgedExcess(t *testing.T) {
 	// from row 2500 on, on many cores.
 	func() {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
-		dense, denseActual := failingInEveryChunk(2500)
+		dense, denseActual := failingInEveryChunk(5000, 2500)
 		db := DefaultPolicy().Bounds(ctx, dense, denseActual.DType)
 		for range 8 {
 			if _, tl := tallied(dense, denseActual, db); tl.recFrom == 0 || tl.recUpTo != n {
@@ -414,25 +414,31 @@ func TestRecordHoldsTheJudgedExcess(t *testing.T) {
 	t.Logf("%d elements read, %d recorded from element %d", checked, len(tl.rec), tl.recFrom)
 }
 
-// countingTol is ThreeWay with its tolerance of one element (Bounds.Tol)
-// counted: what a judgement of one element at a time asks for, where the
-// judgement of a run asks for TolRun.
-type countingTol struct{ n *atomic.Int64 }
+// countingTol is ThreeWay with its tolerances counted: n, those of one
+// element at a time (Bounds.Tol), what a judgement of one element asks
+// for; runs, the elements of the runs TolRun gives them for.
+type countingTol struct{ n, runs *atomic.Int64 }
 
 func (countingTol) Name() string { return ThreeWay{}.Name() }
 func (p countingTol) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) Bounds {
 	b := ThreeWay{}.Bounds(ctx, o, d)
-	tol := b.Tol
+	tol, tolRun := b.Tol, b.TolRun
 	b.Tol = func(i int, x, e float64) float64 { p.n.Add(1); return tol(i, x, e) }
+	b.TolRun = func(lo int, x, e, dst []float64) {
+		if p.runs != nil {
+			p.runs.Add(int64(len(dst)))
+		}
+		tolRun(lo, x, e, dst)
+	}
 	return b
 }
 
-// failingInEveryChunk is a [5000, 512] BF16 output, 2.6 M elements (the
-// profile samples), whose actual is its expected value but for the first
-// 40 columns of every 8th row from row firstRow on: a failure in every
-// chunk of 4096 elements from there.
-func failingInEveryChunk(firstRow int) (kernel.Output, *tensor.Tensor) {
-	const rows, cols = 5000, 512
+// failingInEveryChunk is a [rows, 512] BF16 output (5000 rows: 2.6 M
+// elements, which the profile samples) whose actual is its expected value
+// but for the first 40 columns of every 8th row from row firstRow on: a
+// failure in every chunk of 4096 elements from there.
+func failingInEveryChunk(rows, firstRow int) (kernel.Output, *tensor.Tensor) {
+	const cols = 512
 	n := rows * cols
 	r := rand.New(rand.NewPCG(4, 4))
 	exact, expected := make(kernel.Dense, n), make(kernel.Dense, n)
@@ -461,9 +467,9 @@ func TestProfilePastTheRecordReadsInWindows(t *testing.T) {
 	defer func(c int) { recordCap = c }(recordCap)
 	recordCap = 1 << 14
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	o, actual := failingInEveryChunk(0)
+	o, actual := failingInEveryChunk(5000, 0)
 	var alone atomic.Int64
-	got, err := Compare(o, actual, countingTol{&alone}, Options{})
+	got, err := Compare(o, actual, countingTol{n: &alone}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,6 +478,41 @@ func TestProfilePastTheRecordReadsInWindows(t *testing.T) {
 	}
 	if k := alone.Load(); k != 0 {
 		t.Errorf("%d elements judged one at a time; want every one in a window", k)
+	}
+	want, err := Compare(o, actual, nil, Options{ElementPath: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wj, _ := json.Marshal(want)
+	gj, _ := json.Marshal(got)
+	if string(wj) != string(gj) {
+		t.Errorf("the check differs from the element path's:\n%s\n%s", gj, wj)
+	}
+}
+
+// TestUnsampledProfileFromTheRecord: an output the profile reads whole
+// (under signature.DefaultMaxElements) records every element's excess
+// from the window after its first failure, so the signature's passes
+// judge no element again but those before: at most the comparison's
+// elements and one window more are judged, and the check is the element
+// path's.
+func TestUnsampledProfileFromTheRecord(t *testing.T) {
+	o, actual := failingInEveryChunk(1000, 0)
+	n := actual.Len()
+	if signature.SampleRate(n, signature.DefaultMaxElements) < 1 {
+		t.Fatalf("%d elements: the profile samples them", n)
+	}
+	var alone, runs atomic.Int64
+	got, err := Compare(o, actual, countingTol{&alone, &runs}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Verdict != Fail || got.Signature == nil {
+		t.Fatalf("verdict %s, signature %v: the planted failures are not seen", got.Verdict, got.Signature)
+	}
+	window := int64(runtime.GOMAXPROCS(0) * parallelChunk)
+	if k := alone.Load() + runs.Load(); k > int64(n)+window {
+		t.Errorf("%d elements judged for a %d-element output; want at most one window (%d) more", k, n, window)
 	}
 	want, err := Compare(o, actual, nil, Options{ElementPath: true})
 	if err != nil {

@@ -283,7 +283,7 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	j := newJudge(&o, actual, b)
 	j.elementPath = opts.ElementPath
 	j.worstK, j.band = k, band
-	if j.rate = signature.SampleRate(N, signature.DefaultMaxElements); j.rate < 1 && !opts.ElementPath {
+	if j.rate = signature.SampleRate(N, signature.DefaultMaxElements); !opts.ElementPath {
 		j.record, j.recordAll, j.failSeen = true, opts.Profile, new(atomic.Bool)
 	}
 	j.ctx = ctx
@@ -385,7 +385,9 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	c.Worst = worst.sorted(shape, o.Coords)
 	if c.Verdict != Pass || opts.Profile {
 		// The signature reads the failing elements' excess and a sample of
-		// the rest, judged again on each read, never stored, since an
+		// the rest (all of them, in an output under
+		// signature.DefaultMaxElements): from the record this pass kept,
+		// up to its cap, and judged again on each read past it, since an
 		// output may be a whole KV cache; which elements fail, and the
 		// largest finite excess, this pass has found already.
 		var judged *signature.Judged
@@ -447,7 +449,7 @@ type judge struct {
 	worstK int
 	band   float64
 	// record: the tallies record the excess a profile sampled at rate
-	// reads (tally.rec); only where the profile samples, and not on the
+	// reads (tally.rec: every element's, where rate is 1); not on the
 	// element path, whose profile judges every element again. recordAll:
 	// from the first element on (the profile is asked for), not from the
 	// first failing chunk.
@@ -621,12 +623,11 @@ const parallelChunk = 1 << 12
 // ScratchBytes is the most a comparison holds besides its inputs and the
 // reference: the judged elements of one chunk per CPU and the four
 // blocks of values and tolerances each was judged from, whatever the
-// output's size
-// (internal/check counts it in its memory estimates). Not counted, as the
-// signature's bitmap of failing elements (N/8 bytes) is not: the record
-// of the excess a sampled profile reads, made only for outputs of more
-// than signature.DefaultMaxElements and at most recordCap elements (64
-// MiB).
+// output's size (internal/check counts it in its memory estimates). Not
+// counted, as the signature's bitmap of failing elements (N/8 bytes) is
+// not: the record of the excess the profile reads, made for a failing
+// output (or one whose profile is asked for), 16 bytes an element it
+// holds and at most recordCap elements (64 MiB).
 func ScratchBytes() int64 {
 	return int64(runtime.GOMAXPROCS(0)) * parallelChunk * int64(unsafe.Sizeof(element{})+4*8)
 }
