@@ -16,8 +16,9 @@ import (
 // in float64 (exact and expected), once more for the comparison and once
 // for the stored reference output, plus the kernel's float64 copies of its
 // inputs and its per-kernel intermediates. The outputs the size of a cache
-// (kv_cache_write, kv_cache_gather) compute their values on demand and
-// count only what they hold (LazyOutput).
+// (kv_cache_write, kv_cache_gather, kv_cache_transfer) and of a weight
+// (nvfp4_dequantize's, read from its codes) compute their values on
+// demand and count only what they hold (LazyOutput).
 type Estimate struct {
 	// Bytes is the peak working set, saturating at about 2^61.
 	Bytes int64
@@ -104,9 +105,10 @@ func (c *Cost) Output(name string, dims ...int64) {
 
 // LazyOutput adds an output of shape dims whose reference values are
 // computed on demand (Values over the cache: kv_cache_write,
-// kv_cache_gather), so that nothing is held per element but the output
-// stored in its own dtype (elemSize bytes) where the reference backend or
-// a pipeline chain stores it, and, when the check fails, the signature's
+// kv_cache_gather; over the codes: nvfp4_dequantize), so that nothing is
+// held per element but the output stored in its own dtype (elemSize
+// bytes) where the reference backend or a pipeline chain stores it, and,
+// when the check fails, the signature's
 // bitmap of failing elements (a bit each) and its quantile selection
 // (bounded: internal/signature). Its statistics per coordinate value are
 // the caller's to add: they depend on the coordinates.
