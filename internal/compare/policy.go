@@ -303,18 +303,33 @@ func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) B
 		r, c := lo/C, lo%C
 		rows := boundsRows{f: rowF, x: rowX, cnt: rowCnt}
 		rf, rx, rc := rows.resume(sep, r, c)
-		for k, n := 0, len(b)/sz; k < n; k++ {
-			if x := vals[codeAt(b, sz, k)]; finite(x) {
+		for k, n := 0, len(b)/sz; k < n; {
+			m := min(n-k, C-c) // the run's elements in row r
+			if seg := b[k*sz : (k+m)*sz]; d == tensor.BF16 && finite16(seg, bf16Exponent) {
+				rx, x2, e2 = bf16Squares(seg, sep, rx, x2, e2)
 				if sep {
-					rx += x * x
-					rc++
-					colCnt[c]++
+					rc += m
+					for q := range colCnt[c : c+m] {
+						colCnt[c+q]++
+					}
 				}
-				x2 += x * x
-				e2 += x * x
-				cnt++
+				cnt += m
+			} else {
+				for q := 0; q < m; q++ {
+					if x := vals[codeAt(seg, sz, q)]; finite(x) {
+						if sep {
+							rx += x * x
+							rc++
+							colCnt[c+q]++
+						}
+						x2 += x * x
+						e2 += x * x
+						cnt++
+					}
+				}
 			}
-			if c++; c == C {
+			k, c = k+m, c+m
+			if c == C {
 				rows.store(sep, r, rf, rx, rc)
 				r, c = r+1, 0
 				rf, rx, rc = 0, 0, 0
@@ -371,15 +386,12 @@ func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) B
 	// Tol is computed on demand, not stored: a capture's output can have
 	// tens of millions of elements. tolAt is element i's, in row r and
 	// column c (the caller knows them: division per element is dear).
-	spacing := spacingOf(d)
+	ulps := newSpacingTable(spacingOf(d))
 	tolAt := func(i, r, c int, x, e float64) float64 {
 		if !finite(x) || !finite(e) {
 			return 0
 		}
-		ulp := spacing(max(math.Abs(x), math.Abs(e)))
-		if math.IsNaN(ulp) {
-			ulp = 0
-		}
+		ulp := ulps.at(max(math.Abs(x), math.Abs(e)))
 		var s float64 // the floor's scale at (r, c)
 		if gF != 0 {
 			if sep {
@@ -397,38 +409,13 @@ func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) B
 	for u := range parts {
 		parts[u] = boundsPart{}
 	}
-	// The spacing of every code of a settled run's dtype, made once for
-	// this output by the first settled run of that dtype.
-	var spacingMu sync.Mutex
-	spacingByCode := map[tensor.DType][]float64{}
-	settledSpacing := func(sd tensor.DType, spacing func(float64) float64) []float64 {
-		spacingMu.Lock()
-		defer spacingMu.Unlock()
-		if t, ok := spacingByCode[sd]; ok {
-			return t
-		}
-		vals := codeValues(sd)
-		t := make([]float64, len(vals))
-		for c, x := range vals {
-			if finite(x) {
-				if u := spacing(math.Abs(x)); !math.IsNaN(u) {
-					t[c] = u
-				}
-			}
-		}
-		spacingByCode[sd] = t
-		return t
-	}
 	units.run(ctx, func(lo int, xb, eb []float64, part *boundsPart) {
 		ulp2, acc2 := part.f2, part.x2
 		r, c := lo/C, lo%C
 		for k, x := range xb {
 			// tolAt's ulp and γ·mag terms; an element it gives 0 for adds 0
 			if e := eb[k]; finite(x) && finite(e) {
-				ulp := spacing(max(math.Abs(x), math.Abs(e)))
-				if math.IsNaN(ulp) {
-					ulp = 0
-				}
+				ulp := ulps.at(max(math.Abs(x), math.Abs(e)))
 				am := g * max(math.Abs(x), rowX[r])
 				ulp2 += ulp * ulp
 				acc2 += am * am
@@ -441,17 +428,23 @@ func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) B
 	}, func(lo int, d tensor.DType, b []byte, part *boundsPart) {
 		ulp2, acc2 := part.f2, part.x2
 		vals, sz := codeValues(d), d.Size()
-		ulps := settledSpacing(d, spacing)
 		r, c := lo/C, lo%C
-		for k, n := 0, len(b)/sz; k < n; k++ {
-			code := codeAt(b, sz, k)
-			if x := vals[code]; finite(x) {
-				ulp := ulps[code]
-				am := g * max(math.Abs(x), rowX[r])
-				ulp2 += ulp * ulp
-				acc2 += am * am
+		for k, n := 0, len(b)/sz; k < n; {
+			m := min(n-k, C-c) // the run's elements in row r
+			if seg := b[k*sz : (k+m)*sz]; d == tensor.BF16 && finite16(seg, bf16Exponent) {
+				ulp2, acc2 = bf16TolSquares(seg, &ulps, g, rowX[r], ulp2, acc2)
+			} else {
+				for q := 0; q < m; q++ {
+					if x := vals[codeAt(seg, sz, q)]; finite(x) {
+						ulp := ulps.at(x)
+						am := g * max(math.Abs(x), rowX[r])
+						ulp2 += ulp * ulp
+						acc2 += am * am
+					}
+				}
 			}
-			if c++; c == C {
+			k, c = k+m, c+m
+			if c == C {
 				r, c = r+1, 0
 			}
 		}

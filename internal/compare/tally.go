@@ -447,17 +447,10 @@ func bulkDType(d tensor.DType) bool {
 // allFinite reports whether every value b holds (dtype d) is finite.
 func allFinite(d tensor.DType, b []byte) bool {
 	switch d {
-	case tensor.BF16, tensor.F16:
-		mask := uint16(0x7F80) // the exponent: all ones is an infinity or a NaN
-		if d == tensor.F16 {
-			mask = 0x7C00
-		}
-		for k := 0; k+1 < len(b); k += 2 {
-			if (uint16(b[k])|uint16(b[k+1])<<8)&mask == mask {
-				return false
-			}
-		}
-		return true
+	case tensor.BF16:
+		return finite16(b, bf16Exponent)
+	case tensor.F16:
+		return finite16(b, f16Exponent)
 	case tensor.F8E4M3:
 		for _, c := range b {
 			if c&0x7F == 0x7F { // E4M3FN's NaN, its one special value
