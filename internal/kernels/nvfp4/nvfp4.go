@@ -433,13 +433,33 @@ func (j *fp4CodeJudge) ok(i int, code uint8) bool {
 	return nvfp4.CodeValue(code) == nvfp4.CodeValue(ab.codes[e]) || nvfp4.CodeTieEquivalent(ab.in[e], ab.codes[e], code)
 }
 
+// laidOut is linear [rows, kSF] block scale codes in layout lay, and the
+// shape the block_scale tensor has in it (padded for a swizzle).
+func laidOut(linear []uint8, rows, kSF int, lay nvfp4.Layout) ([]uint8, []int, error) {
+	if lay == nvfp4.Linear {
+		return linear, []int{rows, kSF}, nil
+	}
+	codes, err := lay.FromLinear(linear, rows, kSF)
+	if err != nil {
+		return nil, nil, err
+	}
+	mPad, kPad := lay.PaddedShape(rows, kSF)
+	return codes, []int{mPad, kPad}, nil
+}
+
 // fp4ScaleOutput is the block_scale output in its layout and dtype. Values
 // are the E4M3 values for F8_E4M3 and the raw codes for U8. Swizzled
 // padding must be zero (reference/CONTRACTS.md §5; -0 is accepted): a GEMM whose last K tile
 // spans the padded columns reads it (Equivalent below).
 func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.Layout, d tensor.DType) (Output, error) {
-	exCodes, expCodes := exact.Scales, expected.Scales
-	shape := []int{rows, kSF}
+	exCodes, shape, err := laidOut(exact.Scales, rows, kSF, lay)
+	if err != nil {
+		return Output{}, err
+	}
+	expCodes, _, err := laidOut(expected.Scales, rows, kSF, lay)
+	if err != nil {
+		return Output{}, err
+	}
 	pos := func(i int) (m, k int) { return i / kSF, i % kSF }
 	coords := Coords{Axes: []CoordKind{KindRow, KindScaleBlock}, Derived: func(idx []int) []Coord {
 		if len(idx) != 2 {
@@ -448,15 +468,7 @@ func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.L
 		return []Coord{{Kind: KindTile128, Value: idx[0] / nvfp4.TileRows}}
 	}}
 	if lay != nvfp4.Linear {
-		var err error
-		if exCodes, err = lay.FromLinear(exCodes, rows, kSF); err != nil {
-			return Output{}, err
-		}
-		if expCodes, err = lay.FromLinear(expCodes, rows, kSF); err != nil {
-			return Output{}, err
-		}
-		mPad, kPad := lay.PaddedShape(rows, kSF)
-		shape = []int{mPad, kPad}
+		kPad := shape[1]
 		pos = func(i int) (m, k int) { return lay.Position(i, kSF) }
 		coords = Coords{Axes: []CoordKind{KindScaleRow, KindScaleCol}, Derived: func(idx []int) []Coord {
 			off := 0
