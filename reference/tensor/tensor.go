@@ -368,8 +368,19 @@ func FromFloat64s(d DType, shape []int, vals []float64) *Tensor {
 	if len(vals) != t.Len() {
 		panic(fmt.Sprintf("tensor.FromFloat64s: %d values for shape %v", len(vals), shape))
 	}
-	for i, v := range vals {
-		t.SetFloat64(i, v)
+	switch d {
+	case BF16:
+		// SetFloat64's bf16 case without its dtype switch, a string
+		// comparison an element: the generators make every token and
+		// weight of the catalog through here (issue 17).
+		b := t.Data[:2*len(vals)]
+		for i, v := range vals {
+			binary.LittleEndian.PutUint16(b[2*i:], formats.BF16FromFloat64(v))
+		}
+	default:
+		for i, v := range vals {
+			t.SetFloat64(i, v)
+		}
 	}
 	return t
 }
