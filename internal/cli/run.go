@@ -20,6 +20,7 @@ import (
 	"github.com/kcheck-dev/kcheck/internal/compare"
 	"github.com/kcheck-dev/kcheck/internal/engines"
 	"github.com/kcheck-dev/kcheck/internal/faults"
+	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/internal/printable"
 	"github.com/kcheck-dev/kcheck/internal/progress"
 	"github.com/kcheck-dev/kcheck/internal/report"
@@ -261,6 +262,7 @@ func (o *runOptions) run(ctx context.Context) error {
 	bar := progress.New(len(sel), o.io.Err, o.quiet)
 	done := &progressLog{total: len(sel)}
 	verdicts := newTally()
+	ctx = kernel.WithMemo(ctx, kernel.NewMemo(memoBudget(opts.MaxMemory)))
 	next := runAhead(ctx, sel, caseJobs(be, o.outDir), func(c cases.Case) check.Result {
 		return RunCase(ctx, c, be, opts, o.timeout, o.outDir, o.force)
 	})
@@ -296,6 +298,17 @@ func (o *runOptions) run(ctx context.Context) error {
 		code = worseExit(code, ExitUsage)
 	}
 	return exitCode(code)
+}
+
+// memoBudget is the most kcheck run keeps of the inputs its cases share
+// (kernel.Memo): 256 MiB, and no more than an eighth of the memory bound,
+// beside which it is held (maxMemory 0: no bound).
+func memoBudget(maxMemory int64) int64 {
+	b := int64(256 << 20)
+	if maxMemory > 0 {
+		b = min(b, maxMemory/8)
+	}
+	return b
 }
 
 // caseJobs is how many cases kcheck run runs at once on be: one a core,

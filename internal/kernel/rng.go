@@ -1,6 +1,8 @@
 package kernel
 
 import (
+	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 )
@@ -61,3 +63,33 @@ func (r *RNG) Perm(n int) []int {
 
 // Uint64 returns 64 random bits.
 func (r *RNG) Uint64() uint64 { return r.src.Uint64() }
+
+// State is the generator's whole state, for a key or a Restore: what it
+// will draw from here on is a function of it alone.
+func (r *RNG) State() []byte {
+	b, err := r.src.MarshalBinary()
+	if err != nil {
+		panic("kernel: PCG state: " + err.Error()) // PCG's marshaling cannot fail
+	}
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(r.spare))
+	if r.has {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// Restore sets the generator to a State it had.
+func (r *RNG) Restore(state []byte) error {
+	n := len(state) - 9
+	if n < 0 {
+		return fmt.Errorf("RNG state of %d bytes", len(state))
+	}
+	if err := r.src.UnmarshalBinary(state[:n]); err != nil {
+		return err
+	}
+	r.spare = math.Float64frombits(binary.LittleEndian.Uint64(state[n:]))
+	r.has = state[n+8] == 1
+	return nil
+}

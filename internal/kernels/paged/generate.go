@@ -167,8 +167,60 @@ func KScaleOf(kvc, kpe []float64) float64 {
 }
 
 // Cache builds a filled paged cache for g's requests seqLens; params are
-// the case's (ds_mla_scale and fp8_saturate reach the writer).
-func Cache(ctx context.Context, r *RNG, g Geometry, seqLens []int, params Params) (cache *tensor.Tensor, pg Paging, kScale float64, err error) {
+// the case's (ds_mla_scale and fp8_saturate reach the writer). Under a
+// kernel.Memo (a run of many cases) a cache built before from the same RNG
+// state, geometry and writer parameters is copied instead, and r is left
+// where the build would leave it.
+func Cache(ctx context.Context, r *RNG, g Geometry, seqLens []int, params Params) (*tensor.Tensor, Paging, float64, error) {
+	memo := MemoFrom(ctx)
+	if memo == nil {
+		return buildCache(ctx, r, g, seqLens, params)
+	}
+	wp := writerParams(g, params)
+	key := fmt.Sprintf("paged.Cache %x L=%d R=%d %v %v", r.State(), g.Latent, g.Rope, seqLens, wp)
+	if v, ok := memo.Get(key); ok {
+		b := v.(*builtCache)
+		if err := r.Restore(b.rngAfter); err != nil {
+			return nil, Paging{}, 0, err
+		}
+		return b.cache.Clone(), b.pg.clone(), b.kScale, nil
+	}
+	cache, pg, kScale, err := buildCache(ctx, r, g, seqLens, params)
+	if err == nil {
+		memo.Put(key, &builtCache{cache.Clone(), pg.clone(), kScale, r.State()}, int64(len(cache.Data)+8*len(pg.Table)))
+	}
+	return cache, pg, kScale, err
+}
+
+// builtCache is what Cache keeps in a memo: its results and the RNG's
+// state after the build.
+type builtCache struct {
+	cache    *tensor.Tensor
+	pg       Paging
+	kScale   float64
+	rngAfter []byte
+}
+
+func (p Paging) clone() Paging {
+	p.Table = append([]int64(nil), p.Table...)
+	return p
+}
+
+// writerParams are the parameters of the kv_cache_write that fills a cache
+// of g: its dtype and page size, and the case's ds_mla_scale and
+// fp8_saturate.
+func writerParams(g Geometry, params Params) Params {
+	wp := Params{"kv_cache_dtype": g.KVCacheDType, "page_size": fmt.Sprint(g.PageSize)}
+	for k, v := range params {
+		if k == "ds_mla_scale" || k == "fp8_saturate" {
+			wp[k] = v
+		}
+	}
+	return wp
+}
+
+// buildCache is Cache without the memo.
+func buildCache(ctx context.Context, r *RNG, g Geometry, seqLens []int, params Params) (cache *tensor.Tensor, pg Paging, kScale float64, err error) {
 	d := g.Latent + g.Rope
 	pg = NewPaging(r, seqLens, g.PageSize)
 	before, err := EmptyCache(ctx, r, g.KVCacheDType, pg.NB, g.PageSize, d, "poison")
@@ -186,13 +238,7 @@ func Cache(ctx context.Context, r *RNG, g Geometry, seqLens []int, params Params
 		return nil, pg, 0, err
 	}
 	kScale = KScaleOf(kvc, kpe)
-	wp := Params{"kv_cache_dtype": g.KVCacheDType, "page_size": fmt.Sprint(g.PageSize)}
-	for k, v := range params {
-		if k == "ds_mla_scale" || k == "fp8_saturate" {
-			wp[k] = v
-		}
-	}
-	cache, err = writeCache(ctx, before, kvc, kpe, g.Latent, g.Rope, slots, wp, kScale)
+	cache, err = writeCache(ctx, before, kvc, kpe, g.Latent, g.Rope, slots, writerParams(g, params), kScale)
 	return cache, pg, kScale, err
 }
 
