@@ -386,13 +386,98 @@ func (j *judge) tallyChunk(c *chunk) {
 			t.bulk += r.n
 			continue
 		}
-		for i := r.lo; i < r.lo+r.n; i++ {
-			e := &c.buf[i-c.lo]
-			j.excuse(i, e)
-			t.add(j, i, e)
+		if j.o.Equivalent != nil || j.elementPath {
+			for i := r.lo; i < r.lo+r.n; i++ {
+				e := &c.buf[i-c.lo]
+				j.excuse(i, e)
+				t.add(j, i, e)
+			}
+			continue
 		}
+		t.addRun(j, r.lo, c.buf[r.lo-c.lo:r.lo-c.lo+r.n])
 	}
 	c.tallied = true
+}
+
+// addRun tallies es, elements lo, lo+1, ... judged on the fast path of an
+// output without an equivalence rule (nothing to excuse), as add does one
+// by one: a numbers element's additions and maxima are add's, in add's
+// order, made in locals the compiler keeps in registers (through t, each
+// of the run's six sums waited for its last store), and every other
+// element goes to add itself between them.
+func (t *tally) addRun(j *judge, lo int, es []element) {
+	floorMax, sumFloor2, sumE2, sumX2 := t.floorMax, t.sumFloor2, t.sumE2, t.sumX2
+	sumErr2, sumRef2, sumA2 := t.sumErr2, t.sumRef2, t.sumA2
+	maxULP, maxFinite, maxExc, maxAbs, maxRel := t.maxULP, t.maxFinite, t.maxExc, t.maxAbs, t.maxRel
+	nJudged, overElems, beyondBand := t.nJudged, t.overElems, t.beyondBand
+	store := func() {
+		t.floorMax, t.sumFloor2, t.sumE2, t.sumX2 = floorMax, sumFloor2, sumE2, sumX2
+		t.sumErr2, t.sumRef2, t.sumA2 = sumErr2, sumRef2, sumA2
+		t.maxULP, t.maxFinite, t.maxExc, t.maxAbs, t.maxRel = maxULP, maxFinite, maxExc, maxAbs, maxRel
+		t.nJudged, t.overElems, t.beyondBand = nJudged, overElems, beyondBand
+	}
+	band, worstK := j.band, j.worstK
+	for k := range es {
+		e, i := &es[k], lo+k
+		if e.special != numbers {
+			store()
+			t.add(j, i, e)
+			floorMax, sumFloor2, sumE2, sumX2 = t.floorMax, t.sumFloor2, t.sumE2, t.sumX2
+			sumErr2, sumRef2, sumA2 = t.sumErr2, t.sumRef2, t.sumA2
+			maxULP, maxFinite, maxExc, maxAbs, maxRel = t.maxULP, t.maxFinite, t.maxExc, t.maxAbs, t.maxRel
+			nJudged, overElems, beyondBand = t.nJudged, t.overElems, t.beyondBand
+			continue
+		}
+		// What add does for a numbers element: neither the actual nor the
+		// expected value is special (classify), nothing is excused.
+		av, ev, xv := e.av, e.ev, e.xv
+		ref, err, exc := e.ref, e.err, e.exc
+		if t.recording {
+			if exc > 1 || signature.InSample(i, j.rate) {
+				t.rec = append(t.rec, recorded{i, exc})
+			}
+		}
+		if finite(xv) { // and ev, a number
+			floorMax = max(floorMax, math.Abs(ev-xv))
+			sumFloor2 += sq(ev - xv)
+			sumE2 += ev * ev
+			sumX2 += xv * xv
+		}
+		if e.ulpOK {
+			maxULP = max(maxULP, float64(e.ulp))
+		}
+		if exc > 1 {
+			overElems++
+			if j.failSeen != nil && !j.failSeen.Load() {
+				j.failSeen.Store(true)
+			}
+			t.fail[(i&(parallelChunk-1))>>6] |= 1 << (i & 63)
+		}
+		if finite(exc) {
+			maxFinite = max(maxFinite, exc)
+		}
+		if exc > band {
+			beyondBand++
+		}
+		maxExc = max(maxExc, exc)
+		if w := t.worst.items; len(w) == 0 || len(w) < worstK || !(exc < w[0].exc) {
+			t.push(item{i, av, ev, xv, err, e.tol, exc}, worstK)
+		}
+		maxAbs = max(maxAbs, err)
+		switch {
+		case math.IsNaN(err):
+			maxRel = math.NaN()
+		case ref != 0:
+			maxRel = max(maxRel, err/math.Abs(ref))
+		case err > 0:
+			maxRel = math.Inf(1)
+		}
+		nJudged++
+		sumErr2 += err * err
+		sumRef2 += ref * ref
+		sumA2 += av * av
+	}
+	store()
 }
 
 // recording reports whether the chunks judged from now on record their
