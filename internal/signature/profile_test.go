@@ -2,6 +2,7 @@ package signature
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
@@ -40,6 +41,53 @@ func TestProfileSampling(t *testing.T) {
 		}
 		if math.Abs(count-n) > 0.1*n || fails != 2 || found[7] != 10 || !math.IsInf(found[50303], 1) || len(tok.Values) > 2000 {
 			t.Errorf("count %.0f (want about %d), failing %d (want 2), failing values %v, %d values kept", count, n, fails, found, len(tok.Values))
+		}
+	}
+}
+
+// TestVisitsAreTheSampledAndWeighted: collect's elements are those the
+// definition picks, in index order, each with InSample's choice: every
+// element where the weighted ones are unknown or nothing is sampled, else
+// the weighted and the sampled, across the blocks the sample bits are
+// made in.
+func TestVisitsAreTheSampledAndWeighted(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	for _, N := range []int{0, 1, 63, 64, 65, 1000, sampleBlock*64 - 1, sampleBlock*64 + 65} {
+		for _, rate := range []float64{1, 0.5, 0.01, 1e-5} {
+			for _, withWeights := range []bool{false, true} {
+				var weighted []uint64
+				if withWeights {
+					weighted = make([]uint64, (N+63)/64)
+					for w := range weighted {
+						if r.IntN(4) == 0 {
+							weighted[w] = r.Uint64() & r.Uint64()
+						}
+					}
+					if N%64 != 0 && len(weighted) > 0 {
+						weighted[len(weighted)-1] &= 1<<(N%64) - 1
+					}
+				}
+				var want []int
+				for i := 0; i < N; i++ {
+					if weighted != nil && rate < 1 && weighted[i>>6]>>(i&63)&1 == 0 && !InSample(i, rate) {
+						continue
+					}
+					want = append(want, i)
+				}
+				k := 0
+				for i, sampled := range visits(N, weighted, rate) {
+					if k >= len(want) || i != want[k] {
+						t.Fatalf("N=%d rate=%g weights=%v: visit %d is element %d; want %v", N, rate, withWeights, k, i, want[k:min(k+1, len(want))])
+					}
+					if sampled != InSample(i, rate) {
+						t.Fatalf("N=%d rate=%g: element %d sampled %v; InSample says %v", N, rate, i, sampled, !sampled)
+					}
+					k++
+				}
+				if k != len(want) {
+					t.Fatalf("N=%d rate=%g weights=%v: %d visits, want %d", N, rate, withWeights, k, len(want))
+				}
+			}
 		}
 	}
 }
