@@ -404,7 +404,9 @@ func TestBF16AccumulationGrowsWithContext(t *testing.T) {
 	shape := []int{len(lens), heads, attnL}
 	o := kernel.Output{Name: "out", Shape: shape, DType: tensor.BF16, Exact: kernel.Dense(exact), Expected: kernel.Dense(expected),
 		Reduction: lens[len(lens)-1], Coords: kernel.Coords{Axes: []kernel.CoordKind{"request", "head", "latent"},
-			Derived: func(idx []int) []kernel.Coord { return []kernel.Coord{{Kind: "context_len", Value: lens[idx[0]]}} }}}
+			Derived: func(dst []kernel.Coord, idx []int) []kernel.Coord {
+				return append(dst, kernel.Coord{Kind: "context_len", Value: lens[idx[0]]})
+			}}}
 	c, err := Compare(o, tensor.FromFloat64s(tensor.BF16, shape, faulty), ThreeWay{}, Options{})
 	if err != nil {
 		t.Fatal(err)

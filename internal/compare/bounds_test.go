@@ -325,8 +325,8 @@ func recordedOutput(firstRow int) (kernel.Output, *tensor.Tensor) {
 	actual.SetFloat64(777*cols+300, math.NaN())
 	o := kernel.Output{Name: "gathered", Shape: []int{rows, cols}, DType: tensor.BF16, Reduction: 1,
 		Exact: halfSettled{exact, codes.Data, cols}, Expected: halfSettled{expected, codes.Data, cols},
-		Coords: kernel.Coords{Axes: []kernel.CoordKind{kernel.KindRow, "dim"}, Derived: func(idx []int) []kernel.Coord {
-			return []kernel.Coord{{Kind: kernel.KindPageOffset, Value: idx[0] % 64}}
+		Coords: kernel.Coords{Axes: []kernel.CoordKind{kernel.KindRow, "dim"}, Derived: func(dst []kernel.Coord, idx []int) []kernel.Coord {
+			return append(dst, kernel.Coord{Kind: kernel.KindPageOffset, Value: idx[0] % 64})
 		}}}
 	return o, actual
 }

@@ -637,8 +637,8 @@ func TestSignatureFromThePass(t *testing.T) {
 	actual.SetFloat64(17*C+3, math.NaN())
 	actual.SetFloat64(48*C+7, math.NaN())
 	o := kernel.Output{Name: "gathered", Shape: []int{R, C}, DType: tensor.F32, Exact: kernel.Dense(exact), Expected: kernel.Dense(exact), Reduction: 1,
-		Coords: kernel.Coords{Axes: []kernel.CoordKind{kernel.KindRow, "dim"}, Derived: func(idx []int) []kernel.Coord {
-			return []kernel.Coord{{Kind: kernel.KindPageOffset, Value: idx[0] % 16}}
+		Coords: kernel.Coords{Axes: []kernel.CoordKind{kernel.KindRow, "dim"}, Derived: func(dst []kernel.Coord, idx []int) []kernel.Coord {
+			return append(dst, kernel.Coord{Kind: kernel.KindPageOffset, Value: idx[0] % 16})
 		}}}
 	for _, profile := range []bool{false, true} {
 		want, got := onBothPaths(t, o, actual, Options{Profile: profile})

@@ -277,7 +277,7 @@ type Suspect struct {
 // split, 16-element block, 128-row tile...) for signatures.
 type Coords struct {
 	Axes    []CoordKind
-	Derived func(idx []int) []Coord
+	Derived func(dst []Coord, idx []int) []Coord
 }
 
 // Coord is one coordinate of an element: its kind (which is also its name)
@@ -312,7 +312,7 @@ func (c Coords) NameInto(dst []Coord, idx []int) []Coord {
 		out = append(out, Coord{kind, v})
 	}
 	if c.Derived != nil {
-		out = append(out, c.Derived(idx)...)
+		out = c.Derived(out, idx)
 	}
 	return out
 }

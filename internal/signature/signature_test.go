@@ -44,8 +44,17 @@ func (s synth) build(seed uint64) (kernel.Output, []float64) {
 		}
 	}
 	o := kernel.Output{Name: "out", Shape: s.shape, Exact: make(kernel.Dense, N), Expected: make(kernel.Dense, N),
-		Coords: kernel.Coords{Axes: s.axes, Derived: s.derived}}
+		Coords: kernel.Coords{Axes: s.axes, Derived: appending(s.derived)}}
 	return o, ex
+}
+
+// appending is f as kernel.Coords.Derived, which appends: the cases
+// below write their coordinates as one slice each.
+func appending(f func(idx []int) []kernel.Coord) func([]kernel.Coord, []int) []kernel.Coord {
+	if f == nil {
+		return nil
+	}
+	return func(dst []kernel.Coord, idx []int) []kernel.Coord { return append(dst, f(idx)...) }
 }
 
 // Paged token-major layout: token t lives on page t/P at offset t%P.
@@ -218,7 +227,7 @@ func TestNoiseClaimsNoPattern(t *testing.T) {
 		for i := range ex {
 			ex[i] = math.Abs(r.NormFloat64()) * 0.46 // P(> 1) ≈ 3%
 		}
-		o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []kernel.CoordKind{"request", "token", "latent"}, Derived: derived}}
+		o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []kernel.CoordKind{"request", "token", "latent"}, Derived: appending(derived)}}
 		sig := Analyze(o, kernel.Dense(ex), Options{})
 		if sig.Pattern != Uniform {
 			t.Errorf("seed %d: noise named %q on %q: %s", seed, sig.Pattern, sig.Coord, sig.Detail)
@@ -522,7 +531,7 @@ func TestNonFiniteFirst(t *testing.T) {
 	derived := func(idx []int) []kernel.Coord {
 		return []kernel.Coord{{Kind: "page_offset", Value: idx[1] % 16}}
 	}
-	o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []kernel.CoordKind{"request", "token", "latent"}, Derived: derived}}
+	o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []kernel.CoordKind{"request", "token", "latent"}, Derived: appending(derived)}}
 	everywhere := make([]float64, N)
 	pageStart := make([]float64, N)
 	for i := range everywhere {
@@ -561,7 +570,7 @@ func TestOverflowFirst(t *testing.T) {
 	derived := func(idx []int) []kernel.Coord {
 		return []kernel.Coord{{Kind: "page_offset", Value: idx[1] % 16}}
 	}
-	o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []kernel.CoordKind{"request", "token", "latent"}, Derived: derived}}
+	o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []kernel.CoordKind{"request", "token", "latent"}, Derived: appending(derived)}}
 	everywhere := make([]float64, N)
 	pageStart := make([]float64, N)
 	for i := range everywhere {

@@ -229,22 +229,22 @@ func (*indexer) Reference(ctx context.Context, pr Problem, prec Precision, outDT
 	// With next_n > 1 an output row is a query, not a request: the
 	// request and the query's place in it are named beside it.
 	rowAxis := KindRequest
-	rowOf := func(int) []Coord { return nil }
+	rowOf := func(dst []Coord, _ int) []Coord { return dst }
 	if nextN > 1 {
 		rowAxis = KindRow
-		rowOf = func(r int) []Coord {
-			return []Coord{{Kind: KindRequest, Value: r / nextN}, {Kind: KindQPos, Value: r % nextN}}
+		rowOf = func(dst []Coord, r int) []Coord {
+			return append(dst, Coord{Kind: KindRequest, Value: r / nextN}, Coord{Kind: KindQPos, Value: r % nextN})
 		}
 	}
-	pos := func(idx []int) []Coord {
+	pos := func(dst []Coord, idx []int) []Coord {
 		r, t := idx[0], idx[1]
 		b := r / nextN
 		blk := -1
 		if t < pages.SeqLens[b] {
 			blk, _ = pages.Locate(b, t)
 		}
-		cs := []Coord{{Kind: KindPage, Value: t / ps}, {Kind: KindPageOffset, Value: t % ps}, {Kind: KindBlock, Value: blk}}
-		return append(cs, rowOf(r)...)
+		cs := append(dst, Coord{Kind: KindPage, Value: t / ps}, Coord{Kind: KindPageOffset, Value: t % ps}, Coord{Kind: KindBlock, Value: blk})
+		return rowOf(cs, r)
 	}
 	scores := Output{
 		Name:      "scores",
@@ -269,7 +269,7 @@ func (*indexer) Reference(ctx context.Context, pr Problem, prec Precision, outDT
 			return s.TopKAccepts(i/topk, topk, int64(actual))
 		},
 		Reduction: dk + hi + 1,
-		Coords:    Coords{Axes: []CoordKind{rowAxis, KindRank}, Derived: func(idx []int) []Coord { return rowOf(idx[0]) }},
+		Coords:    Coords{Axes: []CoordKind{rowAxis, KindRank}, Derived: func(dst []Coord, idx []int) []Coord { return rowOf(dst, idx[0]) }},
 	}
 	if p.GlobalSlot {
 		// a slot is judged as the request's token it holds: one the row

@@ -159,12 +159,12 @@ func (*write) Reference(ctx context.Context, pr Problem, prec Precision, outDTyp
 	ovc := *p.ov
 	ovc.Layout, ovc.Before = lay, before
 	ov := &ovc
-	derived := func(idx []int) []Coord {
+	derived := func(dst []Coord, idx []int) []Coord {
 		// the entry an element belongs to: its own row, except in a
 		// block-split cache, whose [block, offset] rows are not entries
 		slot, col := lay.Entry((idx[0]*lay.PageSize+idx[1])*lay.EntrySize() + idx[2])
 		part, tile := lay.PartOf(col)
-		c := []Coord{{Kind: KindPart, Value: int(part)}, {Kind: KindToken, Value: ov.TokenAt(slot)}}
+		c := append(dst, Coord{Kind: KindPart, Value: int(part)}, Coord{Kind: KindToken, Value: ov.TokenAt(slot)})
 		if lay.Kind == kvcache.FP8DSMLA {
 			c = append(c, Coord{Kind: KindTile128, Value: tile})
 		}
@@ -793,11 +793,11 @@ func (e *entryBytes) At(i int) float64 {
 // gatheredCoords names a gathered element [row, col]: the request and token
 // its row copies, where the cache holds it, and its column's part (partOf:
 // the dequantized gather's columns are values, the byte copy's bytes).
-func gatheredCoords(pages *kvcache.Pages, pageSize int, partOf func(col int) kvcache.Part) func([]int) []Coord {
-	return func(idx []int) []Coord {
+func gatheredCoords(pages *kvcache.Pages, pageSize int, partOf func(col int) kvcache.Part) func([]Coord, []int) []Coord {
+	return func(dst []Coord, idx []int) []Coord {
 		b, t := pages.Request(idx[0])
 		blk, off := pages.Locate(b, t)
-		return []Coord{{Kind: KindRequest, Value: b}, {Kind: KindToken, Value: t}, {Kind: KindPage, Value: t / pageSize}, {Kind: KindPageOffset, Value: off},
-			{Kind: "block", Value: blk}, {Kind: "part", Value: int(partOf(idx[1]))}}
+		return append(dst, Coord{Kind: KindRequest, Value: b}, Coord{Kind: KindToken, Value: t}, Coord{Kind: KindPage, Value: t / pageSize}, Coord{Kind: KindPageOffset, Value: off},
+			Coord{Kind: "block", Value: blk}, Coord{Kind: "part", Value: int(partOf(idx[1]))})
 	}
 }

@@ -406,24 +406,24 @@ func (*decode) Reference(ctx context.Context, pr Problem, prec Precision, outDTy
 	for _, n := range pages.SeqLens {
 		maxSeq = max(maxSeq, n)
 	}
-	rowCoords := func(b, i, h int) []Coord {
+	rowCoords := func(dst []Coord, b, i, h int) []Coord {
 		n := pages.SeqLens[b]
 		vis := mla.Visible(n, SQ, i, c.cfg.Causal)
-		return []Coord{{Kind: KindContextLen, Value: n}, {Kind: KindVisible, Value: vis}, {Kind: KindLastPageFill, Value: vis % P}, {Kind: KindHeadTile, Value: (i*H + h) / headTileRows}}
+		return append(dst, Coord{Kind: KindContextLen, Value: n}, Coord{Kind: KindVisible, Value: vis}, Coord{Kind: KindLastPageFill, Value: vis % P}, Coord{Kind: KindHeadTile, Value: (i*H + h) / headTileRows})
 	}
 	outs := []Output{
 		{
 			Name: "out", Shape: []int{B, SQ, H, L}, DType: c.prec.Out, Exact: Dense(ex.Out), Expected: Dense(xp.Out),
 			Mode: Numeric, Reduction: maxSeq,
-			Coords: Coords{Axes: []CoordKind{KindRequest, KindQPos, KindHead, KindLatent}, Derived: func(idx []int) []Coord {
-				return append(rowCoords(idx[0], idx[1], idx[2]), Coord{Kind: KindTile128, Value: idx[3] / 128})
+			Coords: Coords{Axes: []CoordKind{KindRequest, KindQPos, KindHead, KindLatent}, Derived: func(dst []Coord, idx []int) []Coord {
+				return append(rowCoords(dst, idx[0], idx[1], idx[2]), Coord{Kind: KindTile128, Value: idx[3] / 128})
 			}},
 		},
 		{
 			Name: "lse", Shape: []int{B, H, SQ}, DType: c.prec.LSE, Exact: Dense(ex.LSE), Expected: Dense(xp.LSE),
 			Mode: Numeric, Reduction: maxSeq, Noise: Dense(ex.LSENoise), NoiseWhat: scoreNoiseWhat,
-			Coords: Coords{Axes: []CoordKind{KindRequest, KindHead, KindQPos}, Derived: func(idx []int) []Coord {
-				return rowCoords(idx[0], idx[2], idx[1])
+			Coords: Coords{Axes: []CoordKind{KindRequest, KindHead, KindQPos}, Derived: func(dst []Coord, idx []int) []Coord {
+				return rowCoords(dst, idx[0], idx[2], idx[1])
 			}},
 		},
 	}
@@ -446,25 +446,25 @@ func (*decode) Reference(ctx context.Context, pr Problem, prec Precision, outDTy
 			maxSplit = max(maxSplit, pex.Bounds[b*(s+1)+k+1]-pex.Bounds[b*(s+1)+k])
 		}
 	}
-	splitCoords := func(b, i, h, k int) []Coord {
+	splitCoords := func(dst []Coord, b, i, h, k int) []Coord {
 		lo, hi := pex.Bounds[b*(s+1)+k], pex.Bounds[b*(s+1)+k+1]
 		vis := max(0, min(hi, mla.Visible(pages.SeqLens[b], SQ, i, c.cfg.Causal))-lo)
-		return []Coord{{Kind: KindContextLen, Value: pages.SeqLens[b]}, {Kind: KindSplitStart, Value: lo}, {Kind: KindSplitLen, Value: hi - lo},
-			{Kind: "visible", Value: vis}, {Kind: "last_page_fill", Value: (lo + vis) % P}, {Kind: "head_tile", Value: (i*H + h) / headTileRows}}
+		return append(dst, Coord{Kind: KindContextLen, Value: pages.SeqLens[b]}, Coord{Kind: KindSplitStart, Value: lo}, Coord{Kind: KindSplitLen, Value: hi - lo},
+			Coord{Kind: "visible", Value: vis}, Coord{Kind: "last_page_fill", Value: (lo + vis) % P}, Coord{Kind: "head_tile", Value: (i*H + h) / headTileRows})
 	}
 	return append(outs,
 		Output{
 			Name: "partial_out", Shape: []int{B, SQ, H, s, L}, DType: c.prec.PartialOut, Exact: Dense(pex.Out), Expected: Dense(pxp.Out),
 			Mode: Numeric, Reduction: maxSplit,
-			Coords: Coords{Axes: []CoordKind{KindRequest, KindQPos, KindHead, KindSplit, KindLatent}, Derived: func(idx []int) []Coord {
-				return append(splitCoords(idx[0], idx[1], idx[2], idx[3]), Coord{Kind: KindTile128, Value: idx[4] / 128})
+			Coords: Coords{Axes: []CoordKind{KindRequest, KindQPos, KindHead, KindSplit, KindLatent}, Derived: func(dst []Coord, idx []int) []Coord {
+				return append(splitCoords(dst, idx[0], idx[1], idx[2], idx[3]), Coord{Kind: KindTile128, Value: idx[4] / 128})
 			}},
 		},
 		Output{
 			Name: "partial_lse", Shape: []int{B, SQ, H, s}, DType: c.prec.PartialLSE, Exact: Dense(pex.LSE), Expected: Dense(pxp.LSE),
 			Mode: Numeric, Reduction: maxSplit, Noise: Dense(pex.LSENoise), NoiseWhat: scoreNoiseWhat,
-			Coords: Coords{Axes: []CoordKind{KindRequest, KindQPos, KindHead, KindSplit}, Derived: func(idx []int) []Coord {
-				return splitCoords(idx[0], idx[1], idx[2], idx[3])
+			Coords: Coords{Axes: []CoordKind{KindRequest, KindQPos, KindHead, KindSplit}, Derived: func(dst []Coord, idx []int) []Coord {
+				return splitCoords(dst, idx[0], idx[1], idx[2], idx[3])
 			}},
 		}), nil
 }
@@ -783,8 +783,8 @@ func (*sparseDecode) Reference(ctx context.Context, pr Problem, prec Precision, 
 			attended[b*SQ+i] = len(sp.ValidSlots(b, i)) + len(sp.ExtraSlots(b, i))
 		}
 	}
-	rowCoords := func(b, i, h int) []Coord {
-		return []Coord{{Kind: KindContextLen, Value: attended[b*SQ+i]}, {Kind: KindHeadTile, Value: (i*H + h) / headTileRows}}
+	rowCoords := func(dst []Coord, b, i, h int) []Coord {
+		return append(dst, Coord{Kind: KindContextLen, Value: attended[b*SQ+i]}, Coord{Kind: KindHeadTile, Value: (i*H + h) / headTileRows})
 	}
 	red := max(1, topk)
 	if extra != nil {
@@ -798,18 +798,18 @@ func (*sparseDecode) Reference(ctx context.Context, pr Problem, prec Precision, 
 		{
 			Name: "out", Shape: []int{B, SQ, H, L}, DType: c.prec.Out, Exact: Dense(ex.Out), Expected: Dense(xp.Out),
 			Mode: Numeric, Reduction: red, Suspects: outSus, Notes: notes["out"],
-			Coords: Coords{Axes: []CoordKind{KindRequest, KindQPos, KindHead, KindLatent}, Derived: func(idx []int) []Coord {
+			Coords: Coords{Axes: []CoordKind{KindRequest, KindQPos, KindHead, KindLatent}, Derived: func(dst []Coord, idx []int) []Coord {
 				// part: whether the value column is a latent (quantized) or
 				// a rope one, for "V = the whole entry" bugs
 				part, _ := c.lay.PartOf(idx[3])
-				return append(rowCoords(idx[0], idx[1], idx[2]), Coord{Kind: KindTile128, Value: idx[3] / 128}, Coord{Kind: KindPart, Value: int(part)})
+				return append(rowCoords(dst, idx[0], idx[1], idx[2]), Coord{Kind: KindTile128, Value: idx[3] / 128}, Coord{Kind: KindPart, Value: int(part)})
 			}},
 		},
 		{
 			Name: "lse", Shape: []int{B, H, SQ}, DType: c.prec.LSE, Exact: Dense(ex.LSE), Expected: Dense(xp.LSE),
 			Mode: Numeric, Reduction: red, Suspects: lseSus, Notes: notes["lse"], Noise: Dense(ex.LSENoise), NoiseWhat: scoreNoiseWhat,
-			Coords: Coords{Axes: []CoordKind{KindRequest, KindHead, KindQPos}, Derived: func(idx []int) []Coord {
-				return rowCoords(idx[0], idx[2], idx[1])
+			Coords: Coords{Axes: []CoordKind{KindRequest, KindHead, KindQPos}, Derived: func(dst []Coord, idx []int) []Coord {
+				return rowCoords(dst, idx[0], idx[2], idx[1])
 			}},
 		},
 	}, nil

@@ -199,11 +199,11 @@ func fp4Matrix(in Inputs, packed, scale, global string, lay nvfp4.Layout, kind n
 // block, its 128-row tile (one tile of swizzled scales) and the nibble it
 // was packed in (0 low, 1 high: a swapped packing errs on every parity).
 func fp4ElementCoords(rowAxis, colAxis CoordKind) Coords {
-	return Coords{Axes: []CoordKind{rowAxis, colAxis}, Derived: func(idx []int) []Coord {
+	return Coords{Axes: []CoordKind{rowAxis, colAxis}, Derived: func(dst []Coord, idx []int) []Coord {
 		if len(idx) != 2 {
-			return nil
+			return dst
 		}
-		return []Coord{{Kind: KindScaleBlock, Value: idx[1] / nvfp4.BlockSize}, {Kind: KindTile128, Value: idx[0] / nvfp4.TileRows}, {Kind: KindNibble, Value: idx[1] % 2}}
+		return append(dst, Coord{Kind: KindScaleBlock, Value: idx[1] / nvfp4.BlockSize}, Coord{Kind: KindTile128, Value: idx[0] / nvfp4.TileRows}, Coord{Kind: KindNibble, Value: idx[1] % 2})
 	}}
 }
 
@@ -374,11 +374,11 @@ func (*quantize) Reference(ctx context.Context, pr Problem, prec Precision, outD
 			return ok && eq.ok(2*i, b&0xF) && eq.ok(2*i+1, b>>4)
 		},
 		Reduction: 1,
-		Coords: Coords{Axes: []CoordKind{KindRow, KindByte}, Derived: func(idx []int) []Coord {
+		Coords: Coords{Axes: []CoordKind{KindRow, KindByte}, Derived: func(dst []Coord, idx []int) []Coord {
 			if len(idx) != 2 {
-				return nil
+				return dst
 			}
-			return []Coord{{Kind: KindCol, Value: 2 * idx[1]}, {Kind: KindScaleBlock, Value: idx[1] / (nvfp4.BlockSize / 2)}, {Kind: KindTile128, Value: idx[0] / nvfp4.TileRows}}
+			return append(dst, Coord{Kind: KindCol, Value: 2 * idx[1]}, Coord{Kind: KindScaleBlock, Value: idx[1] / (nvfp4.BlockSize / 2)}, Coord{Kind: KindTile128, Value: idx[0] / nvfp4.TileRows})
 		}},
 	}
 	scale, err := fp4ScaleOutput(exact, expected, m, k/nvfp4.BlockSize, lay, scaleDType)
@@ -461,16 +461,16 @@ func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.L
 		return Output{}, err
 	}
 	pos := func(i int) (m, k int) { return i / kSF, i % kSF }
-	coords := Coords{Axes: []CoordKind{KindRow, KindScaleBlock}, Derived: func(idx []int) []Coord {
+	coords := Coords{Axes: []CoordKind{KindRow, KindScaleBlock}, Derived: func(dst []Coord, idx []int) []Coord {
 		if len(idx) != 2 {
-			return nil
+			return dst
 		}
-		return []Coord{{Kind: KindTile128, Value: idx[0] / nvfp4.TileRows}}
+		return append(dst, Coord{Kind: KindTile128, Value: idx[0] / nvfp4.TileRows})
 	}}
 	if lay != nvfp4.Linear {
 		kPad := shape[1]
 		pos = func(i int) (m, k int) { return lay.Position(i, kSF) }
-		coords = Coords{Axes: []CoordKind{KindScaleRow, KindScaleCol}, Derived: func(idx []int) []Coord {
+		coords = Coords{Axes: []CoordKind{KindScaleRow, KindScaleCol}, Derived: func(dst []Coord, idx []int) []Coord {
 			off := 0
 			switch len(idx) {
 			case 1: // stored flat [M_pad*K_pad]
@@ -478,14 +478,14 @@ func fp4ScaleOutput(exact, expected *nvfp4.Quantized, rows, kSF int, lay nvfp4.L
 			case 2:
 				off = idx[0]*kPad + idx[1]
 			default:
-				return nil
+				return dst
 			}
 			m, k := lay.Position(off, kSF)
 			pad := 0
 			if m >= rows || k >= kSF {
 				pad = 1
 			}
-			return []Coord{{Kind: KindRow, Value: m}, {Kind: KindScaleBlock, Value: k}, {Kind: KindTile128, Value: m / nvfp4.TileRows}, {Kind: KindPadding, Value: pad}}
+			return append(dst, Coord{Kind: KindRow, Value: m}, Coord{Kind: KindScaleBlock, Value: k}, Coord{Kind: KindTile128, Value: m / nvfp4.TileRows}, Coord{Kind: KindPadding, Value: pad})
 		}}
 	}
 	decode := func(c uint8) float64 {
@@ -572,11 +572,11 @@ func (*gemm) Reference(ctx context.Context, pr Problem, prec Precision, outDType
 	return []Output{{
 		Name: "out", Shape: []int{a.Rows, b.Rows}, DType: od, Exact: Dense(exact), Expected: Dense(expected),
 		Mode: Numeric, Reduction: a.K,
-		Coords: Coords{Axes: []CoordKind{KindRow, KindCol}, Derived: func(idx []int) []Coord {
+		Coords: Coords{Axes: []CoordKind{KindRow, KindCol}, Derived: func(dst []Coord, idx []int) []Coord {
 			if len(idx) != 2 {
-				return nil
+				return dst
 			}
-			return []Coord{{Kind: KindTile128, Value: idx[0] / nvfp4.TileRows}, {Kind: KindColTile128, Value: idx[1] / nvfp4.TileRows}}
+			return append(dst, Coord{Kind: KindTile128, Value: idx[0] / nvfp4.TileRows}, Coord{Kind: KindColTile128, Value: idx[1] / nvfp4.TileRows})
 		}},
 	}}, nil
 }

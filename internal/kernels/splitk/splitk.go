@@ -196,15 +196,15 @@ func (combine) Reference(ctx context.Context, p Problem, prec Precision, outDTyp
 		{
 			Name: "out", Shape: []int{n, l}, DType: outDT, Exact: Dense(ex.Out), Expected: Dense(xp.Out),
 			Mode: Numeric, Reduction: s,
-			Coords: Coords{Axes: []CoordKind{KindRow, KindLatent}, Derived: func(idx []int) []Coord {
-				return []Coord{{Kind: KindSplitsUsed, Value: used[idx[0]]}, {Kind: KindTile128, Value: idx[1] / 128}}
+			Coords: Coords{Axes: []CoordKind{KindRow, KindLatent}, Derived: func(dst []Coord, idx []int) []Coord {
+				return append(dst, Coord{Kind: KindSplitsUsed, Value: used[idx[0]]}, Coord{Kind: KindTile128, Value: idx[1] / 128})
 			}},
 		},
 		{
 			Name: "lse", Shape: []int{n}, DType: lseDT, Exact: Dense(ex.LSE), Expected: Dense(xp.LSE),
 			Mode: Numeric, Reduction: s,
-			Coords: Coords{Axes: []CoordKind{KindRow}, Derived: func(idx []int) []Coord {
-				return []Coord{{Kind: KindSplitsUsed, Value: used[idx[0]]}}
+			Coords: Coords{Axes: []CoordKind{KindRow}, Derived: func(dst []Coord, idx []int) []Coord {
+				return append(dst, Coord{Kind: KindSplitsUsed, Value: used[idx[0]]})
 			}},
 		},
 	}, nil

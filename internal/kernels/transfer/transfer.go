@@ -239,13 +239,13 @@ func (kernelTransfer) Reference(ctx context.Context, pr Problem, prec Precision,
 	}
 	lay := p.dst.lay
 	e := lay.EntrySize()
-	derived := func(idx []int) []Coord {
+	derived := func(dst []Coord, idx []int) []Coord {
 		part, tile := lay.PartOf(idx[2])
 		req, tok := -1, -1
 		if k := x.Find(idx[0]*lay.PageSize + idx[1]); k >= 0 {
 			req, tok = int(x.Moves[k].Request), int(x.Moves[k].Token)
 		}
-		c := []Coord{{Kind: KindPart, Value: int(part)}, {Kind: KindRequest, Value: req}, {Kind: KindToken, Value: tok}}
+		c := append(dst, Coord{Kind: KindPart, Value: int(part)}, Coord{Kind: KindRequest, Value: req}, Coord{Kind: KindToken, Value: tok})
 		if lay.Kind == kvcache.FP8DSMLA {
 			c = append(c, Coord{Kind: KindTile128, Value: tile})
 		}
