@@ -273,8 +273,10 @@ type Suspect struct {
 
 // Coords names an output element's position the way the kernel thinks of
 // it. Axes names the dimensions of the output's shape; Derived, when set,
-// adds coordinates the shape does not show (page, token mod page size,
-// split, 16-element block, 128-row tile...) for signatures.
+// appends to dst the coordinates the shape does not show (page, token mod
+// page size, split, 16-element block, 128-row tile...) for signatures and
+// returns it: appending, so that naming every failing element of a cache
+// allocates nothing.
 type Coords struct {
 	Axes    []CoordKind
 	Derived func(dst []Coord, idx []int) []Coord
