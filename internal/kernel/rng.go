@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+
+	"github.com/kcheck-dev/kcheck/reference/normal"
 )
 
 // RNG is a seeded generator whose sequence is fixed by its own code (PCG's
@@ -46,6 +48,39 @@ func (r *RNG) Normal() float64 {
 	sin, cos := math.Sincos(2 * math.Pi * u2)
 	r.spare, r.has = rad*sin, true
 	return rad * cos
+}
+
+// Normals fills dst with what len(dst) calls of Normal return, in order,
+// leaving the generator where they would: its uniforms are drawn in
+// Normal's order and transformed a batch at a time (normal.BoxMuller:
+// the same bits, four pairs a pass in AVX2), which is what the catalog's
+// generators spent a fifth of a run on one value at a time.
+func (r *RNG) Normals(dst []float64) {
+	k := 0
+	if r.has && len(dst) > 0 {
+		dst[0], r.has = r.spare, false
+		k = 1
+	}
+	const batch = 256
+	var u1, u2, c, s [batch]float64
+	for k+1 < len(dst) {
+		n := min(batch, (len(dst)-k)/2)
+		for p := 0; p < n; p++ {
+			a := r.Uniform()
+			for a == 0 {
+				a = r.Uniform()
+			}
+			u1[p], u2[p] = a, r.Uniform()
+		}
+		normal.BoxMuller(u1[:n], u2[:n], c[:n], s[:n])
+		for p := 0; p < n; p++ {
+			dst[k], dst[k+1] = c[p], s[p]
+			k += 2
+		}
+	}
+	if k < len(dst) {
+		dst[k] = r.Normal() // and its pair's second value kept for the next
+	}
 }
 
 // Perm returns a permutation of [0, n) (Fisher-Yates).

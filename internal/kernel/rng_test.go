@@ -28,3 +28,31 @@ func TestSincosIsSinAndCos(t *testing.T) {
 		}
 	}
 }
+
+// TestNormalsAreNormal: Normals fills a slice with what as many calls of
+// Normal return, from any state (a spare pending or not), at every length
+// around its batch and its pairs, and leaves the generator where those
+// calls would.
+func TestNormalsAreNormal(t *testing.T) {
+	for _, skip := range []int{0, 1} {
+		for _, n := range []int{0, 1, 2, 3, 7, 255, 256, 511, 512, 513, 1000} {
+			a, b := NewRNG(5, 9), NewRNG(5, 9)
+			for range skip {
+				a.Normal()
+				b.Normal()
+			}
+			got := make([]float64, n)
+			a.Normals(got)
+			for k := range got {
+				if w := b.Normal(); math.Float64bits(got[k]) != math.Float64bits(w) {
+					t.Fatalf("after %d, n=%d: value %d is %v; Normal gives %v", skip, n, k, got[k], w)
+				}
+			}
+			for k := 0; k < 3; k++ {
+				if x, y := a.Normal(), b.Normal(); x != y {
+					t.Fatalf("after %d, n=%d: the generator drew %v next; Normal's calls leave it to draw %v", skip, n, x, y)
+				}
+			}
+		}
+	}
+}
