@@ -115,3 +115,16 @@ func Stopped(ctx context.Context, i int) error {
 	}
 	return ctx.Err()
 }
+
+// Normals fills dst with r's normal variates, as a loop of r.Normal()
+// calls that looks at ctx with Stopped would, and returns ctx's error
+// where it stops: a stride at a time, each stride in one RNG.Normals.
+func Normals(ctx context.Context, r *RNG, dst []float64) error {
+	for lo := 0; lo < len(dst); lo += StopStride {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r.Normals(dst[lo:min(lo+StopStride, len(dst))])
+	}
+	return nil
+}

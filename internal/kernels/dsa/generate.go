@@ -37,19 +37,17 @@ func (*indexer) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tenso
 	fp8 := c.Params.String("k_cache_dtype", "bf16") == "fp8_e4m3"
 	// an MTP step's next_n query rows a request (q and weights rows)
 	rows := len(seqLens) * int(max(IntParam(c.Params, "next_n", 1), 1))
-	k := tensor.New(tensor.BF16, pg.NB, g.PageSize, indexerDim)
-	for i := 0; i < k.Len(); i++ {
-		if err := Stopped(ctx, i); err != nil {
-			return nil, err
-		}
-		k.SetFloat64(i, r.Normal())
+	kv := make([]float64, pg.NB*g.PageSize*indexerDim)
+	if err := Normals(ctx, r, kv); err != nil {
+		return nil, err
 	}
+	k := tensor.FromFloat64s(tensor.BF16, []int{pg.NB, g.PageSize, indexerDim}, kv)
 	q := make([]float64, rows*heads*indexerDim)
-	for i := range q {
-		if err := Stopped(ctx, i); err != nil {
-			return nil, err
-		}
-		q[i] = formats.RoundBF16(r.Normal())
+	if err := Normals(ctx, r, q); err != nil {
+		return nil, err
+	}
+	for i, x := range q {
+		q[i] = formats.RoundBF16(x)
 	}
 	qt := BF16([]int{rows, heads, indexerDim}, q)
 	if fp8 {
@@ -62,11 +60,11 @@ func (*indexer) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tenso
 		qt = tensor.FromFloat64s(tensor.F8E4M3, qt.Shape, q)
 	}
 	w := make([]float64, rows*heads)
-	for i := range w {
-		if err := Stopped(ctx, i); err != nil {
-			return nil, err
-		}
-		w[i] = r.Normal() * 0.1
+	if err := Normals(ctx, r, w); err != nil {
+		return nil, err
+	}
+	for i, x := range w {
+		w[i] = x * 0.1
 	}
 	ts := paged.Tables(seqLens, pg)
 	ts["q"] = qt

@@ -52,11 +52,11 @@ func generate(ctx context.Context, c Case, r *RNG, seqLens []int) (map[string]*t
 	}
 	d := g.Latent + g.Rope
 	q := make([]float64, g.Batch*g.SQ*g.Heads*d)
-	for i := range q {
-		if err := Stopped(ctx, i); err != nil {
-			return nil, pg, err
-		}
-		q[i] = formats.RoundBF16(r.Normal())
+	if err := Normals(ctx, r, q); err != nil {
+		return nil, pg, err
+	}
+	for i, x := range q {
+		q[i] = formats.RoundBF16(x)
 	}
 	// An fp16 cache is an fp16 model's, whose query is fp16 too (the
 	// values drawn as bf16 are fp16 values but for the rare subnormal).

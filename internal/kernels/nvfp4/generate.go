@@ -30,11 +30,10 @@ func shape(c Case) (m, k int) {
 // error once it is done.
 func activations(ctx context.Context, r *RNG, n, cols int) ([]float64, error) {
 	v := make([]float64, n)
-	for i := range v {
-		if err := Stopped(ctx, i); err != nil {
-			return nil, err
-		}
-		x := r.Normal()
+	if err := Normals(ctx, r, v); err != nil {
+		return nil, err
+	}
+	for i, x := range v {
 		if (i%cols)%97 == 13 {
 			x *= 20 // an outlier channel
 		}
@@ -132,11 +131,11 @@ func (*gemm) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tensor.T
 		return nil, err
 	}
 	w := make([]float64, n*k)
-	for i := range w {
-		if err := Stopped(ctx, i); err != nil {
-			return nil, err
-		}
-		w[i] = formats.RoundBF16(r.Normal() * 0.02) // init-like weights
+	if err := Normals(ctx, r, w); err != nil {
+		return nil, err
+	}
+	for i, x := range w {
+		w[i] = formats.RoundBF16(x * 0.02) // init-like weights
 	}
 	layout := c.Params.String("scale_layout", "linear")
 	ap, as, ags, err := quantized(ctx, a, m, k, layout)

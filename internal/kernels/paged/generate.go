@@ -97,12 +97,15 @@ func EmptyCache(ctx context.Context, r *RNG, cacheDType string, nb, page, d int,
 		}
 	}
 	if !poison && (t.DType == tensor.BF16 || t.DType == tensor.F16) {
+		v := make([]float64, min(StopStride, t.Len()))
 		for lo := 0; lo < t.Len(); lo += StopStride {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			for i := lo; i < min(lo+StopStride, t.Len()); i++ {
-				t.SetFloat64(i, r.Normal())
+			v = v[:min(StopStride, t.Len()-lo)]
+			r.Normals(v)
+			for k, x := range v {
+				t.SetFloat64(lo+k, x)
 			}
 		}
 	}
@@ -112,19 +115,14 @@ func EmptyCache(ctx context.Context, r *RNG, cacheDType string, nb, page, d int,
 // Tokens returns bf16 kv_c [T, L] and k_pe [T, R] values, or ctx's error
 // once it is done.
 func Tokens(ctx context.Context, r *RNG, n, l, rope int) (kvc, kpe []float64, err error) {
-	kvc = make([]float64, n*l)
-	for i := range kvc {
-		if err := Stopped(ctx, i); err != nil {
+	kvc, kpe = make([]float64, n*l), make([]float64, n*rope)
+	for _, v := range [][]float64{kvc, kpe} {
+		if err := Normals(ctx, r, v); err != nil {
 			return nil, nil, err
 		}
-		kvc[i] = formats.RoundBF16(r.Normal())
-	}
-	kpe = make([]float64, n*rope)
-	for i := range kpe {
-		if err := Stopped(ctx, i); err != nil {
-			return nil, nil, err
+		for i, x := range v {
+			v[i] = formats.RoundBF16(x)
 		}
-		kpe[i] = formats.RoundBF16(r.Normal())
 	}
 	return kvc, kpe, nil
 }

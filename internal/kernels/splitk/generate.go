@@ -26,11 +26,8 @@ func (combine) Generate(ctx context.Context, c Case, r *RNG) (map[string]*tensor
 	}
 	n := g.Batch * g.SQ * g.Heads
 	po := make([]float64, n*s*g.Latent)
-	for i := range po {
-		if err := Stopped(ctx, i); err != nil {
-			return nil, err
-		}
-		po[i] = r.Normal()
+	if err := Normals(ctx, r, po); err != nil {
+		return nil, err
 	}
 	pl := make([]float64, n*s)
 	for i := range pl {
