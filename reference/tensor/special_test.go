@@ -106,3 +106,41 @@ func first(s []specialAt) any {
 	}
 	return s[0]
 }
+
+// TestScanSpecialFindsALoneSpecial: among finite values, one special
+// value at any position of the four-word blocks the scan passes over
+// together, and of the words and the tail after them, is found, and
+// nothing else is.
+func TestScanSpecialFindsALoneSpecial(t *testing.T) {
+	for _, d := range []DType{F64, F32, F16, BF16, F8E4M3, F8E5M2, F8E8M0} {
+		sb := specials[d]
+		const n = 77 // blocks, words and a tail for every size
+		for p := 0; p < n; p++ {
+			tt := New(d, n)
+			for i := 0; i < n; i++ {
+				tt.SetFloat64(i, 1)
+			}
+			var b [8]byte
+			binary.LittleEndian.PutUint64(b[:], sb.mask|sb.sign) // -Inf or a NaN
+			copy(tt.Data[p*sb.size:], b[:sb.size])
+			var got []int
+			tt.ScanSpecial(0, n, func(i int, _ Special) { got = append(got, i) })
+			if len(got) != 1 || got[0] != p {
+				t.Fatalf("%s: a special at %d: the scan found %v", d, p, got)
+			}
+		}
+	}
+}
+
+// BenchmarkScanSpecial: a 64 MiB BF16 tensor without a special value, as
+// the input scan meets a cache.
+func BenchmarkScanSpecial(b *testing.B) {
+	tt := New(BF16, 32<<20)
+	for i := 0; i < tt.Len(); i++ {
+		tt.SetFloat64(i, float64(i%1000)-500)
+	}
+	b.SetBytes(int64(len(tt.Data)))
+	for b.Loop() {
+		tt.ScanSpecial(0, tt.Len(), func(int, Special) { b.Fatal("a special value") })
+	}
+}
