@@ -70,6 +70,11 @@ func (m *Memo) Hits() int {
 	return m.hits
 }
 
+// Keeps reports whether a value of size bytes can be kept at all (Put
+// drops one over the budget): a caller that copies what it puts asks
+// first, so that a value too large to keep is never copied.
+func (m *Memo) Keeps(size int64) bool { return size <= m.budget }
+
 // Put keeps v, of size bytes, under key, making room by dropping the least
 // recently used values.
 func (m *Memo) Put(key string, v any, size int64) {

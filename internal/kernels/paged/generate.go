@@ -194,10 +194,14 @@ func Cache(ctx context.Context, r *RNG, g Geometry, seqLens []int, params Params
 		return b.cache.Clone(), b.pg.clone(), b.kScale, nil
 	}
 	cache, pg, kScale, err := buildCache(ctx, r, g, seqLens, params)
-	if err == nil {
-		memo.Put(key, &builtCache{cache.Clone(), pg.clone(), kScale, r.State()}, int64(len(cache.Data)+8*len(pg.Table)))
+	if err != nil {
+		return nil, pg, 0, err
 	}
-	return cache, pg, kScale, err
+	// a cache too large to keep is not copied to be dropped
+	if size := int64(len(cache.Data) + 8*len(pg.Table)); memo.Keeps(size) {
+		memo.Put(key, &builtCache{cache.Clone(), pg.clone(), kScale, r.State()}, size)
+	}
+	return cache, pg, kScale, nil
 }
 
 // builtCache is what Cache keeps in a memo: its results and the RNG's

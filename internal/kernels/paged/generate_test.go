@@ -71,3 +71,25 @@ func TestCacheFromTheMemoIsTheBuild(t *testing.T) {
 		t.Errorf("%d caches came from the memo, want 2", memo.Hits())
 	}
 }
+
+// TestCacheTooLargeForTheMemo: a cache over the memo's budget is built
+// (and is the build's) but not kept, and a build stopped by its context
+// returns the error and keeps nothing.
+func TestCacheTooLargeForTheMemo(t *testing.T) {
+	g := kernel.Geometry{Latent: 64, Rope: 16, PageSize: 4, KVCacheDType: "bf16"}
+	memo := kernel.NewMemo(100) // bytes: under any cache
+	ctx := kernel.WithMemo(context.Background(), memo)
+	for range 2 {
+		if _, _, _, err := paged.Cache(ctx, kernel.NewRNG(1, 1), g, []int{5, 9}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if memo.Hits() != 0 {
+		t.Errorf("%d caches over the budget came from the memo", memo.Hits())
+	}
+	stopped, cancel := context.WithCancel(kernel.WithMemo(context.Background(), kernel.NewMemo(1<<30)))
+	cancel()
+	if c, _, _, err := paged.Cache(stopped, kernel.NewRNG(1, 1), g, []int{5, 9}, nil); err == nil || c != nil {
+		t.Errorf("a stopped build gave %v, %v; want its context's error", c, err)
+	}
+}
