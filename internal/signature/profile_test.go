@@ -51,8 +51,10 @@ func TestProfileSampling(t *testing.T) {
 // the weighted and the sampled, across the blocks the sample bits are
 // made in.
 func TestVisitsAreTheSampledAndWeighted(t *testing.T) {
+	defer func(b int) { sampleBlock = b }(sampleBlock)
+	sampleBlock = 3 // words: blocks of 192 elements, whose edges the sizes below cross
 	r := rand.New(rand.NewPCG(3, 3))
-	for _, N := range []int{0, 1, 63, 64, 65, 1000, sampleBlock*64 - 1, sampleBlock*64 + 65} {
+	for _, N := range []int{0, 1, 63, 64, 65, 191, 192, 193, 1000, 5000} {
 		for _, rate := range []float64{1, 0.5, 0.01, 1e-5} {
 			for _, withWeights := range []bool{false, true} {
 				var weighted []uint64

@@ -1079,8 +1079,9 @@ func visits(N int, weighted []uint64, rate float64) iter.Seq2[int, bool] {
 	}
 }
 
-// sampleBlock is how many words of sample bits visits makes at once.
-const sampleBlock = 1 << 16
+// sampleBlock is how many words of sample bits visits makes at once. A
+// variable only so that a test can cross its edges with a small output.
+var sampleBlock = 1 << 16
 
 // sampleWords sets dst[k] to the sample bits (InSample(·, rate)) of
 // elements (w0+k)·64 .. (w0+k)·64+63 below N, on every core, each word
