@@ -6,6 +6,15 @@
 #define BC(off, r) VBROADCASTSD ·bm+off(SB), r
 #define BCI(off, r) VPBROADCASTQ ·bm+off(SB), r
 
+// STEP is one step of Horner's rule, acc = acc*x + c, c being bm's
+// constant at byte offset off (tmp is overwritten): the polynomials of
+// log and sincos are a broadcast coefficient and a STEP a coefficient
+// more, as Go writes them, (((c0*x)+c1)*x+c2)...
+#define STEP(acc, x, off, tmp) \
+	VMULPD  x, acc, acc \
+	BC(off, tmp)        \
+	VADDPD  tmp, acc, acc
+
 // func boxMullerAVX2(u1, u2, c, s *float64, n int)
 //
 // Four pairs a pass, in two loops: rad into c, then the sines and cosines
@@ -44,24 +53,14 @@ loop:
 	VDIVPD  Y5, Y1, Y3        // s = f / (2 + f)
 	VMULPD  Y3, Y3, Y4        // s2
 	VMULPD  Y4, Y4, Y5        // s4
-	BC(96, Y6)
-	VMULPD  Y5, Y6, Y6        // L7*s4
-	BC(80, Y7)
-	VADDPD  Y7, Y6, Y6        // + L5
-	VMULPD  Y5, Y6, Y6
-	BC(64, Y7)
-	VADDPD  Y7, Y6, Y6        // + L3
-	VMULPD  Y5, Y6, Y6
-	BC(48, Y7)
-	VADDPD  Y7, Y6, Y6        // + L1
+	BC(96, Y6)                // L7
+	STEP(Y6, Y5, 80, Y7)      // *s4 + L5
+	STEP(Y6, Y5, 64, Y7)      // *s4 + L3
+	STEP(Y6, Y5, 48, Y7)      // *s4 + L1
 	VMULPD  Y6, Y4, Y4        // t1 = s2*(...)
-	BC(88, Y6)
-	VMULPD  Y5, Y6, Y6        // L6*s4
-	BC(72, Y7)
-	VADDPD  Y7, Y6, Y6        // + L4
-	VMULPD  Y5, Y6, Y6
-	BC(56, Y7)
-	VADDPD  Y7, Y6, Y6        // + L2
+	BC(88, Y6)                // L6
+	STEP(Y6, Y5, 72, Y7)      // *s4 + L4
+	STEP(Y6, Y5, 56, Y7)      // *s4 + L2
 	VMULPD  Y6, Y5, Y5        // t2 = s4*(...)
 	VADDPD  Y5, Y4, Y4        // R = t1 + t2
 	BC(8, Y6)
@@ -120,22 +119,12 @@ loop2:
 	VMULPD  Y11, Y12, Y12
 	VSUBPD  Y12, Y8, Y8       // z = ... - y*PI4C
 	VMULPD  Y8, Y8, Y9        // zz
-	BC(168, Y12)
-	VMULPD  Y9, Y12, Y12      // _cos[0]*zz
-	BC(176, Y13)
-	VADDPD  Y13, Y12, Y12
-	VMULPD  Y9, Y12, Y12
-	BC(184, Y13)
-	VADDPD  Y13, Y12, Y12
-	VMULPD  Y9, Y12, Y12
-	BC(192, Y13)
-	VADDPD  Y13, Y12, Y12
-	VMULPD  Y9, Y12, Y12
-	BC(200, Y13)
-	VADDPD  Y13, Y12, Y12
-	VMULPD  Y9, Y12, Y12
-	BC(208, Y13)
-	VADDPD  Y13, Y12, Y12     // the cos polynomial
+	BC(168, Y12)              // _cos[0]
+	STEP(Y12, Y9, 176, Y13)
+	STEP(Y12, Y9, 184, Y13)
+	STEP(Y12, Y9, 192, Y13)
+	STEP(Y12, Y9, 200, Y13)
+	STEP(Y12, Y9, 208, Y13)   // the cos polynomial
 	VMULPD  Y9, Y9, Y13       // zz*zz
 	VMULPD  Y12, Y13, Y12     // zz*zz*(...)
 	BC(8, Y13)
@@ -143,22 +132,12 @@ loop2:
 	BC(32, Y14)
 	VSUBPD  Y13, Y14, Y14     // 1 - 0.5*zz
 	VADDPD  Y12, Y14, Y12     // cos
-	BC(216, Y13)
-	VMULPD  Y9, Y13, Y13      // _sin[0]*zz
-	BC(224, Y14)
-	VADDPD  Y14, Y13, Y13
-	VMULPD  Y9, Y13, Y13
-	BC(232, Y14)
-	VADDPD  Y14, Y13, Y13
-	VMULPD  Y9, Y13, Y13
-	BC(240, Y14)
-	VADDPD  Y14, Y13, Y13
-	VMULPD  Y9, Y13, Y13
-	BC(248, Y14)
-	VADDPD  Y14, Y13, Y13
-	VMULPD  Y9, Y13, Y13
-	BC(256, Y14)
-	VADDPD  Y14, Y13, Y13     // the sin polynomial
+	BC(216, Y13)              // _sin[0]
+	STEP(Y13, Y9, 224, Y14)
+	STEP(Y13, Y9, 232, Y14)
+	STEP(Y13, Y9, 240, Y14)
+	STEP(Y13, Y9, 248, Y14)
+	STEP(Y13, Y9, 256, Y14)   // the sin polynomial
 	VMULPD  Y9, Y8, Y14       // z*zz
 	VMULPD  Y13, Y14, Y13     // z*zz*(...)
 	VADDPD  Y13, Y8, Y13      // sin
