@@ -33,6 +33,16 @@ type Forker interface {
 	Fork() Values
 }
 
+// Forkable reports whether Fork gives a reader of v for another goroutine,
+// without making one.
+func Forkable(v Values) bool {
+	switch v.(type) {
+	case Dense, Forker:
+		return true
+	}
+	return false
+}
+
 // Fork returns a reader of v's values that may be used concurrently with v
 // and with other forks: v itself when it holds no state (Dense), its Fork
 // when it has one, and ok = false when it is neither (the caller then reads

@@ -71,6 +71,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
 	"github.com/kcheck-dev/kcheck/reference/parallel"
@@ -159,7 +160,9 @@ type Options struct {
 	// o.Expected it lets Analyze test whether the failures are swaps:
 	// adjacent elements exchanged in pairs, or the two nibbles of a byte
 	// exchanged (FP4 nibble order), which no aggregate of the excess shows
-	// since both elements of a pair fail alike.
+	// since both elements of a pair fail alike. It is called from several
+	// goroutines at once (the hypotheses count on every core), so it must
+	// keep no state of its own (a tensor's Float64At keeps none).
 	Actual func(i int) float64
 	// NonFinite is how many elements hold NaN or an infinity where the
 	// expected output does not, or the reverse.
@@ -289,8 +292,10 @@ func (st *coordStats) sortValues() {
 // +Inf allowed for special-value mismatches and errors against a zero
 // tolerance). It never returns nil.
 //
-// Analyze reads excess (and o.Expected, and Options.Actual) in sequential
-// passes and keeps one bit per element (which ones fail), so that an output
+// Analyze reads excess in sequential passes (o.Expected, o.Before, the
+// suspects and Options.Actual at the failing elements on every core, each
+// goroutine through forks of its own) and keeps one bit per element
+// (which ones fail), so that an output
 // of hundreds of millions of elements (a whole KV cache), whose excess is
 // computed on demand, is analysed in memory that grows with the number of
 // coordinate values, not with 8 bytes an element. The quantiles it needs
@@ -371,10 +376,10 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 	if opt.Systematic {
 		// The top decile of the excess: where a systematic error that
 		// stays under every bound is largest.
-		q90 := quantile(N, func(yield func(float64) bool) {
+		q90 := quantile(N, seqSource(func(yield func(float64) bool) {
 			for i := 0; i < N && yield(ex(i)); i++ {
 			}
-		}, 0.9)
+		}), 0.9)
 		weight = func(e float64) float64 { return max(e-q90, 0) }
 	} else {
 		// A failing element weighs 1 + ln(excess/threshold): a gross
@@ -438,6 +443,10 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 			}
 		}
 	}
+	// onFailing visits the failing elements on every core (failingBlocks).
+	onFailing := func(readers []kernel.Values, newVisitor func(readers []kernel.Values) func(i int)) {
+		visitFailing(ctx, failSet, readers, newVisitor)
+	}
 	maxElems := opt.MaxElements
 	if maxElems <= 0 {
 		maxElems = DefaultMaxElements
@@ -467,12 +476,12 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 	// one failing element that holds it is evidence (an MTP step's one
 	// future token a request); the generic hypotheses need a few.
 	if failing >= 1 && opt.Actual != nil && !opt.Systematic {
-		if sig := suspectHypothesis(o, N, failingSeq, failing, opt.Actual); sig != nil {
+		if sig := suspectHypothesis(o, N, onFailing, failing, opt.Actual); sig != nil {
 			return early(sig)
 		}
 	}
 	if failing >= 4 && opt.Actual != nil && !opt.Systematic {
-		if sig := valueHypotheses(o, shape, N, failingSeq, failing, opt.Actual); sig != nil {
+		if sig := valueHypotheses(o, shape, N, onFailing, failing, opt.Actual); sig != nil {
 			return early(sig)
 		}
 	}
@@ -626,11 +635,80 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 	return &Signature{Pattern: Uniform, Detail: what + " spread over every coordinate: no coordinate value holds a disproportionate share"}, prof
 }
 
+// failingOn visits the failing elements for a hypothesis: readers are the
+// on-demand values the visits read, and newVisitor is called once for each
+// goroutine with readers of its own (kernel.Fork), returning the function
+// that goroutine visits its elements with.
+type failingOn func(readers []kernel.Values, newVisitor func(readers []kernel.Values) func(i int))
+
+// failingBlockWords is how many words of the failing bitmap (64 elements
+// each) one goroutine visits at a time: few enough that a stopped context
+// ends the visits soon, where each reads a cache entry computed on demand.
+const failingBlockWords = 1 << 10
+
+// visitFailing visits every failing element (a bit of set) once, a block
+// of words at a time, on every core where every reader forks (on one
+// goroutine where one does not). The hypotheses count, and a count is a
+// sum of integers, the same in any order: a failing gather of 151 M
+// elements spent a tenth of its check counting on one goroutine (issue
+// 17). Once ctx is done no block starts.
+func visitFailing(ctx context.Context, set []uint64, readers []kernel.Values, newVisitor func([]kernel.Values) func(int)) {
+	workers := 0
+	for _, r := range readers {
+		if r != nil && !kernel.Forkable(r) {
+			workers = 1
+		}
+	}
+	blocks := (len(set) + failingBlockWords - 1) / failingBlockWords
+	var mu sync.Mutex
+	first := true
+	_ = parallel.Run(ctx, blocks, workers, func() func(int) {
+		// The first goroutine reads through the readers it was given, the
+		// others through forks of them.
+		mine := readers
+		mu.Lock()
+		if !first {
+			mine = make([]kernel.Values, len(readers))
+			for k, r := range readers {
+				if r != nil {
+					mine[k], _ = kernel.Fork(r)
+				}
+			}
+		}
+		first = false
+		mu.Unlock()
+		visit := newVisitor(mine)
+		return func(b int) {
+			for w := b * failingBlockWords; w < min((b+1)*failingBlockWords, len(set)); w++ {
+				for word := set[w]; word != 0; word &= word - 1 {
+					visit(w<<6 + bits.TrailingZeros64(word))
+				}
+			}
+		}
+	})
+}
+
+// perGoroutine hands each goroutine of a parallel pass a value of its own
+// (own, called once by each), so that counting takes no lock and shares no
+// cache line; all lists them once the pass is over.
+type perGoroutine[T any] struct {
+	mu  sync.Mutex
+	all []*T
+}
+
+func (p *perGoroutine[T]) own() *T {
+	v := new(T)
+	p.mu.Lock()
+	p.all = append(p.all, v)
+	p.mu.Unlock()
+	return v
+}
+
 // suspectHypothesis names the failure after the first of the kernel's
 // suspects whose values at least 90% of the failing elements hold. It
 // comes before any generic hypothesis: it says more (a partial transfer's
 // unsent page also still holds what was there before).
-func suspectHypothesis(o kernel.Output, N int, failingSeq iter.Seq[int], failing int, actual func(int) float64) *Signature {
+func suspectHypothesis(o kernel.Output, N int, onFailing failingOn, failing int, actual func(int) float64) *Signature {
 	same := func(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
 	for _, sus := range o.Suspects {
 		if sus.Values == nil || sus.Values.Len() != N {
@@ -640,12 +718,19 @@ func suspectHypothesis(o kernel.Output, N int, failingSeq iter.Seq[int], failing
 		if within != nil && within.Len() != N {
 			within = nil
 		}
-		hits := 0
-		for i := range failingSeq {
-			a, v := actual(i), sus.Values.At(i)
-			if same(a, v) || within != nil && math.Abs(a-v) <= within.At(i) {
-				hits++
+		var each perGoroutine[int]
+		onFailing([]kernel.Values{sus.Values, within}, func(r []kernel.Values) func(int) {
+			values, within, n := r[0], r[1], each.own()
+			return func(i int) {
+				a, v := actual(i), values.At(i)
+				if same(a, v) || within != nil && math.Abs(a-v) <= within.At(i) {
+					*n++
+				}
 			}
+		})
+		hits := 0
+		for _, n := range each.all {
+			hits += *n
 		}
 		if float64(hits) >= 0.9*float64(failing) {
 			return &Signature{Pattern: sus.Pattern,
@@ -659,7 +744,7 @@ func suspectHypothesis(o kernel.Output, N int, failingSeq iter.Seq[int], failing
 // least 90% of them must hold exactly the value a swap predicts, or lie
 // within 1% of the expected value times their median ratio to it (a factor
 // at least 5% away from 1).
-func valueHypotheses(o kernel.Output, shape []int, N int, failingSeq iter.Seq[int], failing int, actual func(int) float64) *Signature {
+func valueHypotheses(o kernel.Output, shape []int, N int, onFailing failingOn, failing int, actual func(int) float64) *Signature {
 	if o.Expected == nil || o.Expected.Len() != N {
 		return nil
 	}
@@ -667,48 +752,62 @@ func valueHypotheses(o kernel.Output, shape []int, N int, failingSeq iter.Seq[in
 	last := len(shape) - 1
 	pairs := shape[last]%2 == 0
 	bytes := o.DType == tensor.U8
-	// ratio is a failing element's actual over expected value, when the
-	// actual one is finite and the expected one nonzero and not infinite
-	// (NaN where the expected value is NaN).
-	ratio := func(i int) (float64, bool) {
-		a, x := actual(i), o.Expected.At(i)
+	// ratio is a failing element's actual over its expected value x, when
+	// the actual one is finite and x nonzero and not infinite (NaN where x
+	// is NaN).
+	ratio := func(i int, x float64) (float64, bool) {
+		a := actual(i)
 		if x != 0 && !math.IsInf(x, 0) && !math.IsNaN(a) && !math.IsInf(a, 0) {
 			return a / x, true
 		}
 		return 0, false
 	}
-	ratios := func(yield func(float64) bool) {
-		for i := range failingSeq {
-			if r, ok := ratio(i); ok && !yield(r) {
-				return
+	ratios := func(newSink func() func(float64)) {
+		onFailing([]kernel.Values{o.Expected}, func(r []kernel.Values) func(int) {
+			expected, sink := r[0], newSink()
+			return func(i int) {
+				if v, ok := ratio(i, expected.At(i)); ok {
+					sink(v)
+				}
 			}
-		}
+		})
 	}
-	var pairHits, nibbleHits, zeros, kept, nRatios int
 	before := o.Before
 	if before != nil && before.Len() != N {
 		before = nil
 	}
-	for i := range failingSeq {
-		a := actual(i)
-		if a == 0 {
-			zeros++
-		}
-		if before != nil && same(a, before.At(i)) {
-			kept++
-		}
-		if _, ok := ratio(i); ok {
-			nRatios++
-		}
-		if pairs && same(a, o.Expected.At(i^1)) {
-			pairHits++
-		}
-		if x := o.Expected.At(i); bytes && x >= 0 && x <= 255 && x == math.Trunc(x) {
-			b := uint8(x)
-			if same(a, float64(b<<4|b>>4)) {
-				nibbleHits++
+	var each perGoroutine[struct{ pair, nibble, zeros, kept, ratios int }]
+	onFailing([]kernel.Values{o.Expected, before}, func(r []kernel.Values) func(int) {
+		expected, before, h := r[0], r[1], each.own()
+		return func(i int) {
+			a, x := actual(i), expected.At(i)
+			if a == 0 {
+				h.zeros++
+			}
+			if before != nil && same(a, before.At(i)) {
+				h.kept++
+			}
+			if _, ok := ratio(i, x); ok {
+				h.ratios++
+			}
+			if pairs && same(a, expected.At(i^1)) {
+				h.pair++
+			}
+			if bytes && x >= 0 && x <= 255 && x == math.Trunc(x) {
+				b := uint8(x)
+				if same(a, float64(b<<4|b>>4)) {
+					h.nibble++
+				}
 			}
 		}
+	})
+	var pairHits, nibbleHits, zeros, kept, nRatios int
+	for _, h := range each.all {
+		pairHits += h.pair
+		nibbleHits += h.nibble
+		zeros += h.zeros
+		kept += h.kept
+		nRatios += h.ratios
 	}
 	axis := "dim" + fmt.Sprint(last)
 	if last < len(o.Coords.Axes) {
@@ -730,11 +829,18 @@ func valueHypotheses(o kernel.Output, shape []int, N int, failingSeq iter.Seq[in
 	}
 	if float64(nRatios) >= 0.9*float64(failing) {
 		c := quantile(nRatios, ratios, 0.5)
-		near := 0
-		for r := range ratios {
-			if math.Abs(r/c-1) <= 0.01 {
-				near++
+		var each perGoroutine[int]
+		ratios(func() func(float64) {
+			n := each.own()
+			return func(r float64) {
+				if math.Abs(r/c-1) <= 0.01 {
+					*n++
+				}
 			}
+		})
+		near := 0
+		for _, n := range each.all {
+			near += *n
 		}
 		if math.Abs(c-1) > 0.05 && c != 0 && float64(near) >= 0.9*float64(failing) {
 			return &Signature{Pattern: ConstantFactor,
@@ -1139,47 +1245,92 @@ func lnChoose(n, k int) float64 {
 	return a - b - c
 }
 
-// quantile returns the p-quantile of the n values seq yields: the value at
+// quantile returns the p-quantile of the n values src gives: the value at
 // rank ⌊p·n⌋ once sorted as sort.Float64s sorts (NaN first), 0 when there
 // are none.
-func quantile(n int, seq iter.Seq[float64], p float64) float64 {
+func quantile(n int, src valueSource, p float64) float64 {
 	if n == 0 {
 		return 0
 	}
-	return kthSmallest(seq, min(int(p*float64(n)), n-1))
+	return kthSmallest(src, min(int(p*float64(n)), n-1))
 }
 
-// kthSmallest returns the k-th smallest (from 0) of the values seq yields,
+// A valueSource gives a multiset of values, on one goroutine or on
+// several at once: it calls newSink once for each goroutine it gives
+// values on, and hands that goroutine's values to the sink newSink
+// returned. A selection's counts are sums of integers, the same in any
+// order, so a source may split its values however it likes.
+type valueSource func(newSink func() func(v float64))
+
+// seqSource gives seq's values on the caller's goroutine.
+func seqSource(seq iter.Seq[float64]) valueSource {
+	return func(newSink func() func(float64)) {
+		sink := newSink()
+		for v := range seq {
+			sink(v)
+		}
+	}
+}
+
+// kthSmallest returns the k-th smallest (from 0) of the values src gives,
 // which must number more than k. It is exact and holds no copy of the
 // values: a radix selection on their bit patterns, ordered as the values are
-// (orderKey), fixing 16 bits a pass over seq, the count of each 16-bit digit
+// (orderKey), fixing 16 bits a pass over src, the count of each 16-bit digit
 // among the values that share the bits fixed so far telling which digit the
 // k-th one has. Once few enough values share the fixed bits (selectDirect),
 // one more pass copies just those and sorts them. Usually two passes, at
-// most four, where a sort would copy all the values.
-func kthSmallest(seq iter.Seq[float64], k int) float64 {
-	counts := make([]int, 1<<16)
+// most four, where a sort would copy all the values. Each goroutine src
+// gives values on counts (or copies) its own, added up after the pass.
+func kthSmallest(src valueSource, k int) float64 {
 	var prefix uint64
 	for shift := 48; shift >= 0; shift -= 16 {
 		high := ^uint64(0) << (shift + 16) // the bits fixed so far (none at first: a shift by 64 is 0)
-		clear(counts)
-		for v := range seq {
-			if key := orderKey(v); key&high == prefix {
-				counts[key>>shift&0xFFFF]++
+		var each perGoroutine[[1 << 16]int]
+		src(func() func(float64) {
+			c := each.own()
+			return func(v float64) {
+				if key := orderKey(v); key&high == prefix {
+					c[key>>shift&0xFFFF]++
+				}
+			}
+		})
+		if len(each.all) == 0 {
+			return 0 // no values at all
+		}
+		counts := each.all[0][:]
+		if len(each.all) > 1 {
+			counts = make([]int, 1<<16)
+			for _, c := range each.all {
+				for d, n := range c {
+					counts[d] += n
+				}
 			}
 		}
 		d := 0
-		for ; k >= counts[d]; d++ {
+		for ; d < len(counts) && k >= counts[d]; d++ {
 			k -= counts[d]
+		}
+		if d == len(counts) {
+			return 0 // fewer values than k+1: a pass the context stopped
 		}
 		prefix |= uint64(d) << shift
 		if n := counts[d]; n <= selectDirect && shift > 0 {
 			high = ^uint64(0) << shift
-			keys := make([]uint64, 0, n)
-			for v := range seq {
-				if key := orderKey(v); key&high == prefix {
-					keys = append(keys, key)
+			var each perGoroutine[[]uint64]
+			src(func() func(float64) {
+				mine := each.own()
+				return func(v float64) {
+					if key := orderKey(v); key&high == prefix {
+						*mine = append(*mine, key)
+					}
 				}
+			})
+			keys := make([]uint64, 0, n)
+			for _, mine := range each.all {
+				keys = append(keys, *mine...)
+			}
+			if k >= len(keys) {
+				return 0 // a pass the context stopped
 			}
 			slices.Sort(keys)
 			return fromOrderKey(keys[k])

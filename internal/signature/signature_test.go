@@ -1,12 +1,17 @@
 package signature
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -482,7 +487,11 @@ func TestQuantileMatchesSort(t *testing.T) {
 func quantileMatchesSort(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	specials := []float64{math.NaN(), math.Inf(1), math.Inf(-1), 0, math.Copysign(0, -1), 1, -1, 5e-324, math.MaxFloat64}
-	for trial := 0; trial < 50; trial++ {
+	trials := 50
+	if testing.Short() {
+		trials = 12 // the race pass: each selection's goroutines count 64 K digits a pass
+	}
+	for trial := 0; trial < trials; trial++ {
 		n := 1 + rng.IntN(300)
 		x := make([]float64, n)
 		for i := range x {
@@ -497,28 +506,53 @@ func quantileMatchesSort(t *testing.T) {
 		}
 		s := append([]float64(nil), x...)
 		sort.Float64s(s)
-		seq := func(yield func(float64) bool) {
+		seq := seqSource(func(yield func(float64) bool) {
 			for _, v := range x {
 				if !yield(v) {
 					return
 				}
 			}
+		})
+		// The same values given on three goroutines at once, each its
+		// own share (every third value from its own start), as
+		// visitFailing gives them.
+		split := func(newSink func() func(float64)) {
+			var wg sync.WaitGroup
+			for g := range 3 {
+				wg.Go(func() {
+					sink := newSink()
+					for j := g; j < len(x); j += 3 {
+						sink(x[j])
+					}
+				})
+			}
+			wg.Wait()
 		}
-		for _, k := range []int{0, n - 1, n / 2, rng.IntN(n), rng.IntN(n), rng.IntN(n), rng.IntN(n)} {
-			got := kthSmallest(seq, k)
-			if got != s[k] && !(math.IsNaN(got) && math.IsNaN(s[k])) {
-				t.Fatalf("trial %d: rank %d of %d: selected %v, sorted %v", trial, k, n, got, s[k])
+		for name, src := range map[string]valueSource{"one goroutine": seq, "three goroutines": split} {
+			for _, k := range []int{0, n - 1, n / 2, rng.IntN(n), rng.IntN(n), rng.IntN(n), rng.IntN(n)} {
+				got := kthSmallest(src, k)
+				if got != s[k] && !(math.IsNaN(got) && math.IsNaN(s[k])) {
+					t.Fatalf("trial %d, %s: rank %d of %d: selected %v, sorted %v", trial, name, k, n, got, s[k])
+				}
+			}
+			for _, p := range []float64{0.5, 0.9} {
+				want := s[min(int(p*float64(n)), n-1)]
+				if got := quantile(n, src, p); got != want && !(math.IsNaN(got) && math.IsNaN(want)) {
+					t.Fatalf("trial %d, %s: quantile %v = %v, sorted %v", trial, name, p, got, want)
+				}
 			}
 		}
-		for _, p := range []float64{0.5, 0.9} {
-			want := s[min(int(p*float64(n)), n-1)]
-			if got := quantile(n, seq, p); got != want && !(math.IsNaN(got) && math.IsNaN(want)) {
-				t.Fatalf("trial %d: quantile %v = %v, sorted %v", trial, p, got, want)
-			}
+		// A pass the context stopped gives fewer values than the rank
+		// asks: 0, not a digit past the table.
+		if got := kthSmallest(seq, n); got != 0 {
+			t.Fatalf("trial %d: rank %d of %d values = %v, want 0", trial, n, n, got)
 		}
 	}
-	if got := quantile(0, func(func(float64) bool) {}, 0.5); got != 0 {
+	if got := quantile(0, seqSource(func(func(float64) bool) {}), 0.5); got != 0 {
 		t.Errorf("quantile of nothing = %v, want 0", got)
+	}
+	if got := kthSmallest(func(func() func(float64)) {}, 0); got != 0 {
+		t.Errorf("the least of no values, given on no goroutine, = %v, want 0", got)
 	}
 }
 
@@ -763,5 +797,104 @@ func TestJudgedLikeFull(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// statefulValues keeps the last index read, as the on-demand Values do: a
+// reader shared by two goroutines is a data race the detector reports.
+type statefulValues struct {
+	n, last int
+	forks   *atomic.Int32
+}
+
+func (v *statefulValues) Len() int { return v.n }
+func (v *statefulValues) At(i int) float64 {
+	v.last = i
+	return float64(i)
+}
+func (v *statefulValues) Fork() kernel.Values {
+	v.forks.Add(1)
+	return &statefulValues{n: v.n, forks: v.forks}
+}
+
+// unforkable is an on-demand Values without Fork: read on one goroutine.
+type unforkable struct{ statefulValues }
+
+func (v *unforkable) Fork() {} // not kernel.Forker's Fork
+
+// visitFailing visits every failing element once, across its blocks'
+// edges, each goroutine through readers of its own; a reader that cannot
+// fork keeps the visits on one goroutine; a done context starts no block.
+func TestVisitFailingVisitsEachOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	words := 3*failingBlockWords + 5
+	set := make([]uint64, words)
+	want := []int{}
+	for w := range set {
+		if w%7 == 3 {
+			continue // empty words
+		}
+		set[w] = rng.Uint64() & rng.Uint64()
+		if w == failingBlockWords-1 || w == failingBlockWords {
+			set[w] |= 1<<63 | 1 // both sides of a block edge
+		}
+	}
+	for w, word := range set {
+		for b := 0; b < 64; b++ {
+			if word>>b&1 == 1 {
+				want = append(want, w<<6+b)
+			}
+		}
+	}
+	N := words * 64
+	for _, tc := range []struct {
+		name     string
+		readers  func(forks *atomic.Int32) []kernel.Values
+		maxProcs int // the most goroutines that may visit
+	}{
+		{"forkable", func(f *atomic.Int32) []kernel.Values {
+			return []kernel.Values{&statefulValues{n: N, forks: f}, nil, kernel.Dense(make([]float64, N))}
+		}, 8},
+		{"one unforkable", func(f *atomic.Int32) []kernel.Values {
+			return []kernel.Values{&statefulValues{n: N, forks: f}, &unforkable{statefulValues{n: N, forks: f}}}
+		}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+			var forks atomic.Int32
+			var visited perGoroutine[[]int]
+			var goroutines atomic.Int32
+			visitFailing(context.Background(), set, tc.readers(&forks), func(r []kernel.Values) func(int) {
+				goroutines.Add(1)
+				if tc.name == "forkable" && r[1] != nil {
+					t.Errorf("a nil reader forked to %T", r[1])
+				}
+				mine := visited.own()
+				return func(i int) {
+					if got := r[0].At(i); got != float64(i) {
+						t.Errorf("reader read %v at %d", got, i)
+					}
+					*mine = append(*mine, i)
+				}
+			})
+			var got []int
+			for _, v := range visited.all {
+				got = append(got, *v...)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Fatalf("visited %d elements, want the %d failing ones once each", len(got), len(want))
+			}
+			if g := int(goroutines.Load()); g > tc.maxProcs || forks.Load() != int32(g-1) {
+				t.Errorf("%d goroutines, %d forks: want at most %d goroutines, each but the first with a fork", g, forks.Load(), tc.maxProcs)
+			}
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n := 0
+	visitFailing(ctx, set, nil, func([]kernel.Values) func(int) { return func(int) { n++ } })
+	if n != 0 {
+		t.Errorf("a done context still visited %d elements", n)
 	}
 }
