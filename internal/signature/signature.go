@@ -911,51 +911,102 @@ func collect(o kernel.Output, shape []int, N int, raw func(int) float64, capped,
 	// time. The same elements in the same order either way, without a
 	// hash an element on this goroutine (a failing gather of 151 M
 	// elements spent a quarter of its collect there, issue 17).
-	for i, sampled := range visits(N, weighted, rate) {
-		r := raw(i)
-		e := capped(r)
-		w := weight(e)
-		count := 1.0
-		if w == 0 && rate < 1 {
-			if !sampled {
-				continue
-			}
-			count = 1 / rate
-		}
-		tensor.UnravelInto(idx, i, shape)
-		coords = o.Coords.NameInto(coords, idx)
-		if !gridMade {
-			gridMade = true
-			if y, x := gridAxes(coords, shape); y >= 0 {
-				gy, gx = y, x
-				p.grid = &gridCells{y: coords[y].Name(), x: coords[x].Name(), max: map[[2]int]float64{}}
-			}
-		}
-		for k, c := range coords {
-			// The stats of the coordinate at position k, looked up by
-			// name once and not per element while the names stay.
-			if k >= len(byPos) {
-				byPos = append(byPos, nil)
-			}
-			if st := byPos[k]; st == nil || st.name != c.Name() {
-				byPos[k] = get(c.Name(), c.Kind)
-			}
-			add(byPos[k], c.Value, r, e, w, count)
-		}
-		if parityName != "" {
-			if parity == nil {
-				parity = get(parityName, kernel.KindParity)
-				parity.added = true
-			}
-			add(parity, idx[last]%2, r, e, w, count)
-		}
-		if p.grid != nil && gy < len(coords) && gx < len(coords) {
-			k := [2]int{coords[gy].Value, coords[gx].Value}
-			if m, ok := p.grid.max[k]; !ok || r > m {
-				p.grid.max[k] = r
-			}
-		}
+	//
+	// This goroutine reads each visited element's excess (raw reads in
+	// index order, through the comparison's record or its window, and
+	// keeps a cursor: one reader) and its weight, a block of visits at a
+	// time; another adds them to the coordinates' statistics, in the same
+	// order, so that every sum is what one goroutine doing both made. The
+	// two were a failing cache check's serial tail (issue 17).
+	type visit struct {
+		i              int
+		r, e, w, count float64
 	}
+	const visitBlock = 4096
+	blocks, free := make(chan []visit, 2), make(chan []visit, 3)
+	for range cap(free) {
+		free <- make([]visit, 0, visitBlock)
+	}
+	quit := make(chan struct{}) // closed once the adding goroutine ends
+	var adding parallel.Group
+	adding.Go(func() {
+		defer close(quit)
+		for blk := range blocks {
+			for _, v := range blk {
+				i, r, e, w, count := v.i, v.r, v.e, v.w, v.count
+				tensor.UnravelInto(idx, i, shape)
+				coords = o.Coords.NameInto(coords, idx)
+				if !gridMade {
+					gridMade = true
+					if y, x := gridAxes(coords, shape); y >= 0 {
+						gy, gx = y, x
+						p.grid = &gridCells{y: coords[y].Name(), x: coords[x].Name(), max: map[[2]int]float64{}}
+					}
+				}
+				for k, c := range coords {
+					// The stats of the coordinate at position k, looked up by
+					// name once and not per element while the names stay.
+					if k >= len(byPos) {
+						byPos = append(byPos, nil)
+					}
+					if st := byPos[k]; st == nil || st.name != c.Name() {
+						byPos[k] = get(c.Name(), c.Kind)
+					}
+					add(byPos[k], c.Value, r, e, w, count)
+				}
+				if parityName != "" {
+					if parity == nil {
+						parity = get(parityName, kernel.KindParity)
+						parity.added = true
+					}
+					add(parity, idx[last]%2, r, e, w, count)
+				}
+				if p.grid != nil && gy < len(coords) && gx < len(coords) {
+					k := [2]int{coords[gy].Value, coords[gx].Value}
+					if m, ok := p.grid.max[k]; !ok || r > m {
+						p.grid.max[k] = r
+					}
+				}
+			}
+			free <- blk[:0]
+		}
+	})
+	func() {
+		defer close(blocks)
+		blk := <-free
+		for i, sampled := range visits(N, weighted, rate) {
+			r := raw(i)
+			e := capped(r)
+			w := weight(e)
+			count := 1.0
+			if w == 0 && rate < 1 {
+				if !sampled {
+					continue
+				}
+				count = 1 / rate
+			}
+			blk = append(blk, visit{i, r, e, w, count})
+			if len(blk) == visitBlock {
+				select {
+				case blocks <- blk:
+				case <-quit:
+					return
+				}
+				select {
+				case blk = <-free:
+				case <-quit:
+					return
+				}
+			}
+		}
+		if len(blk) > 0 {
+			select {
+			case blocks <- blk:
+			case <-quit:
+			}
+		}
+	}()
+	adding.Wait()
 	for _, st := range p.stats {
 		st.sortValues()
 	}

@@ -489,7 +489,7 @@ func quantileMatchesSort(t *testing.T) {
 	specials := []float64{math.NaN(), math.Inf(1), math.Inf(-1), 0, math.Copysign(0, -1), 1, -1, 5e-324, math.MaxFloat64}
 	trials := 50
 	if testing.Short() {
-		trials = 12 // the race pass: each selection's goroutines count 64 K digits a pass
+		trials = 4 // the race pass: each selection's goroutines count 64 K digits a pass, each instrumented
 	}
 	for trial := 0; trial < trials; trial++ {
 		n := 1 + rng.IntN(300)
@@ -896,5 +896,88 @@ func TestVisitFailingVisitsEachOnce(t *testing.T) {
 	visitFailing(ctx, set, nil, func([]kernel.Values) func(int) { return func(int) { n++ } })
 	if n != 0 {
 		t.Errorf("a done context still visited %d elements", n)
+	}
+}
+
+// collect's statistics are sums in the order it visits the elements (index
+// order): the signature's scores and the report's numbers are those sums'
+// bits. An independent loop over the elements in index order makes the
+// same sums, over an output of several of collect's blocks of visits,
+// with excess spanning forty binades (any other order of the additions
+// rounds differently) and a few NaNs and infinities (the maximum keeps
+// the first NaN it meets).
+func TestProfileSumsInVisitOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	shape := []int{211, 98} // 20678 elements: six blocks of visits
+	N := shape[0] * shape[1]
+	raw := make([]float64, N)
+	for i := range raw {
+		switch rng.IntN(50) {
+		case 0:
+			raw[i] = math.NaN()
+		case 1:
+			raw[i] = math.Inf(1)
+		default:
+			raw[i] = math.Exp(rng.Float64()*40 - 20)
+		}
+	}
+	o := kernel.Output{Name: "out", Shape: shape, Coords: kernel.Coords{Axes: []kernel.CoordKind{"row", "col"}}}
+	capped := func(r float64) float64 { return min(r, 1e6) }
+	weight := func(e float64) float64 {
+		if e > 1 {
+			return 1 + math.Log(e)
+		}
+		return 0
+	}
+	p := collect(o, shape, N, func(i int) float64 { return raw[i] }, capped, weight, 1, N, nil, true)
+	type sums struct {
+		count, mass, excess, max, finite float64
+		fail                             int
+		maxSet                           bool
+	}
+	want := map[string]map[int]*sums{"row": {}, "col": {}, "col%2": {}}
+	for i, r := range raw {
+		e := capped(r)
+		w := weight(e)
+		for name, v := range map[string]int{"row": i / shape[1], "col": i % shape[1], "col%2": i % shape[1] % 2} {
+			s := want[name][v]
+			if s == nil {
+				s = &sums{}
+				want[name][v] = s
+			}
+			s.count++
+			s.mass += w
+			s.excess += e
+			if !s.maxSet || r > s.max || math.IsNaN(s.max) {
+				s.max, s.maxSet = r, true
+			}
+			if !math.IsInf(r, 0) && !math.IsNaN(r) {
+				s.finite += r
+			}
+			if e > 1 {
+				s.fail++
+			}
+		}
+	}
+	same := func(a, b float64) bool {
+		return math.Float64bits(a) == math.Float64bits(b) || math.IsNaN(a) && math.IsNaN(b)
+	}
+	seen := 0
+	for _, st := range p.stats {
+		for _, v := range st.vals {
+			got, w := st.c(v), want[st.name][v]
+			if w == nil {
+				t.Fatalf("%s %d: not in the index-order sums", st.name, v)
+			}
+			seen++
+			if !same(got.count, w.count) || !same(got.mass, w.mass) || !same(got.excess, w.excess) ||
+				!same(got.max, w.max) || !same(got.finite, w.finite) || got.fail != w.fail {
+				t.Fatalf("%s %d: count %v mass %v excess %v max %v finite %v fail %d; in index order %v %v %v %v %v %d",
+					st.name, v, got.count, got.mass, got.excess, got.max, got.finite, got.fail, w.count, w.mass, w.excess, w.max, w.finite, w.fail)
+			}
+		}
+	}
+	if n := len(want["row"]) + len(want["col"]) + len(want["col%2"]); seen != n {
+		t.Errorf("the profile has %d coordinate values, want %d", seen, n)
 	}
 }
