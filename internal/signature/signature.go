@@ -404,14 +404,20 @@ func analyze(o kernel.Output, excess kernel.Values, opt Options) (*Signature, *P
 		// a sum's bits as they were: the failing elements alone, in
 		// order, give the same sums as every element.
 		failSet = judged.Failing
-		for w, word := range failSet {
-			for ; word != 0; word &= word - 1 {
-				v := weight(ex(w<<6 + bits.TrailingZeros64(word)))
-				sw += v
-				sw2 += v * v
-				failing++
+		readAhead(func(yield func(visit) bool) {
+			for w, word := range failSet {
+				for ; word != 0; word &= word - 1 {
+					if !yield(visit{e: ex(w<<6 + bits.TrailingZeros64(word))}) {
+						return
+					}
+				}
 			}
-		}
+		}, func(x visit) {
+			v := weight(x.e)
+			sw += v
+			sw2 += v * v
+			failing++
+		})
 	} else {
 		failSet = make([]uint64, (N+63)/64)
 		for i := 0; i < N; i++ {
@@ -912,68 +918,10 @@ func collect(o kernel.Output, shape []int, N int, raw func(int) float64, capped,
 	// hash an element on this goroutine (a failing gather of 151 M
 	// elements spent a quarter of its collect there, issue 17).
 	//
-	// This goroutine reads each visited element's excess (raw reads in
-	// index order, through the comparison's record or its window, and
-	// keeps a cursor: one reader) and its weight, a block of visits at a
-	// time; another adds them to the coordinates' statistics, in the same
-	// order, so that every sum is what one goroutine doing both made. The
-	// two were a failing cache check's serial tail (issue 17).
-	type visit struct {
-		i              int
-		r, e, w, count float64
-	}
-	const visitBlock = 4096
-	blocks, free := make(chan []visit, 2), make(chan []visit, 3)
-	for range cap(free) {
-		free <- make([]visit, 0, visitBlock)
-	}
-	quit := make(chan struct{}) // closed once the adding goroutine ends
-	var adding parallel.Group
-	adding.Go(func() {
-		defer close(quit)
-		for blk := range blocks {
-			for _, v := range blk {
-				i, r, e, w, count := v.i, v.r, v.e, v.w, v.count
-				tensor.UnravelInto(idx, i, shape)
-				coords = o.Coords.NameInto(coords, idx)
-				if !gridMade {
-					gridMade = true
-					if y, x := gridAxes(coords, shape); y >= 0 {
-						gy, gx = y, x
-						p.grid = &gridCells{y: coords[y].Name(), x: coords[x].Name(), max: map[[2]int]float64{}}
-					}
-				}
-				for k, c := range coords {
-					// The stats of the coordinate at position k, looked up by
-					// name once and not per element while the names stay.
-					if k >= len(byPos) {
-						byPos = append(byPos, nil)
-					}
-					if st := byPos[k]; st == nil || st.name != c.Name() {
-						byPos[k] = get(c.Name(), c.Kind)
-					}
-					add(byPos[k], c.Value, r, e, w, count)
-				}
-				if parityName != "" {
-					if parity == nil {
-						parity = get(parityName, kernel.KindParity)
-						parity.added = true
-					}
-					add(parity, idx[last]%2, r, e, w, count)
-				}
-				if p.grid != nil && gy < len(coords) && gx < len(coords) {
-					k := [2]int{coords[gy].Value, coords[gx].Value}
-					if m, ok := p.grid.max[k]; !ok || r > m {
-						p.grid.max[k] = r
-					}
-				}
-			}
-			free <- blk[:0]
-		}
-	})
-	func() {
-		defer close(blocks)
-		blk := <-free
+	// The visited elements' excess and weight are read ahead of the
+	// additions to the coordinates' statistics, which keep their order
+	// (readAhead).
+	readAhead(func(yield func(visit) bool) {
 		for i, sampled := range visits(N, weighted, rate) {
 			r := raw(i)
 			e := capped(r)
@@ -985,28 +933,46 @@ func collect(o kernel.Output, shape []int, N int, raw func(int) float64, capped,
 				}
 				count = 1 / rate
 			}
-			blk = append(blk, visit{i, r, e, w, count})
-			if len(blk) == visitBlock {
-				select {
-				case blocks <- blk:
-				case <-quit:
-					return
-				}
-				select {
-				case blk = <-free:
-				case <-quit:
-					return
-				}
+			if !yield(visit{i, r, e, w, count}) {
+				return
 			}
 		}
-		if len(blk) > 0 {
-			select {
-			case blocks <- blk:
-			case <-quit:
+	}, func(v visit) {
+		i, r, e, w, count := v.i, v.r, v.e, v.w, v.count
+		tensor.UnravelInto(idx, i, shape)
+		coords = o.Coords.NameInto(coords, idx)
+		if !gridMade {
+			gridMade = true
+			if y, x := gridAxes(coords, shape); y >= 0 {
+				gy, gx = y, x
+				p.grid = &gridCells{y: coords[y].Name(), x: coords[x].Name(), max: map[[2]int]float64{}}
 			}
 		}
-	}()
-	adding.Wait()
+		for k, c := range coords {
+			// The stats of the coordinate at position k, looked up by
+			// name once and not per element while the names stay.
+			if k >= len(byPos) {
+				byPos = append(byPos, nil)
+			}
+			if st := byPos[k]; st == nil || st.name != c.Name() {
+				byPos[k] = get(c.Name(), c.Kind)
+			}
+			add(byPos[k], c.Value, r, e, w, count)
+		}
+		if parityName != "" {
+			if parity == nil {
+				parity = get(parityName, kernel.KindParity)
+				parity.added = true
+			}
+			add(parity, idx[last]%2, r, e, w, count)
+		}
+		if p.grid != nil && gy < len(coords) && gx < len(coords) {
+			k := [2]int{coords[gy].Value, coords[gx].Value}
+			if m, ok := p.grid.max[k]; !ok || r > m {
+				p.grid.max[k] = r
+			}
+		}
+	})
 	for _, st := range p.stats {
 		st.sortValues()
 	}
@@ -1201,6 +1167,70 @@ func SampleRate(N, maxElems int) float64 {
 		return float64(maxElems) / float64(N)
 	}
 	return 1
+}
+
+// visit is one element a pass over the excess reads: its index, raw
+// excess r, capped excess e, mass w, and how many elements it stands for.
+type visit struct {
+	i              int
+	r, e, w, count float64
+}
+
+// readBlock is how many visits readAhead hands over at a time.
+const readBlock = 4096
+
+// readAhead calls use with every visit read yields, in read's order, on
+// another goroutine, a block of visits behind: read runs on the caller's
+// goroutine (the excess is read in index order through the comparison's
+// record or its window, which keep a cursor: one reader), use on one
+// other, so that its sums are the ones one goroutine doing both made.
+// The reading and what is made of each visit (a logarithm, additions to
+// every coordinate's statistics) were a failing check's serial tail
+// (issue 17). It returns once use has had every visit; a panic in use
+// stops read and is raised again here.
+func readAhead(read iter.Seq[visit], use func(visit)) {
+	blocks, free := make(chan []visit, 2), make(chan []visit, 3)
+	for range cap(free) {
+		free <- make([]visit, 0, readBlock)
+	}
+	quit := make(chan struct{}) // closed once the using goroutine ends
+	var using parallel.Group
+	using.Go(func() {
+		defer close(quit)
+		for blk := range blocks {
+			for _, v := range blk {
+				use(v)
+			}
+			free <- blk[:0]
+		}
+	})
+	func() {
+		defer close(blocks)
+		blk := <-free
+		for v := range read {
+			blk = append(blk, v)
+			if len(blk) < readBlock {
+				continue
+			}
+			select {
+			case blocks <- blk:
+			case <-quit:
+				return
+			}
+			select {
+			case blk = <-free:
+			case <-quit:
+				return
+			}
+		}
+		if len(blk) > 0 {
+			select {
+			case blocks <- blk:
+			case <-quit:
+			}
+		}
+	}()
+	using.Wait()
 }
 
 // visits yields the elements collect looks at, in index order, each with

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -979,5 +980,62 @@ func TestProfileSumsInVisitOrder(t *testing.T) {
 	}
 	if n := len(want["row"]) + len(want["col"]) + len(want["col%2"]); seen != n {
 		t.Errorf("the profile has %d coordinate values, want %d", seen, n)
+	}
+}
+
+// readAhead hands use every visit read yields, in read's order, across
+// its blocks' edges, on one goroutine other than read's; a panic in use
+// stops read and is raised again on the caller's goroutine.
+func TestReadAhead(t *testing.T) {
+	for _, n := range []int{0, 1, readBlock - 1, readBlock, 3*readBlock + 17} {
+		var got []int
+		readAhead(func(yield func(visit) bool) {
+			for i := range n {
+				if !yield(visit{i: i, e: float64(i) / 2}) {
+					return
+				}
+			}
+		}, func(v visit) {
+			if v.e != float64(v.i)/2 {
+				t.Errorf("visit %d carries e = %v", v.i, v.e)
+			}
+			got = append(got, v.i)
+		})
+		if len(got) != n {
+			t.Fatalf("%d visits read, %d used", n, len(got))
+		}
+		for k, i := range got {
+			if i != k {
+				t.Fatalf("%d visits: the %dth used is visit %d", n, k, i)
+			}
+		}
+	}
+	read := 0
+	done := make(chan any)
+	go func() {
+		defer func() { done <- recover() }()
+		readAhead(func(yield func(visit) bool) {
+			for i := 0; i < 1<<30; i++ {
+				read++
+				if !yield(visit{i: i}) {
+					return
+				}
+			}
+		}, func(v visit) {
+			if v.i == readBlock+5 {
+				panic("planted")
+			}
+		})
+	}()
+	select {
+	case r := <-done:
+		if r == nil || !strings.Contains(fmt.Sprint(r), "planted") {
+			t.Errorf("use's panic came back as %v", r)
+		}
+	case <-time.After(time.Minute): // a minute: the reading stops within a few blocks
+		t.Fatal("read still blocked a minute after use panicked")
+	}
+	if read > 6*readBlock {
+		t.Errorf("read went on for %d visits after use panicked at %d", read, readBlock+5)
 	}
 }
