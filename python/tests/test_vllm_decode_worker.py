@@ -38,6 +38,8 @@ def test_run_and_its_capture_are_read_alike(kcheck_bin, tmp_path, worker_env):
         meta = f.metadata()
         names = set(f.keys())
     assert meta["kcheck.worker.layout"] == "vllm"
+    # Under the interpreter vllm/__init__.py is not run, and the output says so.
+    assert "vllm/__init__.py not run" in meta["kcheck.worker.shim"], meta["kcheck.worker.shim"]
     assert {"q", "kv_c_and_k_pe_cache", "block_table", "seq_lens", "o", "lse", "attn_logits"} <= names, names
     assert not names & {"kv_cache", "partial_out", "partial_lse", "out"}, names
 
@@ -56,3 +58,23 @@ def test_run_and_its_capture_are_read_alike(kcheck_bin, tmp_path, worker_env):
     (bad,) = json_lines(p)
     assert bad["verdict"] == "fail", bad
     assert {c["tensor"]: c["verdict"] for c in bad["checks"]}["out"] == "fail"
+
+
+def test_init_shim_fails_a_run_that_reached_torch_compile(monkeypatch):
+    """The shim leaves out env_override's torch._inductor patches on the
+    premise that no worker call reaches torch.compile: a run after which
+    torch._inductor is imported fails rather than passing on that premise."""
+    import sys
+
+    import pytest
+
+    from kcheck.worker import vllm as w
+
+    # (other tests of this process may have imported the real one)
+    monkeypatch.delitem(sys.modules, "torch._inductor", raising=False)
+    w._check_init_shim(w.INIT_SHIM)
+    w._check_init_shim(None)
+    monkeypatch.setitem(sys.modules, "torch._inductor", object())
+    w._check_init_shim(None)  # no shim applied: nothing to check
+    with pytest.raises(RuntimeError, match="torch._inductor was imported during the run"):
+        w._check_init_shim(w.SHIM + "; " + w.INIT_SHIM)

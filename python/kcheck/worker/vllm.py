@@ -10,6 +10,12 @@ the real vllm.triton_utils module, `triton` and `tl`, with the real triton
 and triton.language, and only when vLLM disabled them; everything else
 (the kernel module, vllm.platforms, the launch code) is vLLM's own,
 imported from the installed package. On a GPU machine no shim is applied.
+
+Under the interpreter the package's own vllm/__init__.py is not run either
+(_vllm_package): its one import, vllm.env_override, takes 15 of the 25 s
+`import vllm.triton_utils` costs on a 2-core CPU, importing and patching
+torch._inductor and torch._dynamo for torch.compile, which no worker call
+uses; the worker fails its run if torch._inductor was imported after all.
 """
 
 import torch
@@ -26,11 +32,72 @@ from kcheck.worker.common import (
 
 SHIM = "vllm.triton_utils.triton/.tl replaced by the real triton/triton.language (vLLM disables Triton without an active GPU driver)"
 
+INIT_SHIM = ("vllm/__init__.py not run: the package is entered without it (its version module run and its four "
+             "environment variables set as vllm/env_override.py lines 164-183 set them); env_override's patches of "
+             "torch._inductor, for torch.compile, are left out, and torch._inductor was not imported by the run")
+
+# The environment vllm/env_override.py (vllm 0.33.0) sets on `import vllm`,
+# lines 164 and 168 unconditionally, 176 and 183 unless set: (name, value,
+# overwrite). Its two functions before them (lines 147-148) act only with
+# VLLM_ENABLE_CUDA_COMPATIBILITY set or on ROCm, neither of which runs under
+# the interpreter.
+_ENV_OVERRIDE = (
+    ("PYTORCH_NVML_BASED_CUDA_CHECK", "1", True),
+    ("TORCHINDUCTOR_COMPILE_THREADS", "1", True),
+    ("TRITON_CACHE_AUTOTUNING", "1", False),
+    ("TILELANG_CLEANUP_TEMP_FILES", "1", False),
+)
+
+
+def _vllm_package():
+    """Enter the installed vllm package without running its __init__.py,
+    under the interpreter and when nothing imported vllm yet; returns
+    INIT_SHIM when it did, else None.
+
+    vllm/__init__.py (vllm 0.33.0) runs vllm.version, then vllm.env_override
+    (lines 7 and 14; the rest is lazy attribute lookup), and env_override,
+    past the environment variables above, patches torch._inductor's wrapper
+    codegen, scheduler, lowering and cache for torch.compile graphs: 15 s of
+    imports a worker process would pay for code it never runs.
+    """
+    import importlib
+    import importlib.util
+    import os
+    import sys
+
+    if "vllm" in sys.modules or device().type != "cpu":
+        return None
+    spec = importlib.util.find_spec("vllm")
+    if spec is None:
+        raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
+    pkg = importlib.util.module_from_spec(spec)
+    sys.modules["vllm"] = pkg
+    version = importlib.import_module("vllm.version")
+    pkg.__version__, pkg.__version_tuple__ = version.__version__, version.__version_tuple__
+    for name, value, overwrite in _ENV_OVERRIDE:
+        if overwrite:
+            os.environ[name] = value
+        else:
+            os.environ.setdefault(name, value)
+    return INIT_SHIM
+
+
+def _check_init_shim(shim):
+    """The premise of INIT_SHIM, checked after the kernel ran: nothing the
+    run called reached torch.compile's machinery, which env_override patches."""
+    import sys
+
+    if shim and INIT_SHIM in shim and "torch._inductor" in sys.modules:
+        raise RuntimeError("torch._inductor was imported during the run: vllm.env_override's patches, "
+                           "left out by the worker's shim, may have mattered (kcheck.worker.vllm._vllm_package)")
+
 
 def _load(modname):
     """Import a vLLM kernel module with Triton enabled; returns (module, shim or None)."""
     import importlib
     import sys
+
+    init = _vllm_package()
 
     import triton
     import triton.language as tl
@@ -43,7 +110,7 @@ def _load(modname):
             raise RuntimeError(f"{modname} was imported before the shim")
         tu.triton, tu.tl = triton, tl
         shim = SHIM
-    return importlib.import_module(modname), shim
+    return importlib.import_module(modname), "; ".join(x for x in (init, shim) if x) or None
 
 
 # TRITON_MLA's split count (vllm/v1/attention/backends/mla/triton_mla.py,
@@ -773,6 +840,19 @@ def _sparse_bf16_precision(cache_dtype):
     }
 
 
+def _checked(fn):
+    """fn, failing its run when _vllm_package's premise did not hold."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(tensors, meta, opts):
+        outs, m = fn(tensors, meta, opts)
+        _check_init_shim(m.get("kcheck.worker.shim"))
+        return outs, m
+
+    return run
+
+
 def kernels(name):
-    return {"mla_decode": mla_decode, "mla_decode_sparse": mla_decode_sparse, "splitk_combine": splitk_combine,
-            "dsa_indexer": dsa_indexer}
+    return {k: _checked(fn) for k, fn in {"mla_decode": mla_decode, "mla_decode_sparse": mla_decode_sparse,
+                                          "splitk_combine": splitk_combine, "dsa_indexer": dsa_indexer}.items()}
