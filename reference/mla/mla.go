@@ -50,6 +50,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 
 	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/kvcache"
@@ -398,7 +399,11 @@ func Decode(ctx context.Context, p *Dense, cfg Config, prec Precision) (exact, e
 	}
 	e := newEngine(ctx, p.Cache, q, cfg, prec, cfg.LSE.Empty, cfg.emptyOut(), prec.Out, prec.LSE, q.B*q.SQ*q.H)
 	L := e.v
-	g := headGroup(q.H, q.B, e.workers)
+	lens := make([]int, q.B)
+	for b := range lens {
+		lens[b] = p.Pages.SeqLens[b]
+	}
+	g := headGroup(q.H, lens, q.SQ, e.workers)
 	for b := 0; b < q.B; b++ {
 		n := p.Pages.SeqLens[b]
 		tok := func(t int) (int, int) { return p.Pages.Locate(b, t) }
@@ -443,7 +448,13 @@ func DecodePartials(ctx context.Context, p *Dense, cfg Config, prec Precision, s
 	}
 	e := newEngine(ctx, p.Cache, q, cfg, prec, math.Inf(-1), 0, prec.PartialOut, prec.PartialLSE, q.B*q.SQ*q.H*s)
 	L := e.v
-	g := headGroup(q.H, q.B*s, e.workers)
+	lens := make([]int, 0, q.B*s)
+	for b := 0; b < q.B; b++ {
+		for k := 0; k < s; k++ {
+			lens = append(lens, bounds[b*(s+1)+k+1]-bounds[b*(s+1)+k])
+		}
+	}
+	g := headGroup(q.H, lens, q.SQ, e.workers)
 	for b := 0; b < q.B; b++ {
 		n := p.Pages.SeqLens[b]
 		for k := 0; k < s; k++ {
@@ -531,7 +542,13 @@ func DecodeSparse(ctx context.Context, p *Sparse, cfg Config, prec Precision) (e
 		e.noteCache(p.Extra.Cache)
 	}
 	L, P := e.v, p.Cache.Layout.PageSize
-	g := headGroup(q.H, q.B*q.SQ, e.workers)
+	lens := make([]int, 0, q.B*q.SQ)
+	for b := 0; b < q.B; b++ {
+		for i := 0; i < q.SQ; i++ {
+			lens = append(lens, len(p.ValidSlots(b, i))+len(p.ExtraSlots(b, i)))
+		}
+	}
+	g := headGroup(q.H, lens, 1, e.workers)
 	for b := 0; b < q.B; b++ {
 		for i := 0; i < q.SQ; i++ {
 			slots := p.ValidSlots(b, i)
@@ -569,21 +586,53 @@ func DecodeSparse(ctx context.Context, p *Sparse, cfg Config, prec Precision) (e
 	return &Outputs{Out: e.ex.out, LSE: e.ex.lse, LSENoise: e.lseNoise}, &Outputs{Out: e.xp.out, LSE: e.xp.lse}, nil
 }
 
-// headGroup chooses how many heads one unit handles: enough units to keep
-// the workers busy (about 4 a worker), and otherwise as many heads as
-// possible so each decoded cache row serves many heads. Results do not
-// depend on it.
-func headGroup(h, others, workers int) int {
-	if h == 0 {
+// headGroup chooses how many heads one unit handles. A unit decodes its
+// tokens' cache rows once for all its heads, so fewer, larger groups
+// repeat less decoding; more, smaller ones keep more workers busy. Each
+// entry of tokens is one list of tokens (a request, a split of one, a
+// sparse query) that h heads of rowsPerHead query rows attend: its units
+// are made in that order, each list cut into groups of heads, and the
+// workers take them in turn (parallel.Run). It returns the group whose
+// units would finish first on workers, by list scheduling with a unit's
+// cost n·(decodeCost + g·rowsPerHead) for n tokens and g heads, the
+// fewer groups on a tie. Results do not depend on it.
+func headGroup(h int, tokens []int, rowsPerHead, workers int) int {
+	if h == 0 || len(tokens) == 0 {
 		return 1
 	}
-	want := 4 * workers
-	groups := 1
-	if others < want {
-		groups = min(h, (want+others-1)/max(others, 1))
+	workers = max(workers, 1)
+	// At least four units a worker are never needed for balance.
+	most := min(h, (4*workers+len(tokens)-1)/len(tokens))
+	best, bestSpan := h, math.Inf(1)
+	finish := make([]float64, workers)
+	for groups := 1; groups <= most; groups++ {
+		g := (h + groups - 1) / groups
+		clear(finish)
+		for _, n := range tokens {
+			for h0 := 0; h0 < h; h0 += g {
+				heads := min(g, h-h0)
+				w := 0
+				for i := range finish {
+					if finish[i] < finish[w] {
+						w = i
+					}
+				}
+				finish[w] += float64(n) * (decodeCost + float64(heads*rowsPerHead))
+			}
+		}
+		if span := slices.Max(finish); span < bestSpan {
+			best, bestSpan = g, span
+		}
 	}
-	return (h + groups - 1) / groups
+	return best
 }
+
+// decodeCost is what decoding a cache row costs, in units of one query
+// row's work on it (scores, softmax and PV, both answers): about half,
+// measured on DeepSeek-V3's bf16 rows (D = 576) at 128K tokens, where
+// eight groups of two heads spent a fifth of the check decoding every row
+// eight times (2026-12-07).
+const decodeCost = 0.5
 
 // rowSpec is one output row: a (query, head) pair of one unit.
 type rowSpec struct {

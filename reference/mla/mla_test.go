@@ -752,3 +752,42 @@ func TestDecodeStopsAtTheDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadGroup: the head group a decode's units take, by the list
+// scheduling headGroup models (unit cost n·(decodeCost + g·rows)).
+func TestHeadGroup(t *testing.T) {
+	for _, c := range []struct {
+		name                string
+		h                   int
+		tokens              []int
+		rows, workers, want int
+	}{
+		// one request on two workers: two halves of the heads, each row
+		// decoded twice (eight groups of two decoded it eight times)
+		{"batch 1, TP8 heads, 2 workers", 16, []int{131072}, 1, 2, 8},
+		{"batch 1, 128 heads, 8 workers", 128, []int{4096}, 1, 8, 16},
+		// a long and a short request: halving the heads balances the long one
+		{"long and short request", 16, []int{131072, 1024}, 1, 2, 8},
+		// two equal requests fill two workers with every head a unit
+		{"two equal requests", 16, []int{4096, 4096}, 1, 2, 16},
+		// three equal requests on two workers: a third unit on either
+		// finishes at 1.5x; cutting heads in halves gives 3 units a worker
+		// and no idle tail
+		{"three equal requests", 16, []int{4096, 4096, 4096}, 1, 2, 8},
+		{"four units a worker already", 16, make8(1000), 2, 2, 16},
+		// decoding counts: one head a unit would finish no sooner
+		// (3 x 1.5n a worker) than every head a unit (4.5n) and decodes
+		// each row four times, not once
+		{"three requests, four workers", 4, []int{1000, 1000, 1000}, 1, 4, 4},
+		{"one head", 1, []int{100}, 1, 4, 1},
+		{"no lists", 16, nil, 1, 2, 1},
+		{"no heads", 0, []int{5}, 1, 2, 1},
+		{"empty requests", 16, []int{0, 0}, 1, 2, 16},
+	} {
+		if got := headGroup(c.h, c.tokens, c.rows, c.workers); got != c.want {
+			t.Errorf("%s: headGroup(%d, %v, %d, %d) = %d, want %d", c.name, c.h, c.tokens, c.rows, c.workers, got, c.want)
+		}
+	}
+}
+
+func make8(n int) []int { return []int{n, n, n, n, n, n, n, n} }
