@@ -420,7 +420,7 @@ func quantizeWeights(w []float64, n, k int, layout string) (map[string]*tensor.T
 		amax = math.Max(amax, math.Abs(v))
 	}
 	gs := float64(float32(448 * 6 / amax))
-	q, err := nvfp4.QuantizeExpected(context.Background(), w, n, k, gs)
+	q, err := nvfp4.QuantizeExpectedCodes(context.Background(), w, n, k, gs)
 	if err != nil {
 		return nil, fmt.Errorf("quantizing W_in: %v", err)
 	}

@@ -61,12 +61,15 @@ func checkQuantizeArgs(x []float64, rows, k int) error {
 }
 
 func newQuantized(rows, k int) *Quantized {
+	q := newCodes(rows, k)
+	q.ScaleIn, q.CodeIn = make([]float64, len(q.Scales)), make([]float64, rows*k)
+	return q
+}
+
+// newCodes is a Quantized without the values the codes were rounded from.
+func newCodes(rows, k int) *Quantized {
 	nb := rows * k / BlockSize
-	return &Quantized{
-		Rows: rows, K: k,
-		Codes: make([]uint8, rows*k), Scales: make([]uint8, nb),
-		ScaleIn: make([]float64, nb), CodeIn: make([]float64, rows*k), BlockNaN: make([]bool, nb),
-	}
+	return &Quantized{Rows: rows, K: k, Codes: make([]uint8, rows*k), Scales: make([]uint8, nb), BlockNaN: make([]bool, nb)}
 }
 
 // blockAmax is the largest |x| of a block; NaN when the block holds a NaN.
@@ -208,7 +211,24 @@ func QuantizeExpected(ctx context.Context, x []float64, rows, k int, gs float64)
 	if err := checkQuantizeArgs(x, rows, k); err != nil {
 		return nil, err
 	}
-	q := newQuantized(rows, k)
+	return quantizeExpected(ctx, x, newQuantized(rows, k), gs)
+}
+
+// QuantizeExpectedCodes is QuantizeExpected's codes, scales and BlockNaN
+// alone, for a generator that stores them: without ScaleIn and CodeIn (8
+// bytes an element, 117 MB for a 7168 x 2048 weight), which only the
+// classification of a differing code needs (ScaleAlternative,
+// ScaleEquivalent and CodeEquivalent must not be called on its result).
+func QuantizeExpectedCodes(ctx context.Context, x []float64, rows, k int, gs float64) (*Quantized, error) {
+	if err := checkQuantizeArgs(x, rows, k); err != nil {
+		return nil, err
+	}
+	return quantizeExpected(ctx, x, newCodes(rows, k), gs)
+}
+
+// quantizeExpected fills q, and its ScaleIn and CodeIn where it has them.
+func quantizeExpected(ctx context.Context, x []float64, q *Quantized, gs float64) (*Quantized, error) {
+	scaleIn, codeIn := q.ScaleIn, q.CodeIn
 	gs32 := float32(gs)
 	rcp6 := float32(1) / float32(6)
 	rcpGs := float32(1) / gs32
@@ -217,7 +237,9 @@ func QuantizeExpected(ctx context.Context, x []float64, rows, k int, gs float64)
 		amax, hasNaN := blockAmax(blk)
 		q.BlockNaN[b] = hasNaN
 		sf := float32(gs32 * float32(float32(amax)*rcp6))
-		q.ScaleIn[b] = float64(sf)
+		if scaleIn != nil {
+			scaleIn[b] = float64(sf)
+		}
 		q.Scales[b] = formats.E4M3FN.Code(float64(sf), formats.Saturate)
 		s := float32(ScaleValue(q.Scales[b]))
 		var outScale float32
@@ -230,7 +252,9 @@ func QuantizeExpected(ctx context.Context, x []float64, rows, k int, gs float64)
 				continue
 			}
 			y := float32(float32(v) * outScale)
-			q.CodeIn[i] = float64(y)
+			if codeIn != nil {
+				codeIn[i] = float64(y)
+			}
 			q.Codes[i] = formats.E2M1.Code(float64(y), formats.Saturate)
 		}
 	})

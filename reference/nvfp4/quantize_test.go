@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/kcheck-dev/kcheck/reference/formats"
 )
 
@@ -293,5 +295,41 @@ func TestQuantizeBlockWithOtherScale(t *testing.T) {
 		if codes[j] != w {
 			t.Errorf("code[%d] = %d, want %d", j, codes[j], w)
 		}
+	}
+}
+
+// TestExpectedCodesAreExpecteds: QuantizeExpectedCodes gives
+// QuantizeExpected's codes, scales and NaN blocks, leaving out only the
+// pre-rounding values, on activations with a NaN block, a zero block, a
+// block whose scale underflows to 0 and infinities.
+func TestExpectedCodesAreExpecteds(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	rows, k := 16, 128
+	for trial := range 3 {
+		x, gs := randomActivations(r, rows, k)
+		x[3] = math.NaN()
+		for j := range BlockSize {
+			x[BlockSize+j] = 0
+			x[2*BlockSize+j] = 0x1p-40 * float64(j)
+		}
+		x[5*BlockSize] = math.Inf(1)
+		x[7*BlockSize+1] = math.Inf(-1)
+		if trial == 2 {
+			gs = float64(float32(gs * 3))
+		}
+		want, err := QuantizeExpected(context.Background(), x, rows, k, gs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := QuantizeExpectedCodes(context.Background(), x, rows, k, gs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(Quantized{Rows: want.Rows, K: want.K, Codes: want.Codes, Scales: want.Scales, BlockNaN: want.BlockNaN}, *got); diff != "" {
+			t.Fatalf("trial %d: codes-only quantization differs (-QuantizeExpected +QuantizeExpectedCodes):\n%s", trial, diff)
+		}
+	}
+	if _, err := QuantizeExpectedCodes(context.Background(), make([]float64, 10), 1, 16, 1); err == nil {
+		t.Error("10 values for a [1, 16] x: no error")
 	}
 }

@@ -54,7 +54,7 @@ func quantized(ctx context.Context, x []float64, rows, k int, layout string) (pa
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	q, err := nvfp4.QuantizeExpected(ctx, x, rows, k, gs)
+	q, err := nvfp4.QuantizeExpectedCodes(ctx, x, rows, k, gs)
 	if err != nil {
 		return nil, nil, 0, err
 	}
