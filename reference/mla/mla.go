@@ -399,11 +399,7 @@ func Decode(ctx context.Context, p *Dense, cfg Config, prec Precision) (exact, e
 	}
 	e := newEngine(ctx, p.Cache, q, cfg, prec, cfg.LSE.Empty, cfg.emptyOut(), prec.Out, prec.LSE, q.B*q.SQ*q.H)
 	L := e.v
-	lens := make([]int, q.B)
-	for b := range lens {
-		lens[b] = p.Pages.SeqLens[b]
-	}
-	g := headGroup(q.H, lens, q.SQ, e.workers)
+	g := headGroup(q.H, p.Pages.SeqLens[:q.B], q.SQ, e.workers)
 	for b := 0; b < q.B; b++ {
 		n := p.Pages.SeqLens[b]
 		tok := func(t int) (int, int) { return p.Pages.Locate(b, t) }
@@ -542,23 +538,30 @@ func DecodeSparse(ctx context.Context, p *Sparse, cfg Config, prec Precision) (e
 		e.noteCache(p.Extra.Cache)
 	}
 	L, P := e.v, p.Cache.Layout.PageSize
-	lens := make([]int, 0, q.B*q.SQ)
+	// Each query's slots, the extra scope's after the cache's own, in one
+	// softmax (tests/ref.py:80, torch.cat along topk); own counts the
+	// cache's. Read once: their counts choose the head group.
+	querySlots, own := make([][]int, q.B*q.SQ), make([]int, q.B*q.SQ)
+	lens := make([]int, q.B*q.SQ)
 	for b := 0; b < q.B; b++ {
 		for i := 0; i < q.SQ; i++ {
-			lens = append(lens, len(p.ValidSlots(b, i))+len(p.ExtraSlots(b, i)))
+			k := b*q.SQ + i
+			querySlots[k] = p.ValidSlots(b, i)
+			own[k] = len(querySlots[k])
+			if extra := p.ExtraSlots(b, i); len(extra) > 0 {
+				querySlots[k] = append(querySlots[k][:own[k]:own[k]], extra...)
+			}
+			lens[k] = len(querySlots[k])
 		}
 	}
 	g := headGroup(q.H, lens, 1, e.workers)
 	for b := 0; b < q.B; b++ {
 		for i := 0; i < q.SQ; i++ {
-			slots := p.ValidSlots(b, i)
+			slots, n := querySlots[b*q.SQ+i], own[b*q.SQ+i]
 			tok := func(t int) (int, int) { return slots[t] / P, slots[t] % P }
 			var src func(t int) (*kvcache.Cache, int, int)
-			if extra := p.ExtraSlots(b, i); len(extra) > 0 {
-				// the extra scope's slots follow the cache's own, in one
-				// softmax (tests/ref.py:80, torch.cat along topk)
-				n, xc, xp := len(slots), p.Extra.Cache, p.Extra.Cache.Layout.PageSize
-				slots = append(slots[:n:n], extra...)
+			if len(slots) > n {
+				xc, xp := p.Extra.Cache, p.Extra.Cache.Layout.PageSize
 				src = func(t int) (*kvcache.Cache, int, int) {
 					if t < n {
 						return p.Cache, slots[t] / P, slots[t] % P
