@@ -92,3 +92,29 @@ func BenchmarkThreeWayBoundsSettled(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkThreeWayTolRun is the default policy's tolerances of a run of
+// numbers, one core: what a check whose exact and expected values differ
+// everywhere (an fp8_ds_mla gather's per-tile scales, a failing NVFP4
+// dequantization) computes for every element it judges, 8192 rows of
+// 576 a row at a time as the judgement asks.
+func BenchmarkThreeWayTolRun(b *testing.B) {
+	const rows, cols = 8192, 576
+	n := rows * cols
+	exact, expected := make(kernel.Dense, n), make(kernel.Dense, n)
+	for i := range exact {
+		exact[i] = float64(i%997)/997 - 0.5
+		expected[i] = exact[i] * (1 + float64(i%13-6)*0x1p-10)
+	}
+	o := kernel.Output{Name: "out", Shape: []int{rows, cols}, DType: tensor.BF16, Exact: exact, Expected: expected,
+		Mode: kernel.Numeric, Reduction: 1}
+	bd := (ThreeWay{}).Bounds(b.Context(), o, tensor.BF16)
+	dst := make([]float64, parallelChunk)
+	b.SetBytes(int64(n) * 16)
+	b.ResetTimer()
+	for range b.N {
+		for lo := 0; lo < n; lo += parallelChunk {
+			bd.TolRun(lo, exact[lo:lo+parallelChunk], expected[lo:lo+parallelChunk], dst)
+		}
+	}
+}

@@ -98,18 +98,21 @@ func TestThreeWayBoundsDeterministic(t *testing.T) {
 // TestTolRunIsTol: ThreeWay's tolerance of a run of elements is each
 // element's Tol, bit for bit, whatever row and column the run starts and
 // ends in: for outputs of rows, of unit axes and 1-D, with a kernel's own
-// noise and without, with NaN and infinities among the values.
+// noise and without, with no floor (expected is exact), with NaN and
+// infinities among the values.
 func TestTolRunIsTol(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		shape []int
-		noise bool
+		name             string
+		shape            []int
+		noise, floorless bool
 	}{
-		{"rows", []int{130, 96}, false},
-		{"rows, noise", []int{130, 96}, true},
-		{"unit axes", []int{1, 70, 1, 48}, false},
-		{"1-D", []int{9001}, false},
-		{"1-D, noise", []int{9001}, true},
+		{"rows", []int{130, 96}, false, false},
+		{"rows, noise", []int{130, 96}, true, false},
+		{"rows, no floor", []int{130, 96}, false, true},
+		{"unit axes", []int{1, 70, 1, 48}, false, false},
+		{"1-D", []int{9001}, false, false},
+		{"1-D, noise", []int{9001}, true, false},
+		{"1-D, no floor", []int{9001}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := tensor.NumElements(tc.shape)
@@ -118,6 +121,9 @@ func TestTolRunIsTol(t *testing.T) {
 			for i := range exact {
 				exact[i] = r.NormFloat64() * math.Exp2(float64(r.IntN(20)-10))
 				expected[i] = exact[i] * (1 + r.NormFloat64()*0x1p-9)
+				if tc.floorless {
+					expected[i] = exact[i]
+				}
 				noise[i] = math.Abs(exact[i]) * 0x1p-10
 			}
 			exact[n/3], expected[n/2], exact[n-1] = math.NaN(), math.Inf(1), math.Inf(-1)

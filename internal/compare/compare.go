@@ -411,7 +411,7 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 }
 
 // special says how an element's special values (NaN, Inf) decide it.
-type special int
+type special uint8
 
 const (
 	numbers     special = iota // finite on both sides: judged by the error
@@ -471,12 +471,13 @@ func newJudge(o *kernel.Output, actual *tensor.Tensor, b Bounds) *judge {
 // tolerance, or a bitwise difference; 0 where the equivalence rule excused
 // it), and the ULP distance of actual from expected in the output's dtype.
 type element struct {
-	special            special
 	av, ev, xv         float64
 	ref, err, tol, exc float64
-	differs, excused   bool
 	ulp                uint64
-	ulpOK              bool
+	// the small fields together: 72 bytes an element rather than 88, a
+	// chunk's buffer written and read back by every judged element
+	special                 special
+	differs, excused, ulpOK bool
 }
 
 // at judges element i.

@@ -384,28 +384,10 @@ func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) B
 		}
 	}
 	// Tol is computed on demand, not stored: a capture's output can have
-	// tens of millions of elements. tolAt is element i's, in row r and
-	// column c (the caller knows them: division per element is dear).
-	ulps := newSpacingTable(spacingOf(d))
-	tolAt := func(i, r, c int, x, e float64) float64 {
-		if !finite(x) || !finite(e) {
-			return 0
-		}
-		ulp := ulps.at(max(math.Abs(x), math.Abs(e)))
-		var s float64 // the floor's scale at (r, c)
-		if gF != 0 {
-			if sep {
-				s = math.Sqrt(rowF[r] * colF[c] / gF)
-			} else {
-				s = math.Sqrt(gF)
-			}
-		}
-		if o.Noise != nil {
-			s = math.Hypot(s, o.Noise.At(i))
-		}
-		am := g * max(math.Abs(x), rowX[r])
-		return ulp + max(2*math.Abs(e-x), kappa*s) + am
-	}
+	// tens of millions of elements.
+	tm := &tolModel{ulps: newSpacingTable(spacingOf(d)), rowF: rowF, rowX: rowX, colF: colF,
+		gF: gF, kappa: kappa, g: g, sep: sep, noise: o.Noise}
+	ulps := &tm.ulps
 	for u := range parts {
 		parts[u] = boundsPart{}
 	}
@@ -432,7 +414,7 @@ func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) B
 		for k, n := 0, len(b)/sz; k < n; {
 			m := min(n-k, C-c) // the run's elements in row r
 			if seg := b[k*sz : (k+m)*sz]; d == tensor.BF16 && finite16(seg, bf16Exponent) {
-				ulp2, acc2 = bf16TolSquares(seg, &ulps, g, rowX[r], ulp2, acc2)
+				ulp2, acc2 = bf16TolSquares(seg, ulps, g, rowX[r], ulp2, acc2)
 			} else {
 				for q := 0; q < m; q++ {
 					if x := vals[codeAt(seg, sz, q)]; finite(x) {
@@ -479,14 +461,13 @@ func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) B
 		model = fmt.Sprintf("floor rms on the element's row × column / global rms (%d rows × %d columns)", R, C)
 	}
 	return Bounds{
-		Tol: func(i int, x, e float64) float64 { return tolAt(i, i/C, i%C, x, e) },
+		Tol: func(i int, x, e float64) float64 { return tm.at(i, i/C, i%C, x, e) },
 		TolRun: func(lo int, xs, es, dst []float64) {
 			r, c := lo/C, lo%C
-			for k, x := range xs {
-				dst[k] = tolAt(lo+k, r, c, x, es[k])
-				if c++; c == C {
-					r, c = r+1, 0
-				}
+			for k := 0; k < len(xs); r, c = r+1, 0 {
+				m := min(len(xs)-k, C-c) // the run's elements in row r
+				tm.row(dst[k:k+m], xs[k:k+m], es[k:k+m], lo+k, r, c)
+				k += m
 			}
 		},
 		Band:      band,
@@ -497,6 +478,85 @@ func (p ThreeWay) Bounds(ctx context.Context, o kernel.Output, d tensor.DType) B
 			"mag_i = max(|exact_i|, row rms of exact). Fail beyond %g·tol_i; aggregates: rmse ≤ %.3g (%g×floor + 1 ulp + γ), "+
 			"cos_diff ≤ %.3g (floor %.3g)",
 			d, math.Sqrt(gF), model, kappa, N, alpha, g, gDet, gPr, n, acc, band, agg.RMSE, rho, agg.CosDiff, agg.FloorCosDiff) + noiseText,
+	}
+}
+
+// tolModel is the three-way tolerance of an element at row r and column c
+// (see Bounds' explanation): ulp + max(2·f, κ·s) + γ·mag, with s the
+// floor's scale at (r, c).
+type tolModel struct {
+	ulps             spacingTable
+	rowF, rowX, colF []float64
+	gF, kappa, g     float64
+	sep              bool
+	noise            kernel.Values // nil: none
+}
+
+// at is element i's tolerance, in row r and column c (the caller knows
+// them: a division an element is dear), x its exact and e its expected
+// value.
+func (t *tolModel) at(i, r, c int, x, e float64) float64 {
+	if !finite(x) || !finite(e) {
+		return 0
+	}
+	ulp := t.ulps.at(max(math.Abs(x), math.Abs(e)))
+	var s float64 // the floor's scale at (r, c)
+	if t.gF != 0 {
+		if t.sep {
+			s = math.Sqrt(t.rowF[r] * t.colF[c] / t.gF)
+		} else {
+			s = math.Sqrt(t.gF)
+		}
+	}
+	if t.noise != nil {
+		s = math.Hypot(s, t.noise.At(i))
+	}
+	am := t.g * max(math.Abs(x), t.rowX[r])
+	return ulp + max(2*math.Abs(e-x), t.kappa*s) + am
+}
+
+// row is at over elements i0, i0+1, ... of row r from column c0 on, into
+// dst: the same arithmetic in the same order, with what is the row's
+// read once rather than an element (the tolerances of a run of numbers
+// were a fifth of an fp8_ds_mla gather's check, a call an element).
+func (t *tolModel) row(dst, xs, es []float64, i0, r, c0 int) {
+	if t.noise != nil {
+		for k, x := range xs {
+			dst[k] = t.at(i0+k, r, c0+k, x, es[k])
+		}
+		return
+	}
+	dst, es = dst[:len(xs)], es[:len(xs)]
+	ulps, kappa, g, gF, rx := &t.ulps, t.kappa, t.g, t.gF, t.rowX[r]
+	if !t.sep || gF == 0 {
+		var s float64
+		if gF != 0 {
+			s = math.Sqrt(gF)
+		}
+		ks := kappa * s
+		for k, x := range xs {
+			e := es[k]
+			if !finite(x) || !finite(e) {
+				dst[k] = 0
+				continue
+			}
+			ulp := ulps.at(max(math.Abs(x), math.Abs(e)))
+			am := g * max(math.Abs(x), rx)
+			dst[k] = ulp + max(2*math.Abs(e-x), ks) + am
+		}
+		return
+	}
+	rf, colF := t.rowF[r], t.colF[c0:c0+len(xs)]
+	for k, x := range xs {
+		e := es[k]
+		if !finite(x) || !finite(e) {
+			dst[k] = 0
+			continue
+		}
+		ulp := ulps.at(max(math.Abs(x), math.Abs(e)))
+		s := math.Sqrt(rf * colF[k] / gF)
+		am := g * max(math.Abs(x), rx)
+		dst[k] = ulp + max(2*math.Abs(e-x), kappa*s) + am
 	}
 }
 
