@@ -283,7 +283,9 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	j := newJudge(&o, actual, b)
 	j.elementPath = opts.ElementPath
 	j.worstK, j.band = k, band
-	if j.rate = signature.SampleRate(N, signature.DefaultMaxElements); !opts.ElementPath {
+	j.rate = signature.SampleRate(N, signature.DefaultMaxElements)
+	j.sample = signature.NewSample(j.rate)
+	if !opts.ElementPath {
 		j.record, j.recordAll, j.failSeen = true, opts.Profile, new(atomic.Bool)
 	}
 	j.ctx = ctx
@@ -455,6 +457,7 @@ type judge struct {
 	// first failing chunk.
 	record, recordAll bool
 	rate              float64
+	sample            signature.Sample // at rate
 	// failSeen: a chunk has failed; shared by the judge's forks
 	failSeen *atomic.Bool
 }
@@ -658,7 +661,7 @@ func (j *judge) window(n int) *window {
 		o.Exact, o.Expected = ex, xp
 		f := newJudge(&o, j.actual, j.b)
 		f.elementPath, f.worstK, f.band, f.ctx = j.elementPath, j.worstK, j.band, j.ctx
-		f.record, f.recordAll, f.rate, f.failSeen = j.record, j.recordAll, j.rate, j.failSeen
+		f.record, f.recordAll, f.rate, f.sample, f.failSeen = j.record, j.recordAll, j.rate, j.sample, j.failSeen
 		forks = append(forks, f)
 	}
 	j.win = &window{forks: forks, chunks: make([]chunk, len(forks))}
@@ -725,7 +728,7 @@ func (x *excessValues) fromRecord(i int) (float64, bool) {
 	if x.p < len(r) && r[x.p].i == i {
 		return r[x.p].exc, true
 	}
-	if signature.InSample(i, x.j.rate) {
+	if x.j.sample.Has(i) {
 		return 0, true
 	}
 	return 0, false

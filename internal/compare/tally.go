@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/kcheck-dev/kcheck/internal/kernel"
-	"github.com/kcheck-dev/kcheck/internal/signature"
 	"github.com/kcheck-dev/kcheck/reference/parallel"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
@@ -188,7 +187,7 @@ func (t *tally) push(it item, k int) {
 // add tallies element i, judged (the equivalence rule applied).
 func (t *tally) add(j *judge, i int, e *element) {
 	if t.recording {
-		if x := e.excess(); x > 1 || signature.InSample(i, j.rate) {
+		if x := e.excess(); x > 1 || j.sample.Has(i) {
 			t.rec = append(t.rec, recorded{i, x})
 		}
 	}
@@ -471,7 +470,7 @@ func (t *tally) addRun(j *judge, lo int, es []element) {
 		av, ev, xv := e.av, e.ev, e.xv
 		ref, err, exc := e.ref, e.err, e.exc
 		if t.recording {
-			if exc > 1 || signature.InSample(i, j.rate) {
+			if exc > 1 || j.sample.Has(i) {
 				t.rec = append(t.rec, recorded{i, exc})
 			}
 		}

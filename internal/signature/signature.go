@@ -1241,8 +1241,9 @@ func readAhead(read iter.Seq[visit], use func(visit)) {
 func visits(N int, weighted []uint64, rate float64) iter.Seq2[int, bool] {
 	return func(yield func(int, bool) bool) {
 		if weighted == nil || rate >= 1 {
+			sample := NewSample(rate)
 			for i := 0; i < N; i++ {
-				if !yield(i, InSample(i, rate)) {
+				if !yield(i, sample.Has(i)) {
 					return
 				}
 			}
@@ -1275,11 +1276,12 @@ var sampleBlock = 1 << 16
 // by one goroutine.
 func sampleWords(dst []uint64, w0, N int, rate float64) {
 	const perUnit = 1 << 10
+	sample := NewSample(rate)
 	_ = parallel.Each(context.Background(), (len(dst)+perUnit-1)/perUnit, func(u int) {
 		for k := u * perUnit; k < min((u+1)*perUnit, len(dst)); k++ {
 			var word uint64
 			for b, i := 0, (w0+k)<<6; b < 64 && i < N; b, i = b+1, i+1 {
-				if InSample(i, rate) {
+				if sample.Has(i) {
 					word |= 1 << b
 				}
 			}
@@ -1293,16 +1295,45 @@ func sampleWords(dst []uint64, w0, N int, rate float64) {
 // period of the tensor's layout aliases with the sample. A comparison
 // that records these elements' excess as it judges them spares the
 // profile from judging them again (compare).
-func InSample(i int, rate float64) bool { return rate >= 1 || unitHash(uint64(i)) < rate }
+func InSample(i int, rate float64) bool { return NewSample(rate).Has(i) }
 
-// unitHash maps i to [0, 1) with splitmix64's finalizer.
-func unitHash(i uint64) float64 {
+// Sample is InSample's choice at one rate, made once for the many
+// elements a pass asks about.
+type Sample struct {
+	all   bool
+	below uint64
+}
+
+// NewSample is the sample at rate: element i is in it when unitHash(i) <
+// rate, that is when the hash's 53 bits m, of value m·2^-53 (exact), are
+// below rate·2^53 (exact: a power of two's scaling), which for an
+// integer m is m < ceil(rate·2^53). One integer comparison an element,
+// not a conversion and a floating-point one.
+func NewSample(rate float64) Sample {
+	switch {
+	case rate >= 1:
+		return Sample{all: true}
+	case !(rate > 0): // NaN too: unitHash(i) < NaN holds for none
+		return Sample{}
+	}
+	return Sample{below: uint64(math.Ceil(math.Ldexp(rate, 53)))}
+}
+
+// Has reports whether element i is in the sample.
+func (s Sample) Has(i int) bool { return s.all || hashBits(uint64(i)) < s.below }
+
+// hashBits is splitmix64's finalizer of i, its top 53 bits: unitHash(i)
+// times 2^53.
+func hashBits(i uint64) uint64 {
 	z := i + 0x9E3779B97F4A7C15
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
 	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
 	z ^= z >> 31
-	return float64(z>>11) / (1 << 53)
+	return z >> 11
 }
+
+// unitHash maps i to [0, 1) with splitmix64's finalizer.
+func unitHash(i uint64) float64 { return float64(hashBits(i)) / (1 << 53) }
 
 // kl is the Kullback-Leibler divergence of Bernoulli(q) from Bernoulli(e).
 func kl(q, e float64) float64 {
