@@ -377,11 +377,12 @@ func (j *judge) prepare(c *chunk, lo, hi int, elements bool) {
 // went out to the L2 and came back.
 const judgedBlock = 512
 
-// prepareTallied is prepare and then tallyChunk for an output without an
-// equivalence rule, off the element path, when nothing will read c's
-// elements afterwards (the comparison's own tally): each run of elements
-// is judged a block at a time and the block tallied at once, the same
-// additions in the same order as tallyChunk makes of the whole chunk.
+// prepareTallied is prepare and then tallyChunk, when nothing will read
+// c's elements afterwards (the comparison's own tally) and j may apply
+// the output's equivalence rule itself (it has none, it keeps no state,
+// or j is the one goroutine): each run of elements is judged a block at
+// a time and the block tallied at once, the same additions in the same
+// order as tallyChunk makes of the whole chunk.
 func (j *judge) prepareTallied(c *chunk, lo, hi int) {
 	c.lo, c.hi, c.runs, c.differs = lo, hi, c.runs[:0], false
 	if cap(c.buf) < judgedBlock {
@@ -401,7 +402,7 @@ func (j *judge) prepareTallied(c *chunk, lo, hi int) {
 			for q := p; q < p+m; q += judgedBlock {
 				b := c.buf[:min(judgedBlock, p+m-q)]
 				j.rawRun(q, b)
-				t.addRun(j, q, b)
+				t.tallyRun(j, q, b)
 			}
 		}
 		p += m
@@ -423,17 +424,22 @@ func (j *judge) tallyChunk(c *chunk) {
 			t.bulk += r.n
 			continue
 		}
-		if j.o.Equivalent != nil || j.elementPath {
-			for i := r.lo; i < r.lo+r.n; i++ {
-				e := &c.buf[i-c.lo]
-				j.excuse(i, e)
-				t.add(j, i, e)
-			}
-			continue
-		}
-		t.addRun(j, r.lo, c.buf[r.lo-c.lo:r.lo-c.lo+r.n])
+		t.tallyRun(j, r.lo, c.buf[r.lo-c.lo:r.lo-c.lo+r.n])
 	}
 	c.tallied = true
+}
+
+// tallyRun applies the equivalence rule to es, elements lo, lo+1, ...
+// judged up to it, and tallies them in index order.
+func (t *tally) tallyRun(j *judge, lo int, es []element) {
+	if j.o.Equivalent != nil || j.elementPath {
+		for k := range es {
+			j.excuse(lo+k, &es[k])
+			t.add(j, lo+k, &es[k])
+		}
+		return
+	}
+	t.addRun(j, lo, es)
 }
 
 // addRun tallies es, elements lo, lo+1, ... judged on the fast path of an
@@ -705,7 +711,7 @@ func (w *window) fill(lo, n int, elements bool) {
 		c.record = record
 		b := min(a+parallelChunk, w.hi)
 		forks.Go(func() {
-			if !elements && f.o.Equivalent == nil && !f.elementPath {
+			if !elements && (f.o.Equivalent == nil || f.o.EquivalentConcurrent) {
 				f.prepareTallied(c, a, b)
 				return
 			}
@@ -740,12 +746,7 @@ func (j *judge) tallyAll(n int, t *tally) error {
 				return err
 			}
 			c.record = j.recording()
-			if j.o.Equivalent == nil && !j.elementPath {
-				j.prepareTallied(&c, lo, min(lo+parallelChunk, n))
-			} else {
-				j.prepare(&c, lo, min(lo+parallelChunk, n), false)
-				j.tallyChunk(&c)
-			}
+			j.prepareTallied(&c, lo, min(lo+parallelChunk, n))
 			t.merge(&c.t, j.worstK)
 			t.mergeFailing(&c.t, lo, n)
 			t.mergeRecord(&c.t, min(lo+parallelChunk, n), n, j.recordAll)

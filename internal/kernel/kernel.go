@@ -226,6 +226,12 @@ type Output struct {
 	// from Expected at flat index i is still correct (a rounding tie, a
 	// reordered top-k tie, an unwritten padding byte...).
 	Equivalent func(i int, actual float64) bool
+	// EquivalentConcurrent says Equivalent keeps no state, so that the
+	// comparison may call it from several goroutines at once: a failing
+	// check's differing elements are then excused on every core rather
+	// than on one (a third of a failing fp8_ds_mla cache write's wall
+	// time, issue 17). Unset, it is called from one goroutine only.
+	EquivalentConcurrent bool
 	// Reduction is the length of the longest reduction behind one element
 	// (K for a GEMM, tokens for attention), for the gamma_n bounds.
 	Reduction int

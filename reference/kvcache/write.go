@@ -427,6 +427,8 @@ func TileScales(amax float64, conv ScaleConvention) []float32 {
 // it gives). An entry no token was written to must be unchanged, so no
 // difference there is ever equivalent: it is a stray write. actual is the
 // element's value as tensor.Float64At reads it (the byte for U8 caches).
+// It reads o and the inputs only, so several goroutines may call it at
+// once (the comparison does: kernel.Output.EquivalentConcurrent).
 func (o *Overlay) Equivalent(i int, actual float64) bool {
 	l := &o.Layout
 	if i < 0 || i >= o.Before.Len() {

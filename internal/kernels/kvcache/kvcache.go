@@ -178,10 +178,12 @@ func (*write) Reference(ctx context.Context, pr Problem, prec Precision, outDTyp
 		Expected:   newCacheAfter(ov, false).copying(kvc, kpe),
 		Mode:       Bitwise,
 		Equivalent: ov.Equivalent,
-		Reduction:  1,
-		Coords:     Coords{Axes: []CoordKind{KindBlock, KindPageOffset, KindColumn}, Derived: derived},
-		Before:     TensorValues{T: before},
-		Suspects:   writeSuspects(ov),
+		// Overlay.Equivalent reads the overlay and the inputs only
+		EquivalentConcurrent: true,
+		Reduction:            1,
+		Coords:               Coords{Axes: []CoordKind{KindBlock, KindPageOffset, KindColumn}, Derived: derived},
+		Before:               TensorValues{T: before},
+		Suspects:             writeSuspects(ov),
 	}}, nil
 }
 
