@@ -3,9 +3,11 @@ package kvcache
 import (
 	"encoding/binary"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"github.com/kcheck-dev/kcheck/reference/formats"
 	"github.com/kcheck-dev/kcheck/reference/tensor"
 )
 
@@ -495,5 +497,68 @@ func TestWriteFP16ByHand(t *testing.T) {
 	// An fp16 cache holds F16 only.
 	if _, err := Write(tensor.New(tensor.BF16, 1, 1, 2), kvc, kvc, []int64{0}, lay, 0); err == nil || !strings.Contains(err.Error(), "tensor cache_before has dtype BF16; kv_cache_dtype fp16 stores [F16]") {
 		t.Errorf("a BF16 cache_before with kv_cache_dtype fp16: got %v", err)
+	}
+}
+
+// TestOverlayTileScalesAreTheTilesMaxima: the tile scale each written
+// entry of an fp8_ds_mla cache stores is TileScale of the largest
+// magnitude among the tile's values, found here value by value from the
+// token itself: over more entries than one share of NewOverlay's
+// parallel pass, with the largest value at every position of a tile
+// (its first and last among them), of either sign, and a NaN in some
+// tiles, which the maximum skips (fmaxf).
+func TestOverlayTileScalesAreTheTilesMaxima(t *testing.T) {
+	for _, c := range []struct {
+		kind Kind
+		l    int
+	}{{FP8DSMLA, 512}, {FP8DSMLAModel1, 448}} {
+		lay := mustLayout(t, c.kind, c.l, 64, 64)
+		tiles, size := lay.scaleTiles()
+		n := 700
+		kv, pe := make([]float64, n*c.l), make([]float64, n*64)
+		rng := rand.New(rand.NewPCG(3, uint64(c.l)))
+		for i := range kv {
+			kv[i] = rng.NormFloat64()
+		}
+		for tok := 0; tok < n; tok++ {
+			for tile := 0; tile < tiles; tile++ {
+				at := tok*c.l + tile*size + (tok*7+tile)%size
+				kv[at] = math.Copysign(3+float64(tok%13), float64(tok%2)-0.5)
+				if (tok+tile)%11 == 0 {
+					kv[tok*c.l+tile*size+(tok+3)%size] = math.NaN()
+				}
+			}
+		}
+		slots := make([]int64, n)
+		for i, s := range rng.Perm(n) {
+			slots[i] = int64(s)
+		}
+		kvc := bf16([]int{n, c.l}, kv...)
+		before := tensor.New(tensor.U8, (n+63)/64, 64, lay.EntrySize())
+		o, err := NewOverlay(before, kvc, bf16([]int{n, 64}, pe...), slots, lay, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entry := make([]byte, o.EntryBytes())
+		for k := 0; k < o.Written(); k++ {
+			tok := int(o.written[k].token)
+			o.EntryInto(k, false, entry)
+			for tile := 0; tile < tiles; tile++ {
+				amax := 0.0
+				for j := tile * size; j < (tile+1)*size; j++ {
+					if a := math.Abs(kvc.Float64At(tok*c.l + j)); a > amax {
+						amax = a
+					}
+				}
+				s := TileScale(amax, lay.DSScale)
+				if c.kind == FP8DSMLA {
+					if got := math.Float32frombits(binary.LittleEndian.Uint32(entry[DSScaleOff+4*tile:])); got != s {
+						t.Fatalf("%s token %d tile %d: scale %v, want TileScale(%v) = %v", c.kind, tok, tile, got, amax, s)
+					}
+				} else if got, want := entry[m1ScaleOff+tile], formats.E8M0.Encode(float64(s)); got != want {
+					t.Fatalf("%s token %d tile %d: scale code %#x, want %#x (TileScale(%v) = %v)", c.kind, tok, tile, got, want, amax, s)
+				}
+			}
+		}
 	}
 }
