@@ -444,47 +444,60 @@ func (t *tally) tallyRun(j *judge, lo int, es []element) {
 
 // addRun tallies es, elements lo, lo+1, ... judged on the fast path of an
 // output without an equivalence rule (nothing to excuse), as add does one
-// by one: a numbers element's additions and maxima are add's, in add's
-// order, made in locals the compiler keeps in registers (through t, each
-// of the run's six sums waited for its last store), and every other
-// element goes to add itself between them.
+// by one: every other element goes to add itself, and each stretch of
+// numbers elements between them (classify) is tallied by addNumbers.
 func (t *tally) addRun(j *judge, lo int, es []element) {
-	floorMax, sumFloor2, sumE2, sumX2 := t.floorMax, t.sumFloor2, t.sumE2, t.sumX2
-	sumErr2, sumRef2, sumA2 := t.sumErr2, t.sumRef2, t.sumA2
-	maxULP, maxFinite, maxExc, maxAbs, maxRel := t.maxULP, t.maxFinite, t.maxExc, t.maxAbs, t.maxRel
-	nJudged, overElems, beyondBand := t.nJudged, t.overElems, t.beyondBand
-	store := func() {
-		t.floorMax, t.sumFloor2, t.sumE2, t.sumX2 = floorMax, sumFloor2, sumE2, sumX2
-		t.sumErr2, t.sumRef2, t.sumA2 = sumErr2, sumRef2, sumA2
-		t.maxULP, t.maxFinite, t.maxExc, t.maxAbs, t.maxRel = maxULP, maxFinite, maxExc, maxAbs, maxRel
-		t.nJudged, t.overElems, t.beyondBand = nJudged, overElems, beyondBand
+	for a := 0; a < len(es); {
+		if es[a].special != numbers {
+			t.add(j, lo+a, &es[a])
+			a++
+			continue
+		}
+		b := a + 1
+		for b < len(es) && es[b].special == numbers {
+			b++
+		}
+		t.addNumbers(j, lo+a, es[a:b])
+		a = b
 	}
+}
+
+// addNumbers tallies es, numbers elements lo, lo+1, ..., as add does one
+// by one (nothing is excused), in two passes over them: the six sums, each
+// in index order as add makes it, then the maxima, counts, record and
+// worst elements, in index order too. Each pass's values stay in
+// registers: all of them in one loop were twice the registers there are,
+// and the compiler kept most on the stack (issue 17).
+func (t *tally) addNumbers(j *judge, lo int, es []element) {
+	sumFloor2, sumE2, sumX2 := t.sumFloor2, t.sumE2, t.sumX2
+	sumErr2, sumRef2, sumA2 := t.sumErr2, t.sumRef2, t.sumA2
+	for k := range es {
+		e := &es[k]
+		if ev, xv := e.ev, e.xv; finite(xv) { // and ev, a number
+			sumFloor2 += sq(ev - xv)
+			sumE2 += ev * ev
+			sumX2 += xv * xv
+		}
+		sumErr2 += e.err * e.err
+		sumRef2 += e.ref * e.ref
+		sumA2 += e.av * e.av
+	}
+	t.sumFloor2, t.sumE2, t.sumX2 = sumFloor2, sumE2, sumX2
+	t.sumErr2, t.sumRef2, t.sumA2 = sumErr2, sumRef2, sumA2
+
+	floorMax, maxULP, maxFinite, maxExc, maxAbs, maxRel := t.floorMax, t.maxULP, t.maxFinite, t.maxExc, t.maxAbs, t.maxRel
+	overElems, beyondBand := t.overElems, t.beyondBand
 	band, worstK := j.band, j.worstK
 	for k := range es {
 		e, i := &es[k], lo+k
-		if e.special != numbers {
-			store()
-			t.add(j, i, e)
-			floorMax, sumFloor2, sumE2, sumX2 = t.floorMax, t.sumFloor2, t.sumE2, t.sumX2
-			sumErr2, sumRef2, sumA2 = t.sumErr2, t.sumRef2, t.sumA2
-			maxULP, maxFinite, maxExc, maxAbs, maxRel = t.maxULP, t.maxFinite, t.maxExc, t.maxAbs, t.maxRel
-			nJudged, overElems, beyondBand = t.nJudged, t.overElems, t.beyondBand
-			continue
-		}
-		// What add does for a numbers element: neither the actual nor the
-		// expected value is special (classify), nothing is excused.
-		av, ev, xv := e.av, e.ev, e.xv
-		ref, err, exc := e.ref, e.err, e.exc
+		exc, err := e.exc, e.err
 		if t.recording {
 			if exc > 1 || j.sample.Has(i) {
 				t.rec = append(t.rec, recorded{i, exc})
 			}
 		}
-		if finite(xv) { // and ev, a number
-			floorMax = max(floorMax, math.Abs(ev-xv))
-			sumFloor2 += sq(ev - xv)
-			sumE2 += ev * ev
-			sumX2 += xv * xv
+		if xv := e.xv; finite(xv) {
+			floorMax = max(floorMax, math.Abs(e.ev-xv))
 		}
 		if e.ulpOK {
 			maxULP = max(maxULP, float64(e.ulp))
@@ -504,10 +517,10 @@ func (t *tally) addRun(j *judge, lo int, es []element) {
 		}
 		maxExc = max(maxExc, exc)
 		if w := t.worst.items; len(w) == 0 || len(w) < worstK || !(exc < w[0].exc) {
-			t.push(item{i, av, ev, xv, err, e.tol, exc}, worstK)
+			t.push(item{i, e.av, e.ev, e.xv, err, e.tol, exc}, worstK)
 		}
 		maxAbs = max(maxAbs, err)
-		switch {
+		switch ref := e.ref; {
 		case math.IsNaN(err):
 			maxRel = math.NaN()
 		case ref != 0:
@@ -515,12 +528,10 @@ func (t *tally) addRun(j *judge, lo int, es []element) {
 		case err > 0:
 			maxRel = math.Inf(1)
 		}
-		nJudged++
-		sumErr2 += err * err
-		sumRef2 += ref * ref
-		sumA2 += av * av
 	}
-	store()
+	t.floorMax, t.maxULP, t.maxFinite, t.maxExc, t.maxAbs, t.maxRel = floorMax, maxULP, maxFinite, maxExc, maxAbs, maxRel
+	t.overElems, t.beyondBand = overElems, beyondBand
+	t.nJudged += len(es)
 }
 
 // recording reports whether the chunks judged from now on record their
