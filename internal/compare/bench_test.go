@@ -38,15 +38,7 @@ func BenchmarkComparePassing(b *testing.B) {
 // before they ran in parallel, issue 17): 8192 rows of 576, the latent
 // and rope entry of an MLA cache, with a floor in expected's last bits.
 func BenchmarkThreeWayBounds(b *testing.B) {
-	const rows, cols = 8192, 576
-	n := rows * cols
-	exact, expected := make(kernel.Dense, n), make(kernel.Dense, n)
-	for i := range exact {
-		exact[i] = float64(i%997)/997 - 0.5
-		expected[i] = exact[i] * (1 + float64(i%13-6)*0x1p-10)
-	}
-	o := kernel.Output{Name: "out", Shape: []int{rows, cols}, DType: tensor.BF16, Exact: exact, Expected: expected,
-		Mode: kernel.Numeric, Reduction: 1}
+	o, n := flooredOutput()
 	b.SetBytes(int64(n) * 16)
 	b.ResetTimer()
 	for range b.N {
@@ -54,6 +46,21 @@ func BenchmarkThreeWayBounds(b *testing.B) {
 			b.Fatalf("rmse bound %v", bd.Aggregate.RMSE)
 		}
 	}
+}
+
+// flooredOutput is the benchmarks' bf16 output of 8192 rows of 576 (the
+// latent and rope entry of an MLA cache) whose expected values differ from
+// the exact ones in their last bits, and its number of elements.
+func flooredOutput() (kernel.Output, int) {
+	const rows, cols = 8192, 576
+	n := rows * cols
+	exact, expected := make(kernel.Dense, n), make(kernel.Dense, n)
+	for i := range exact {
+		exact[i] = float64(i%997)/997 - 0.5
+		expected[i] = exact[i] * (1 + float64(i%13-6)*0x1p-10)
+	}
+	return kernel.Output{Name: "out", Shape: []int{rows, cols}, DType: tensor.BF16, Exact: exact, Expected: expected,
+		Mode: kernel.Numeric, Reduction: 1}, n
 }
 
 // settledBF16 is BF16 codes that vouch for themselves as one settled run
@@ -99,15 +106,8 @@ func BenchmarkThreeWayBoundsSettled(b *testing.B) {
 // dequantization) computes for every element it judges, 8192 rows of
 // 576 a row at a time as the judgement asks.
 func BenchmarkThreeWayTolRun(b *testing.B) {
-	const rows, cols = 8192, 576
-	n := rows * cols
-	exact, expected := make(kernel.Dense, n), make(kernel.Dense, n)
-	for i := range exact {
-		exact[i] = float64(i%997)/997 - 0.5
-		expected[i] = exact[i] * (1 + float64(i%13-6)*0x1p-10)
-	}
-	o := kernel.Output{Name: "out", Shape: []int{rows, cols}, DType: tensor.BF16, Exact: exact, Expected: expected,
-		Mode: kernel.Numeric, Reduction: 1}
+	o, n := flooredOutput()
+	exact, expected := o.Exact.(kernel.Dense), o.Expected.(kernel.Dense)
 	bd := (ThreeWay{}).Bounds(b.Context(), o, tensor.BF16)
 	dst := make([]float64, parallelChunk)
 	b.SetBytes(int64(n) * 16)

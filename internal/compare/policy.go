@@ -528,25 +528,17 @@ func (t *tolModel) row(dst, xs, es []float64, i0, r, c0 int) {
 	}
 	dst, es = dst[:len(xs)], es[:len(xs)]
 	ulps, kappa, g, gF, rx := &t.ulps, t.kappa, t.g, t.gF, t.rowX[r]
-	if !t.sep || gF == 0 {
-		var s float64
-		if gF != 0 {
-			s = math.Sqrt(gF)
-		}
-		ks := kappa * s
-		for k, x := range xs {
-			e := es[k]
-			if !finite(x) || !finite(e) {
-				dst[k] = 0
-				continue
-			}
-			ulp := ulps.at(max(math.Abs(x), math.Abs(e)))
-			am := g * max(math.Abs(x), rx)
-			dst[k] = ulp + max(2*math.Abs(e-x), ks) + am
-		}
-		return
+	// κ·s: the same for the whole row but where the floor is separable
+	// (perColumn), whose s is the row's and the column's
+	perColumn := t.sep && gF != 0
+	var ks, rf float64
+	var colF []float64
+	switch {
+	case perColumn:
+		rf, colF = t.rowF[r], t.colF[c0:c0+len(xs)]
+	case gF != 0:
+		ks = kappa * math.Sqrt(gF)
 	}
-	rf, colF := t.rowF[r], t.colF[c0:c0+len(xs)]
 	for k, x := range xs {
 		e := es[k]
 		if !finite(x) || !finite(e) {
@@ -554,9 +546,11 @@ func (t *tolModel) row(dst, xs, es []float64, i0, r, c0 int) {
 			continue
 		}
 		ulp := ulps.at(max(math.Abs(x), math.Abs(e)))
-		s := math.Sqrt(rf * colF[k] / gF)
+		if perColumn {
+			ks = kappa * math.Sqrt(rf*colF[k]/gF)
+		}
 		am := g * max(math.Abs(x), rx)
-		dst[k] = ulp + max(2*math.Abs(e-x), kappa*s) + am
+		dst[k] = ulp + max(2*math.Abs(e-x), ks) + am
 	}
 }
 
