@@ -375,10 +375,11 @@ func TestRecordHoldsTheJudgedExcess(t *testing.T) {
 	n := actual.Len()
 	ctx := context.Background()
 	b := DefaultPolicy().Bounds(ctx, o, actual.DType)
+	rate := signature.SampleRate(n, signature.DefaultMaxElements)
 	tallied := func(o kernel.Output, actual *tensor.Tensor, b Bounds) (*judge, tally) {
 		j := newJudge(&o, actual, b)
 		j.worstK, j.band = 5, max(b.Band, 1)
-		j.rate = signature.SampleRate(n, signature.DefaultMaxElements)
+		j.sample = signature.NewSample(rate)
 		j.record, j.failSeen = true, new(atomic.Bool)
 		var tl tally
 		if err := j.tallyAll(n, &tl); err != nil {
@@ -409,7 +410,7 @@ func TestRecordHoldsTheJudgedExcess(t *testing.T) {
 	checked := 0
 	for i := 0; i < n; i++ {
 		want := plain.at(i).excess()
-		if want <= 1 && !signature.InSample(i, j.rate) {
+		if want <= 1 && !signature.InSample(i, rate) {
 			continue
 		}
 		if got := x.At(i); math.Float64bits(got) != math.Float64bits(want) && !(math.IsNaN(got) && math.IsNaN(want)) {
@@ -417,7 +418,16 @@ func TestRecordHoldsTheJudgedExcess(t *testing.T) {
 		}
 		checked++
 	}
-	t.Logf("%d elements read, %d recorded from element %d", checked, len(tl.rec), tl.recFrom)
+	clean := 0 // recorded for the sample, not for failing
+	for _, r := range tl.rec {
+		if r.exc <= 1 {
+			clean++
+		}
+	}
+	if clean == 0 {
+		t.Fatalf("the record holds none of the sample's clean elements (%d recorded, all failing)", len(tl.rec))
+	}
+	t.Logf("%d elements read, %d recorded from element %d, %d of them clean", checked, len(tl.rec), tl.recFrom, clean)
 }
 
 // countingTol is ThreeWay with its tolerances counted: n, those of one

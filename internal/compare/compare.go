@@ -283,8 +283,7 @@ func Compare(o kernel.Output, actual *tensor.Tensor, pol Policy, opts Options) (
 	j := newJudge(&o, actual, b)
 	j.elementPath = opts.ElementPath
 	j.worstK, j.band = k, band
-	j.rate = signature.SampleRate(N, signature.DefaultMaxElements)
-	j.sample = signature.NewSample(j.rate)
+	j.sample = signature.NewSample(signature.SampleRate(N, signature.DefaultMaxElements))
 	if !opts.ElementPath {
 		j.record, j.recordAll, j.failSeen = true, opts.Profile, new(atomic.Bool)
 	}
@@ -450,14 +449,13 @@ type judge struct {
 	// worstK and band: Compare's, for the tallies
 	worstK int
 	band   float64
-	// record: the tallies record the excess a profile sampled at rate
-	// reads (tally.rec: every element's, where rate is 1); not on the
-	// element path, whose profile judges every element again. recordAll:
-	// from the first element on (the profile is asked for), not from the
-	// first failing chunk.
+	// record: the tallies record the excess a profile reads, the failing
+	// elements' and those in its sample (tally.rec: every element's,
+	// where the sample is all); not on the element path, whose profile
+	// judges every element again. recordAll: from the first element on
+	// (the profile is asked for), not from the first failing chunk.
 	record, recordAll bool
-	rate              float64
-	sample            signature.Sample // at rate
+	sample            signature.Sample
 	// failSeen: a chunk has failed; shared by the judge's forks
 	failSeen *atomic.Bool
 }
@@ -661,7 +659,7 @@ func (j *judge) window(n int) *window {
 		o.Exact, o.Expected = ex, xp
 		f := newJudge(&o, j.actual, j.b)
 		f.elementPath, f.worstK, f.band, f.ctx = j.elementPath, j.worstK, j.band, j.ctx
-		f.record, f.recordAll, f.rate, f.sample, f.failSeen = j.record, j.recordAll, j.rate, j.sample, j.failSeen
+		f.record, f.recordAll, f.sample, f.failSeen = j.record, j.recordAll, j.sample, j.failSeen
 		forks = append(forks, f)
 	}
 	j.win = &window{forks: forks, chunks: make([]chunk, len(forks))}

@@ -394,10 +394,7 @@ func (j *judge) prepareTallied(c *chunk, lo, hi int) {
 	for p := lo; p < hi; {
 		m, bulk := j.settled(p, hi-p)
 		if bulk {
-			sz := j.actual.DType.Size()
-			bulkSquares(j.actual.DType, j.actual.Data[p*sz:(p+m)*sz], p, &t.same)
-			t.nJudged += m
-			t.bulk += m
+			t.addBulk(j, p, m)
 		} else {
 			for q := p; q < p+m; q += judgedBlock {
 				b := c.buf[:min(judgedBlock, p+m-q)]
@@ -418,15 +415,21 @@ func (j *judge) tallyChunk(c *chunk) {
 	t.recording = c.record
 	for _, r := range c.runs {
 		if r.bulk {
-			sz := j.actual.DType.Size()
-			bulkSquares(j.actual.DType, j.actual.Data[r.lo*sz:(r.lo+r.n)*sz], r.lo, &t.same)
-			t.nJudged += r.n
-			t.bulk += r.n
+			t.addBulk(j, r.lo, r.n)
 			continue
 		}
 		t.tallyRun(j, r.lo, c.buf[r.lo-c.lo:r.lo-c.lo+r.n])
 	}
 	c.tallied = true
+}
+
+// addBulk tallies a bulk run, elements lo to lo+n-1 (judge.settled):
+// only their squares enter the sums.
+func (t *tally) addBulk(j *judge, lo, n int) {
+	sz := j.actual.DType.Size()
+	bulkSquares(j.actual.DType, j.actual.Data[lo*sz:(lo+n)*sz], lo, &t.same)
+	t.nJudged += n
+	t.bulk += n
 }
 
 // tallyRun applies the equivalence rule to es, elements lo, lo+1, ...
